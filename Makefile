@@ -1,0 +1,24 @@
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): requirements-dev.txt pyproject.toml setup.py $(wildcard csrc/*) $(wildcard plugins/*/pyproject.toml)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/aisimulate run examples/mooncake_demo.json
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info aisimulate_core/_native*.so

@@ -1,0 +1,3 @@
+from setuptools import setup
+
+setup(cffi_modules=["csrc/ffi_build.py:ffibuilder"])

@@ -1,0 +1,137 @@
+"""Built-in timing models (SEMANTICS 2.2) and the wrapper every engine calls.
+
+A timing *provider* is a class with a ``NAME`` and ``from_config(config, context)`` returning a
+timing *model*: an object with ``prefill_ms(batch_size, mean_isl, mean_prefix)`` and
+``decode_ms(batch_size, active_kv_tokens, mean_context_length, total_kv_tokens)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import ConfigError, SimulationError
+
+
+class TimingContext:
+    """What a provider may know about the role it builds a model for."""
+
+    __slots__ = ("role", "path", "engine", "replay_engine")
+
+    def __init__(self, role, path, engine, replay_engine=None):
+        self.role = role                  # "aggregated" | "prefill" | "decode"
+        self.path = path                  # JSON path of the timing_model object, for errors
+        self.engine = engine              # the role's EngineConfig (rank)
+        self.replay_engine = replay_engine  # the role's ReplayRoleConfig (dp_size, tp, ...)
+
+
+def _number(config, key, path, *, default=None):
+    value = config.get(key, default)
+    if value is None:
+        raise ConfigError(f"{path}.{key}: required")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{path}.{key}: must be a finite number, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{path}.{key}: must be >= 0, got {value!r}")
+    return float(value)
+
+
+def _reject_unknown(config, allowed, path):
+    for key in config:
+        if key not in allowed:
+            raise ConfigError(f"{path}.{key}: unknown field")
+
+
+class FixedTiming:
+    """Constant cost for any non-empty batch: parity and lifecycle tests use it."""
+
+    NAME = "fixed"
+    __slots__ = ("prefill", "decode")
+
+    def __init__(self, prefill_ms: float, decode_ms: float):
+        self.prefill = prefill_ms
+        self.decode = decode_ms
+
+    @classmethod
+    def from_config(cls, config, context):
+        _reject_unknown(config, ("type", "prefill_ms", "decode_ms"), context.path)
+        return cls(_number(config, "prefill_ms", context.path),
+                   _number(config, "decode_ms", context.path))
+
+    def prefill_ms(self, batch_size, mean_isl, mean_prefix):
+        return self.prefill if batch_size > 0 else 0.0
+
+    def decode_ms(self, batch_size, active_kv_tokens, mean_context_length, total_kv_tokens):
+        return self.decode if batch_size > 0 else 0.0
+
+
+class PolynomialTiming:
+    """The reference's default fit: prefill is quadratic in new tokens, decode depends on KV use."""
+
+    NAME = "polynomial"
+    __slots__ = ()
+
+    @classmethod
+    def from_config(cls, config, context):
+        _reject_unknown(config, ("type",), context.path)
+        return cls()
+
+    def prefill_ms(self, batch_size, mean_isl, mean_prefix):
+        new_tokens = batch_size * (mean_isl - mean_prefix)
+        if batch_size <= 0 or new_tokens <= 0:
+            return 0.0
+        return 4.209989e-7 * new_tokens * new_tokens + 1.518344e-2 * new_tokens + 16.50142
+
+    def decode_ms(self, batch_size, active_kv_tokens, mean_context_length, total_kv_tokens):
+        if batch_size <= 0:
+            return 0.0
+        p = 1.0 if total_kv_tokens <= 0 else min(active_kv_tokens / total_kv_tokens, 1.0)
+        return max(1.0, -25.74 * p * p + 54.01 * p + 5.74)
+
+
+class StepTimer:
+    """Engine-facing wrapper: memoizes exact arguments, applies speedups, rejects bad values.
+
+    Providers may be slow (AIC interpolates tables), while a replay asks the same coordinates
+    many times, so every distinct argument tuple is evaluated once.
+    """
+
+    __slots__ = ("model", "prefill_scale", "decode_scale", "_prefill_memo", "_decode_memo", "name")
+
+    def __init__(self, model, *, speedup_ratio=1.0, decode_speedup_ratio=1.0, name="timing"):
+        self.model = model
+        self.name = name
+        speed = speedup_ratio if speedup_ratio else 1.0
+        decode_speed = decode_speedup_ratio if decode_speedup_ratio else 1.0
+        self.prefill_scale = 1.0 / speed
+        self.decode_scale = 1.0 / (speed * decode_speed)
+        self._prefill_memo = {}
+        self._decode_memo = {}
+
+    def prefill(self, batch_size, mean_isl, mean_prefix):
+        """Modeled prefill time; 0 when nothing new is computed (fully cached prompt)."""
+        if batch_size <= 0 or mean_isl <= mean_prefix:
+            return 0.0
+        key = (batch_size, mean_isl, mean_prefix)
+        value = self._prefill_memo.get(key)
+        if value is None:
+            raw = self.model.prefill_ms(batch_size, mean_isl, mean_prefix)
+            if raw is None or not math.isfinite(raw):
+                raise SimulationError(f"{self.name}: prefill time is not finite for {key}: {raw!r}")
+            value = max(float(raw), 0.0) * self.prefill_scale
+            self._prefill_memo[key] = value
+        return value
+
+    def decode(self, batch_size, active_kv_tokens, mean_context_length, total_kv_tokens):
+        if batch_size <= 0:
+            return 0.0
+        key = (batch_size, active_kv_tokens, mean_context_length, total_kv_tokens)
+        value = self._decode_memo.get(key)
+        if value is None:
+            raw = self.model.decode_ms(batch_size, active_kv_tokens, mean_context_length,
+                                       total_kv_tokens)
+            if raw is None or not math.isfinite(raw):
+                raise SimulationError(f"{self.name}: decode time is not finite for {key}: {raw!r}")
+            value = max(float(raw), 0.0) * self.decode_scale
+            if len(self._decode_memo) < 1_000_000:
+                self._decode_memo[key] = value
+        return value

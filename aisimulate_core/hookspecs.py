@@ -1,0 +1,78 @@
+"""The whole plugin contract of aisimulate: every hook a plugin may implement.
+
+A plugin is a module or object with functions marked ``@hookimpl`` and named after a hook below.
+Distributions publish plugins through the entry-point group ``aisimulate``::
+
+    [project.entry-points.aisimulate]
+    placement = "aisimulate_placement"
+
+The ``aisimulate_register_*`` hooks receive ``register`` and call it with provider classes; each
+class carries a ``NAME`` (str), the name a payload uses to select it. Register hooks are called
+once per plugin manager, when the providers of a run are resolved (``collect_registries``);
+providers are then called directly, never through a hook.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+import pluggy
+
+PROJECT_NAME = "aisimulate"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+Register = Callable[[type], None]
+
+
+@hookspec
+def aisimulate_register_timing_providers(register: Register) -> None:
+    """Register timing providers: ``register(ProviderClass)`` for each.
+
+    Called once when the run's providers are resolved. The engine config of the payload selects
+    one by name. A provider builds, for one role
+    (aggregated, prefill or decode), a timing model from its JSON config; the model answers
+    ``prefill_ms(batch_size, mean_isl, mean_prefix)`` and
+    ``decode_ms(batch_size, active_kv_tokens, mean_context_length, total_kv_tokens)``.
+    The core registers ``fixed`` and ``polynomial``.
+    """
+
+
+@hookspec
+def aisimulate_register_trace_formats(register: Register) -> None:
+    """Register trace formats: ``register(FormatClass)`` for each.
+
+    Called once when the run's providers are resolved. ``traffic.source.format`` names one; the
+    format loads trace files into the workload model.
+    """
+
+
+@hookspec
+def aisimulate_register_placement_policies(register: Register) -> None:
+    """Register placement policies: ``register(PolicyClass)`` for each.
+
+    Called once when the run's providers are resolved. ``spec.adapters.placement.provider``
+    names one. A policy subclasses ``aisimulate_core.placement.PlacementPolicy``; it is built
+    once per pool as ``PolicyClass(config, pool)`` and asked ``place(request)`` for every
+    request that arrives at that pool.
+    """
+
+
+@hookspec
+def aisimulate_register_scaling_policies(register: Register) -> None:
+    """Register scaling policies: ``register(PolicyClass)`` for each.
+
+    Called once when the run's providers are resolved. ``spec.adapters.scaling.provider``
+    names one; it is built as ``PolicyClass(config)``. ``initial_tick_ms()`` gives the first
+    scaling tick (``math.inf``: never). The core registers ``none``.
+    """
+
+
+@hookspec
+def aisimulate_add_cli_options(parser: argparse.ArgumentParser) -> None:
+    """Add options to ``aisimulate run``: ``parser`` is that subcommand's argparse parser.
+
+    Called once by the CLI after plugins are loaded and before the command line is parsed.
+    """

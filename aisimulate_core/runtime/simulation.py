@@ -1,0 +1,179 @@
+"""The steppable discrete-event loop of an aggregated deployment (SEMANTICS 3.2).
+
+Same-time order: pass completions, then arrivals (placed and queued at their rank), then new
+passes on every idle worker that has work. Workers never sleep: an idle worker with work starts
+a pass at once. An embedding simulator drives the clock with ``run_until`` and ``submit``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ..errors import ConfigError
+from ..placement import PlacementRequest, PoolView, WorkerView
+from ..report import Collector
+from ..runtime.event_queue import EventQueue
+from .records import make_record
+
+PASS_DONE = 0
+
+
+class _RankEvents:
+    """Routes rank lifecycle callbacks to the simulation."""
+
+    __slots__ = ("sim",)
+
+    def __init__(self, sim):
+        self.sim = sim
+
+    def on_admit(self, request, now_ms, reused_tokens, is_readmission):
+        pass
+
+    def on_finish(self, request, end_ms, status):
+        self.sim._on_finish(request, end_ms, status)
+
+
+class Simulation:
+    """One replay. Build it with ``aisimulate_core.build_simulation`` (or ``run_replay``)."""
+
+    def __init__(self, *, workers, placement, driver, collector: Collector, gpus_per_worker,
+                 max_in_flight=None, max_sim_time_ms=None, on_event=None, progress=None):
+        self.workers = workers
+        self.placement = placement
+        self.driver = driver
+        self.collector = collector
+        self.gpus_per_worker = gpus_per_worker
+        self.max_in_flight = max_in_flight
+        self.max_sim_time_ms = math.inf if max_sim_time_ms is None else max_sim_time_ms
+        self.on_event = on_event
+        self.progress = progress
+        self.now_ms = 0.0
+        self.queue = EventQueue()
+        self.in_flight = 0
+        self.completed = 0
+        self.arrived = 0
+        self._next_uuid = 1
+        self._dirty = set(range(len(workers)))
+        self._wall_ms = 0.0
+        self._finished = False
+        self.events = _RankEvents(self)
+
+    # ------------------------------------------------------------------ embedding API
+    def submit(self, request):
+        """Enter a request (a ``SimRequest``) now, bypassing the workload driver."""
+        self._place(request, self.now_ms)
+
+    def run_until(self, t_ms):
+        """Process every event at or before ``t_ms``; the clock ends at ``t_ms`` (or the cutoff)."""
+        started = time.perf_counter()
+        limit = min(t_ms, self.max_sim_time_ms)
+        steps = 0
+        while True:
+            t = self._next_time()
+            if t > limit or math.isinf(t):
+                break
+            self._step(t)
+            steps += 1
+            if self.progress is not None and steps % 4096 == 0:
+                self.progress(self.now_ms, self.completed, self.driver.total or self.arrived)
+        if t_ms < self.max_sim_time_ms and not math.isinf(t_ms) and t_ms > self.now_ms:
+            self.now_ms = t_ms  # the embedder's clock moved on; later submissions arrive then
+        self._wall_ms += (time.perf_counter() - started) * 1000.0
+
+    def run(self):
+        self.run_until(math.inf)
+        return self
+
+    def is_done(self):
+        return math.isinf(self._next_time())
+
+    # ------------------------------------------------------------------ loop
+    def _next_time(self):
+        t = self.queue.peek_time()
+        if self.max_in_flight is None or self.in_flight < self.max_in_flight:
+            ready = self.driver.next_ready_ms()
+            if ready < t:
+                t = ready if ready > self.now_ms else self.now_ms
+        return t
+
+    def _step(self, t):
+        self.now_ms = t
+        queue = self.queue
+        workers = self.workers
+        dirty = self._dirty
+        while queue.peek_time() <= t:
+            _, _, idx = queue.pop()
+            workers[idx].complete_pass()
+            dirty.add(idx)
+        limit = (self.max_in_flight - self.in_flight) if self.max_in_flight is not None else 1 << 62
+        if limit > 0:
+            for request in self.driver.pop_ready(t, limit):
+                self._place(request, t)
+        if dirty:
+            for idx in sorted(dirty):
+                worker = workers[idx]
+                if not worker.busy:
+                    end = worker.start_pass(t)
+                    if end is not None:
+                        queue.push(end, PASS_DONE, idx)
+            dirty.clear()
+
+    def _place(self, request, now_ms):
+        request.uuid = self._next_uuid
+        self._next_uuid += 1
+        request.arrival_ms = now_ms
+        request.dispatched_ms = now_ms
+        self.arrived += 1
+        self.in_flight += 1
+        self.collector.on_arrival()
+        w_idx, dp_rank = self.placement.place(PlacementRequest(
+            uuid=request.uuid, dp_rank=request.dp_rank, input_length=request.prompt_len,
+            session_id=request.session_id))
+        request.worker_idx = w_idx
+        worker = self.workers[w_idx]
+        if not 0 <= dp_rank < len(worker.ranks):
+            raise ConfigError(f"request {request.request_id or request.uuid}: dp_rank {dp_rank} "
+                              f"out of range for dp_size {len(worker.ranks)}")
+        worker.ranks[dp_rank].submit(request)
+        self._dirty.add(w_idx)
+        if self.on_event is not None:
+            self.on_event("arrival", now_ms, request)
+
+    def _on_finish(self, request, end_ms, status):
+        request.terminal_ms = end_ms
+        request.terminal_status = status
+        self.in_flight -= 1
+        if status == "completed":
+            self.completed += 1
+        self.collector.on_terminal(make_record(request, status))
+        self.placement.on_terminal(request.uuid)
+        self.driver.on_terminal(request, end_ms, status)
+        if self.on_event is not None:
+            self.on_event(status, end_ms, request)
+
+    # ------------------------------------------------------------------ report
+    def report(self):
+        """Finalize metrics (call once, after ``run``)."""
+        collector = self.collector
+        for worker in self.workers:
+            for rank in worker.ranks:
+                values, counts = rank.itl_gaps()
+                if values:
+                    collector.add_itl_gaps(values, counts)
+        end_ms = self.now_ms
+        collector.set_worker_seconds(
+            prefill_worker_seconds=0.0,
+            decode_worker_seconds=len(self.workers) * end_ms / 1000.0,
+            prefill_gpus_per_worker=0,
+            decode_gpus_per_worker=self.gpus_per_worker)
+        ranks = [rank for worker in self.workers for rank in worker.ranks]
+        collector.add_extra("kv_eviction_policy", "lru")
+        collector.add_extra("committed_prefill_tokens",
+                            sum(rank.committed_prefill_tokens for rank in ranks))
+        return collector.finalize(wall_time_ms=self._wall_ms)
+
+
+def aggregated_pool_view(workers):
+    return PoolView(kind="agg", workers=tuple(WorkerView(worker_id=w.idx, dp_size=len(w.ranks))
+                                              for w in workers))

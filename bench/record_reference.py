@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Record the reference simulator's results as test fixtures.
+
+Runs each listed payload through ../shared/tools/peer_run.py (the reference AISimulate engine shipped
+in ai-dynamo-runtime 1.6.1) and writes tests/fixtures/reference/<name>.json:
+
+    {"payload": "<payload path, relative to the project root>",
+     "summary": {... the reference summary, minus peer_run's outer_wall_s ...},
+     "per_request": [...]}            # only for cases recorded with per-request capture
+
+Stdlib only. Run it with the reference venv's python from the project root:
+
+    ../ref-venv/bin/python bench/record_reference.py            # every case
+    ../ref-venv/bin/python bench/record_reference.py b1_poisson_fixed sem_one_osl1   # some cases
+    ../ref-venv/bin/python bench/record_reference.py --list
+
+Cases run one at a time (the reference is single-threaded; the machine is small).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEER_RUN = os.path.join("..", "shared", "tools", "peer_run.py")
+OUT_DIR = os.path.join("tests", "fixtures", "reference")
+PL = "tests/fixtures/payloads/"
+
+# (name, payload path relative to the project root, capture per-request records?[, "expect_error"])
+# An "expect_error" case records {"payload", "error": <the reference's exception message>} instead of
+# a summary; it fails if the reference unexpectedly succeeds.
+CASES = [
+    # a. shared benchmark payloads (not copied into the project)
+    ("b1_poisson_fixed", "../shared/bench/b1_poisson_fixed.json", False),
+    ("b2_concurrency_polynomial", "../shared/bench/b2_concurrency_polynomial.json", False),
+    ("b3_mooncake_conversation_4w", "../shared/bench/b3_mooncake_conversation_4w.json", False),
+    ("b4_sessions_cache_pressure", "../shared/bench/b4_sessions_cache_pressure.json", False),
+    ("b5_disagg_1p2d", "../shared/bench/b5_disagg_1p2d.json", False),
+]
+# b. synthetic arrival processes (40 requests, isl 64, osl 4, fixed 10/5 ms)
+for _seed in (1, 42, 987654321):
+    for _rate in (5, 40, 1000):
+        _n = "arr_poisson_s%d_r%d" % (_seed, _rate)
+        CASES.append((_n, PL + _n + ".json", True))
+CASES += [
+    ("arr_constant_interval7p5", PL + "arr_constant_interval7p5.json", True),
+    ("arr_constant_rate40", PL + "arr_constant_rate40.json", True),
+    # c. SEMANTICS.md "cases checked against the reference" (tiny mooncake traces)
+    ("sem_one_isl16_osl4", PL + "sem_one_isl16_osl4.json", True),
+    ("sem_three_isl16_osl4", PL + "sem_three_isl16_osl4.json", True),
+    ("sem_one_osl1", PL + "sem_one_osl1.json", True),
+    ("sem_two_isl1000_budget512", PL + "sem_two_isl1000_budget512.json", True),
+    ("sem_poly_isl1000_osl4", PL + "sem_poly_isl1000_osl4.json", True),
+    # d. vLLM behaviours
+    ("vllm_prefix_reuse", PL + "vllm_prefix_reuse.json", True),
+    ("vllm_kv_pressure_lifo", PL + "vllm_kv_pressure_lifo.json", True),
+    ("vllm_kv_pressure_fifo", PL + "vllm_kv_pressure_fifo.json", True),
+    ("vllm_2workers_dp2", PL + "vllm_2workers_dp2.json", True),
+    ("vllm_max_num_seqs4", PL + "vllm_max_num_seqs4.json", True),
+    ("vllm_no_prefix_caching", PL + "vllm_no_prefix_caching.json", True),
+    ("vllm_no_chunked_prefill", PL + "vllm_no_chunked_prefill.json", True),
+    # expected failure: a prompt longer than the budget with chunked prefill off never schedules
+    ("vllm_no_chunked_prefill_prompt_gt_budget", PL + "vllm_no_chunked_prefill_prompt_gt_budget.json",
+     True, "expect_error"),
+    ("vllm_max_model_len", PL + "vllm_max_model_len.json", True),
+    ("vllm_speedup", PL + "vllm_speedup.json", True),
+    ("vllm_poisson_polynomial", PL + "vllm_poisson_polynomial.json", True),
+    ("vllm_sla_ttft_itl", PL + "vllm_sla_ttft_itl.json", True),
+    ("vllm_sla_e2e", PL + "vllm_sla_e2e.json", True),
+    # e. real mooncake trace, cut by virtual time
+    ("mooncake_conversation_60s_2w", PL + "mooncake_conversation_60s_2w.json", True),
+]
+
+
+def _record_key(r):
+    # The reference sorts records by authored request_id, then arrival, then uuid; uuids are random
+    # v4 (not canonical) in this binding, so ties come out in a different order on every run.  Sort
+    # on content instead so fixtures are stable; the uuid is only the last resort.
+    def num(x):
+        return float("inf") if x is None else x
+    return (r.get("request_id") or "", num(r.get("arrival_time_ms")), num(r.get("first_admit_ms")),
+            str(r.get("session_id") or ""), num(r.get("turn_index")), num(r.get("decode_worker_idx")),
+            num(r.get("first_token_ms")), num(r.get("terminal_time_ms")), r.get("input_length") or 0,
+            r.get("uuid") or "")
+
+
+def record(name, payload, per_request, expect_error=False):
+    cmd = [sys.executable, PEER_RUN, payload] + (["--per-request"] if per_request else [])
+    env = dict(os.environ, DYN_LOG="error", RUST_LOG="error")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
+    wall = time.perf_counter() - t0
+    path = os.path.join(ROOT, OUT_DIR, name + ".json")
+    if expect_error:
+        if proc.returncode == 0:
+            sys.stderr.write("%s: expected the reference to fail, but it succeeded\n" % name)
+            return False
+        err = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1]
+        with open(path, "w") as f:
+            json.dump({"payload": payload, "error": err}, f, indent=1)
+            f.write("\n")
+        print("%-40s %6.1fs  expected error: %s" % (name, wall, err))
+        return True
+    if proc.returncode != 0:
+        sys.stderr.write("%s: peer_run failed (rc %d)\n%s\n" % (name, proc.returncode, proc.stderr))
+        return False
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    summary = json.loads(lines[-1])
+    summary.pop("outer_wall_s", None)
+    recs = summary.pop("per_request", None)
+    out = {"payload": payload, "summary": summary}
+    if per_request:
+        out["per_request"] = sorted(recs, key=_record_key)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print("%-40s %6.1fs  completed %s/%s  duration_ms %s" % (
+        name, wall, summary.get("completed_requests"), summary.get("num_requests"),
+        summary.get("duration_ms")))
+    return True
+
+
+def main(argv):
+    if "--list" in argv:
+        for case in CASES:
+            print("%-40s %s%s%s" % (case[0], case[1], "  (per-request)" if case[2] else "",
+                                    "  (expect error)" if len(case) > 3 else ""))
+        return 0
+    wanted = [a for a in argv if not a.startswith("-")]
+    known = {c[0] for c in CASES}
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        sys.stderr.write("unknown case(s): %s\n" % ", ".join(unknown))
+        return 2
+    os.makedirs(os.path.join(ROOT, OUT_DIR), exist_ok=True)
+    ok = True
+    for case in CASES:
+        if wanted and case[0] not in wanted:
+            continue
+        ok = record(case[0], case[1], case[2], len(case) > 3 and case[3] == "expect_error") and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

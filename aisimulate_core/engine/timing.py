@@ -8,6 +8,7 @@ timing *model*: an object with ``prefill_ms(batch_size, mean_isl, mean_prefix)``
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from ..errors import ConfigError, SimulationError
 
@@ -79,13 +80,42 @@ class PolynomialTiming:
         new_tokens = batch_size * (mean_isl - mean_prefix)
         if batch_size <= 0 or new_tokens <= 0:
             return 0.0
-        return 4.209989e-7 * new_tokens * new_tokens + 1.518344e-2 * new_tokens + 16.50142
+        t = float(new_tokens)
+        return 4.209989e-7 * (t * t) + 1.518344e-2 * t + 16.50142
 
     def decode_ms(self, batch_size, active_kv_tokens, mean_context_length, total_kv_tokens):
         if batch_size <= 0:
             return 0.0
         p = 1.0 if total_kv_tokens <= 0 else min(active_kv_tokens / total_kv_tokens, 1.0)
-        return max(1.0, -25.74 * p * p + 54.01 * p + 5.74)
+        return max(-25.74 * (p * p) + 54.01 * p + 5.74, 1.0)
+
+
+def _nanos(seconds):
+    """Rust's ``Duration::from_secs_f64``: nearest whole nanosecond of the exact binary value."""
+    scaled = seconds * 1e9
+    whole = math.floor(scaled)
+    frac = scaled - whole
+    if abs(frac - 0.5) > 1e-4:
+        return whole + (1 if frac > 0.5 else 0)
+    exact = Fraction(seconds) * 1_000_000_000
+    whole = math.floor(exact)
+    return whole + (1 if exact - whole >= Fraction(1, 2) else 0)
+
+
+def _secs(nanos):
+    """Rust's ``Duration::as_secs_f64``."""
+    return (nanos // 1_000_000_000) + (nanos % 1_000_000_000) / 1e9
+
+
+def modeled_ms(raw_ms, ratio):
+    """A raw model time scaled by a speedup ratio, in whole nanoseconds as the reference keeps it.
+
+    A ratio of 0 means unscaled.
+    """
+    d = _nanos(raw_ms / 1000.0)
+    if ratio > 0 and d > 0:
+        d = _nanos(_secs(d) / ratio)
+    return _secs(_nanos(_secs(d) * 1000.0 / 1000.0)) * 1000.0
 
 
 class StepTimer:
@@ -95,15 +125,13 @@ class StepTimer:
     many times, so every distinct argument tuple is evaluated once.
     """
 
-    __slots__ = ("model", "prefill_scale", "decode_scale", "_prefill_memo", "_decode_memo", "name")
+    __slots__ = ("model", "prefill_ratio", "decode_ratio", "_prefill_memo", "_decode_memo", "name")
 
     def __init__(self, model, *, speedup_ratio=1.0, decode_speedup_ratio=1.0, name="timing"):
         self.model = model
         self.name = name
-        speed = speedup_ratio if speedup_ratio else 1.0
-        decode_speed = decode_speedup_ratio if decode_speedup_ratio else 1.0
-        self.prefill_scale = 1.0 / speed
-        self.decode_scale = 1.0 / (speed * decode_speed)
+        self.prefill_ratio = speedup_ratio
+        self.decode_ratio = speedup_ratio * decode_speedup_ratio
         self._prefill_memo = {}
         self._decode_memo = {}
 
@@ -117,7 +145,7 @@ class StepTimer:
             raw = self.model.prefill_ms(batch_size, mean_isl, mean_prefix)
             if raw is None or not math.isfinite(raw):
                 raise SimulationError(f"{self.name}: prefill time is not finite for {key}: {raw!r}")
-            value = max(float(raw), 0.0) * self.prefill_scale
+            value = modeled_ms(max(float(raw), 0.0), self.prefill_ratio)
             self._prefill_memo[key] = value
         return value
 
@@ -131,7 +159,9 @@ class StepTimer:
                                        total_kv_tokens)
             if raw is None or not math.isfinite(raw):
                 raise SimulationError(f"{self.name}: decode time is not finite for {key}: {raw!r}")
-            value = max(float(raw), 0.0) * self.decode_scale
+            if raw < 0:
+                raise SimulationError(f"{self.name}: decode time is negative for {key}: {raw!r}")
+            value = modeled_ms(float(raw), self.decode_ratio)
             if len(self._decode_memo) < 1_000_000:
                 self._decode_memo[key] = value
         return value

@@ -1,7 +1,7 @@
 """vLLM v1 scheduler emulation for one attention rank (SEMANTICS 2.3, 2.6).
 
 A pass is split in two calls: ``schedule(now_ms)`` decides the batch, allocates KV and returns
-the modeled duration; ``complete(end_ms)`` stamps the tokens and retires finished requests.
+the pass end time; ``complete()`` stamps the tokens and retires finished requests.
 
 Speed: a request that decodes in consecutive passes is kept in an *open stretch* and is not
 touched per pass. Its length, block needs and finishing pass follow arithmetically from the
@@ -16,26 +16,17 @@ from __future__ import annotations
 from array import array
 from collections import deque
 
+from ..errors import SimulationError
 from .request import FINISHED, PREEMPTED, RUNNING
 
 
-class RankCallbacks:
-    """How a rank reports lifecycle events to its runtime (overridden by the runtime)."""
-
-    def on_admit(self, request, now_ms, reused_tokens, is_readmission):
-        pass
-
-    def on_finish(self, request, end_ms, status):
-        pass
-
-
 class VllmRank:
-    def __init__(self, engine, timer, pool, *, hashing, callbacks, worker_idx=0, dp_rank=0):
+    def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0, scheduler_id=0):
         self.worker_idx = worker_idx
         self.dp_rank = dp_rank
+        self.scheduler_id = scheduler_id
         self.timer = timer
         self.pool = pool
-        self.hashing = hashing
         self.cb = callbacks
         bs = engine.block_size
         self.block_size = bs
@@ -59,26 +50,26 @@ class VllmRank:
         self.pass_ends = array("d")
         self.itl_diff = array("q")   # difference array of gap multiplicities, per pass
         self.extra_gaps = []         # gaps across preemption breaks of finished requests
-        self.busy = False
         self._ready = []             # partial requests whose last known token is computed
         self._rejected = []          # rejected while forming the pass; terminal at its end
+        self.pass_end_ms = 0.0
         self.preemptions = 0
         self.committed_prefill_tokens = 0
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
         request.rank = self
+        limit = self.max_model_len
+        if limit is not None and request.prompt_len < limit:
+            request.out_limit = min(request.max_output, limit - request.prompt_len)
         self.waiting.append(request)
 
     def has_work(self):
         return bool(self.running or self.waiting)
 
-    def in_flight(self):
-        return len(self.running) + len(self.waiting)
-
     # ------------------------------------------------------------------ scheduling
     def schedule(self, now_ms):
-        """Form one pass at ``now_ms``; returns its duration or None when there is nothing to do."""
+        """Form one pass at ``now_ms``; returns its end time, or None with nothing to do."""
         if not self.running and not self.waiting:
             return None
         P = self.pass_index
@@ -96,12 +87,9 @@ class VllmRank:
             for r in partial:
                 need += -(-(r.prompt_len + r.generated) // bs) - r.held_blocks
             fast = need <= self.pool.allocatable()
-        # prefill batch statistics: count, sum of chunk ends, sum of chunk starts
         self._pf_count = 0
         self._pf_isl = 0
         self._pf_prefix = 0
-        self._dec_extra = 0          # decode emitters outside open stretches
-        self._dec_extra_len = 0
         if fast:
             if crossing:
                 self.pool.allocate_each(array("i", [r.seq for r in crossing]))
@@ -115,24 +103,23 @@ class VllmRank:
             budget, preempted = self._schedule_running_walk(P, budget)
         if not preempted:
             self._admit_waiting(now_ms, budget)
-            if not self.running and self.waiting:
-                # nothing runs and the head still does not fit: it never will
-                self._fail_head(now_ms)
-        self._ready = [r for r in self.partial if r.computed == r.prompt_len + r.generated]
-        return self._pass_duration(P)
-
-    def _pass_duration(self, P):
+            if not self.running and self.waiting and not self._rejected:
+                self._stalled(budget)
+        ready = [r for r in self.partial if r.computed >= r.prompt_len + r.generated]
+        self._ready = ready
+        n = self.n_dec
+        active = self.sum_base + n * P
+        for r in ready:
+            if r.generated > 0:      # a first token comes free with the prefill
+                n += 1
+                active += r.prompt_len + r.generated
         prefill = 0.0
         if self._pf_count:
-            n = self._pf_count
-            prefill = self.timer.prefill(n, self._pf_isl // n, self._pf_prefix // n)
-        n = self.n_dec + self._dec_extra
-        decode = 0.0
-        if n:
-            active = self.sum_base + self.n_dec * P + self._dec_extra_len
-            decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
-        # the reference keeps durations in whole nanoseconds
-        return round((prefill + decode) * 1e6) / 1e6
+            count = self._pf_count
+            prefill = self.timer.prefill(count, self._pf_isl // count, self._pf_prefix // count)
+        decode = self.timer.decode(n, active, active // n, self.total_kv_tokens) if n else 0.0
+        self.pass_end_ms = (now_ms + prefill) + decode
+        return self.pass_end_ms
 
     def _run_chunk(self, r, tokens):
         """Compute ``tokens`` more known tokens of a request outside an open stretch."""
@@ -144,14 +131,17 @@ class VllmRank:
             self.pool.allocate(r.seq, need)
             r.held_blocks += need
         r.computed = end
-        if start < r.prompt_len:
+        prompt = r.prompt_len
+        prompt_start = start if start < prompt else prompt
+        prompt_end = end if end < prompt else prompt
+        if prompt_end > prompt_start:
             self._pf_count += 1
-            self._pf_isl += end
-            self._pf_prefix += start
+            self._pf_isl += prompt_end
+            self._pf_prefix += prompt_start
             self.committed_prefill_tokens += tokens
+            r.pass_chunk = (tokens, prompt_end, prompt_start)
         else:
-            self._dec_extra += 1
-            self._dec_extra_len += end
+            r.pass_chunk = (tokens, -1, -1)
         if self.caching:
             self._commit_full_blocks(r, end // bs)
 
@@ -161,37 +151,32 @@ class VllmRank:
         running = self.running
         pool = self.pool
         preempted = False
-        stopped = False
+        scheduled = set()
         i = 0
-        while i < len(running):
+        while i < len(running) and budget > 0:
             r = running[i]
-            if stopped or budget <= 0:
-                if r.in_stretch:
-                    self._break_stretch(r, P)
-                i += 1
-                continue
             if r.in_stretch:
                 tokens = 1
                 length = r.base_len + P - r.base_pass
                 need = 1 if (length - 1) % bs == 0 else 0
             else:
                 remaining = r.prompt_len + r.generated - r.computed
-                if not self.chunked and remaining > budget:
-                    stopped = True
-                    continue
+                prompt_left = r.prompt_len - r.computed
+                if not self.chunked and 0 < prompt_left and prompt_left > budget:
+                    break
                 tokens = remaining if remaining < budget else budget
                 need = -(-(r.computed + tokens) // bs) - r.held_blocks
             dropped = False
             while need > pool.allocatable():
-                victim_index = len(running) - 1 if self.lifo else 0
-                victim = running[victim_index]
+                victim = running[-1] if self.lifo else running[0]
+                if victim.uuid in scheduled:
+                    budget += self._roll_back(victim, P)
                 self._preempt(victim, P)
                 preempted = True
                 if victim is r:
                     dropped = True
                     break
-                if victim_index < i:
-                    i -= 1
+                # the reference does not move its cursor when an earlier request leaves
             if dropped:
                 continue
             if r.in_stretch:
@@ -200,35 +185,72 @@ class VllmRank:
                     r.held_blocks += 1
             else:
                 self._run_chunk(r, tokens)
+            scheduled.add(r.uuid)
             budget -= tokens
             i += 1
+        # requests the walk did not reach get nothing this pass
+        for r in running[i:]:
+            if r.in_stretch:
+                self._break_stretch(r, P)
         return budget, preempted
+
+    def _roll_back(self, r, P):
+        """Undo this pass's work of an already scheduled victim; returns the refunded budget."""
+        if r.in_stretch:
+            return 1
+        tokens, isl, prefix = r.pass_chunk
+        if isl >= 0:
+            self._pf_count -= 1
+            self._pf_isl -= isl
+            self._pf_prefix -= prefix
+            self.committed_prefill_tokens -= tokens
+        return tokens
 
     def _admit_waiting(self, now_ms, budget):
         bs = self.block_size
         pool = self.pool
         waiting = self.waiting
-        while waiting and budget > 0 and len(self.running) < self.max_seqs:
+        running = self.running
+        while waiting and len(running) < self.max_seqs:
             r = waiting[0]
             fresh = not r.admissions
-            if self._reject_if_impossible(r, now_ms):
-                waiting.popleft()
-                continue
             length = r.prompt_len + r.generated
-            hashes = self._lookup_hashes(r, length // bs) if self.caching else None
-            hit_blocks = pool.match(hashes) if hashes is not None and len(hashes) else 0
+            if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
+                self._reject_head()
+                continue
+            if self.caching:
+                hashes = self._lookup_hashes(r, length // bs)
+                hit_blocks, active_hits = pool.match_active(hashes)
+            else:
+                hashes = None
+                hit_blocks = active_hits = 0
+            if fresh and -(-length // bs) > self.num_blocks:
+                self._reject_head()
+                continue
             cached = hit_blocks * bs
-            if cached >= length and r.out_limit > r.generated:
-                cached = ((length - 1) // bs) * bs
-                hit_blocks = cached // bs
+            active_cached = active_hits * bs
+            if cached > length:
+                cached = length
+            if active_cached > length:
+                active_cached = length
+            if r.generated < r.max_output:
+                cap = ((length - 1) // bs) * bs
+                if cached > cap:
+                    cached = cap
+                if active_cached > cap:
+                    active_cached = cap
+            needed = -(-length // bs) - active_cached // bs
+            if needed > self.num_blocks - pool.active():
+                break
             remaining = length - cached
-            if not self.chunked and remaining > budget:
+            prompt_left = r.prompt_len - cached
+            if not self.chunked and 0 < prompt_left and prompt_left > budget:
                 break
             tokens = remaining if remaining < budget else budget
-            need = -(-(cached + tokens) // bs) - hit_blocks
-            if need > self.num_blocks - pool.active():
+            if tokens == 0 and remaining > 0:
                 break
             waiting.popleft()
+            hit_blocks = cached // bs
             r.seq = pool.new_seq()
             if hit_blocks:
                 pool.acquire(r.seq, hashes, 0, hit_blocks)
@@ -236,35 +258,37 @@ class VllmRank:
             r.committed_blocks = hit_blocks
             r.computed = cached
             r.status = RUNNING
-            self.running.append(r)
+            running.append(r)
             self.partial.append(r)
             self._run_chunk(r, tokens)
             budget -= tokens
-            reused = min(cached, r.prompt_len)
-            r.admissions.append((now_ms, reused, not fresh))
+            r.admissions.append((now_ms, cached, not fresh))
             if fresh:
-                r.first_reused = reused
-            if reused > r.max_reused:
-                r.max_reused = reused
-            self.cb.on_admit(r, now_ms, reused, not fresh)
+                r.first_reused = cached
+            if cached > r.max_reused:
+                r.max_reused = cached
 
-    def _fail_head(self, now_ms):
+    def _stalled(self, budget):
+        """Nothing runs and the queue head cannot start: it never will (the reference aborts)."""
+        r = self.waiting[0]
+        name = r.request_id or f"#{r.uuid}"
+        length = r.prompt_len + r.generated
+        if not self.chunked and r.prompt_len > self.max_batched:
+            why = (f"its prompt of {r.prompt_len} tokens exceeds max_num_batched_tokens "
+                   f"{self.max_batched} and chunked prefill is disabled")
+        else:
+            why = (f"its {length} tokens need more than the {self.num_blocks} KV blocks of "
+                   f"{self.block_size} tokens of a rank")
+        raise SimulationError(f"request {name} can never be scheduled: {why}")
+
+    def _reject_head(self):
         r = self.waiting.popleft()
         r.status = FINISHED
         self._rejected.append(r)
 
-    def _reject_if_impossible(self, r, now_ms):
-        limit = self.max_model_len
-        too_long = limit is not None and r.prompt_len >= limit
-        too_big = not r.admissions and -(-r.prompt_len // self.block_size) > self.num_blocks
-        if too_long or too_big:
-            r.status = FINISHED
-            self._rejected.append(r)
-            return True
-        return False
-
     # ------------------------------------------------------------------ pass completion
-    def complete(self, end_ms):
+    def complete(self):
+        end_ms = self.pass_end_ms
         P = self.pass_index
         self.pass_ends.append(end_ms)
         self.itl_diff.append(0)
@@ -274,27 +298,33 @@ class VllmRank:
             self._rejected = []
             for r in rejected:
                 self.cb.on_finish(r, end_ms, "rejected")
+        done = []
         finishing = self.finishing.pop(P, None)
         if finishing:
             for r in finishing:
-                if r.in_stretch and r.status == RUNNING and \
-                        r.base_pass + r.out_limit - r.base_gen - 1 == P:
-                    self._finish_stretch(r, P, end_ms)
+                if r.in_stretch and r.base_pass + r.out_limit - r.base_gen - 1 == P:
+                    done.append(r)
         ready = self._ready
         if ready:
             self._ready = []
             for r in ready:
                 self.partial.remove(r)
                 if r.generated >= r.out_limit:
-                    # a prefill-only request ends without emitting
-                    self._release(r)
+                    # nothing left to generate: it ends without a token, released first
                     self.running.remove(r)
+                    self._release(r)
                     r.status = FINISHED
                     self.cb.on_finish(r, end_ms, "completed")
                     continue
                 self._open_stretch(r, P)
                 if r.generated + 1 >= r.out_limit:
-                    self._finish_stretch(r, P, end_ms)
+                    done.append(r)
+        if done:
+            if len(done) > 1:
+                position = {id(r): k for k, r in enumerate(self.running)}
+                done.sort(key=lambda r: position[id(r)])
+            for r in done:
+                self._finish_stretch(r, P, end_ms)
 
     def _open_stretch(self, r, P):
         r.in_stretch = True
@@ -334,7 +364,6 @@ class VllmRank:
 
     def _finish_stretch(self, r, P, end_ms):
         self._close_stretch(r, P)
-        r.computed = r.prompt_len + r.generated - 1
         self.running.remove(r)
         self._release(r)
         r.status = FINISHED

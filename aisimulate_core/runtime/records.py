@@ -37,7 +37,7 @@ def make_record(request, status):
         play_id=request.play_id,
         metadata=request.metadata,
         arrival_time_ms=request.arrival_ms,
-        dispatched_at_ms=request.dispatched_ms,
+        dispatched_at_ms=None,                       # only agentic drivers dispatch
         terminal_time_ms=request.terminal_ms,
         terminal_status=status,
         input_length=request.prompt_len,
@@ -50,6 +50,6 @@ def make_record(request, status):
         first_admission_reused_input_tokens=request.first_reused,
         admissions=admissions,
         prefill_worker_idx=None,
-        decode_worker_idx=request.worker_idx,
-        routing=[("agg", request.worker_idx, rank.dp_rank if rank is not None else None)],
+        decode_worker_idx=rank.scheduler_id if rank is not None else None,
+        routing=[("agg", request.worker_idx, rank.dp_rank, rank.scheduler_id)] if rank else [],
     )

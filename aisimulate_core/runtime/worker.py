@@ -28,29 +28,30 @@ class Worker:
         """Start a grouped pass; returns its end time, or None when no rank has work."""
         if len(self.ranks) == 1:
             rank = self.ranks[0]
-            duration = rank.schedule(now_ms)
-            if duration is None:
+            end = rank.schedule(now_ms)
+            if end is None:
                 return None
             self._active = self.ranks
         else:
-            duration = None
+            end = None
             active = []
             for rank in self.ranks:
-                d = rank.schedule(now_ms)
-                if d is not None:
+                rank_end = rank.schedule(now_ms)
+                if rank_end is not None:
                     active.append(rank)
-                    if duration is None or d > duration:
-                        duration = d
+                    if end is None or rank_end > end:
+                        end = rank_end
             if not active:
                 return None
+            for rank in active:
+                rank.pass_end_ms = end   # every rank's tokens become visible at the group end
             self._active = active
         self.busy = True
-        self.pass_end_ms = now_ms + duration
-        return self.pass_end_ms
+        self.pass_end_ms = end
+        return end
 
     def complete_pass(self):
-        end_ms = self.pass_end_ms
         self.busy = False
         for rank in self._active:
-            rank.complete(end_ms)
+            rank.complete()
         self._active = ()

@@ -1,0 +1,563 @@
+"""The report: collects terminal requests and token gaps, then builds the reference's summary
+(flat dict, keys in the reference's order) and its per-request records.
+
+What counts (SEMANTICS.md §4): only requests admitted at least once *and* completed contribute
+to the counts, token totals, duration and latency samples. The summary's key order is a
+contract: see ``summary_keys``.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid as _uuid
+from typing import Any, Iterable
+
+import attrs
+import msgspec
+
+from .stats import DistributionStats, StreamingDistribution, exact_stats
+
+# ---------------------------------------------------------------------------------------------
+# records
+
+
+@attrs.define(slots=True)
+class RequestRecord:
+    """One request at its terminal status, filled by the runtime."""
+
+    uuid: int
+    request_id: str | None  # authored id
+    session_id: str | None
+    turn_index: int | None
+    play_id: str | None
+    metadata: object | None
+    arrival_time_ms: float
+    dispatched_at_ms: float | None  # the reference sets it only for agentic requests
+    terminal_time_ms: float
+    terminal_status: str  # completed | rejected | canceled | failed
+    input_length: int
+    requested_output_length: int
+    output_length: int  # tokens actually emitted
+    first_token_ms: float | None
+    second_token_ms: float | None
+    last_token_ms: float | None
+    reused_input_tokens: int  # max over admissions (all pools)
+    first_admission_reused_input_tokens: int | None  # None when never admitted
+    admissions: list  # [(at_ms, pool, reused_input_tokens, is_readmission[, g1, host])]
+    prefill_worker_idx: int | None
+    decode_worker_idx: int | None
+    routing: list  # [(pool, logical_worker_id, dp_rank[, scheduler_id])] or dicts of route keys
+    # disaggregated lifecycle, None in aggregated runs:
+    prefill_admit_ms: float | None = None
+    source_held_ms: float | None = None
+    destination_reserved_ms: float | None = None
+    destination_activated_ms: float | None = None
+    decode_admit_ms: float | None = None
+    source_released_ms: float | None = None
+    decode_reused_input_tokens: int | None = None
+    # optional detail; None means "derive" (route overlaps) or "omit" (tier split)
+    prefill_route_overlap_tokens: int | None = None
+    decode_route_overlap_tokens: int | None = None
+    first_admission_g1_reused_input_tokens: int | None = None
+    first_admission_host_reused_input_tokens: int | None = None
+    pressure_record_ordinals: list | None = None
+
+
+def _admitted(rec: RequestRecord) -> bool:
+    return rec.first_admission_reused_input_tokens is not None or bool(rec.admissions)
+
+
+def _nonneg(x: float) -> float:
+    return x if x > 0.0 else 0.0
+
+
+def _mean_tpot(rec: RequestRecord) -> float | None:
+    gaps = rec.output_length - 1
+    if gaps <= 0 or rec.first_token_ms is None or rec.last_token_ms is None:
+        return None
+    return _nonneg(rec.last_token_ms - rec.first_token_ms) / gaps
+
+
+def _ttst(rec: RequestRecord) -> float | None:
+    if rec.first_token_ms is None or rec.second_token_ms is None:
+        return None
+    return _nonneg(rec.second_token_ms - rec.first_token_ms)
+
+
+def _uuid_text(value: Any) -> str:
+    return str(_uuid.UUID(int=value)) if isinstance(value, int) else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# SLA
+
+
+@attrs.frozen
+class _Sla:
+    ttft_ms: float | None
+    itl_ms: float | None
+    e2e_ms: float | None
+
+    @classmethod
+    def from_obj(cls, sla: Any) -> "_Sla | None":
+        if sla is None:
+            return None
+        get = sla.get if isinstance(sla, dict) else (lambda k: getattr(sla, k, None))
+        parsed = cls(get("ttft_ms"), get("itl_ms"), get("e2e_ms"))
+        if parsed.ttft_ms is None and parsed.itl_ms is None and parsed.e2e_ms is None:
+            return None
+        return parsed
+
+    def is_good(self, ttft_ms: float, e2e_ms: float, output_length: int) -> bool:
+        if self.e2e_ms is not None and e2e_ms > self.e2e_ms:
+            return False
+        if self.ttft_ms is not None and ttft_ms > self.ttft_ms:
+            return False
+        if self.itl_ms is not None and output_length > 1:
+            if (e2e_ms - ttft_ms) / (output_length - 1.0) > self.itl_ms:
+                return False
+        return True
+
+    def is_good_without_tokens(self, e2e_ms: float) -> bool:
+        return (self.ttft_ms is None and self.itl_ms is None
+                and self.e2e_ms is not None and e2e_ms <= self.e2e_ms)
+
+
+# ---------------------------------------------------------------------------------------------
+# summary key order (observed on ai-dynamo-runtime 1.6.1; optional groups in brackets below)
+
+_DIST_FIELDS = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std")
+
+
+def _dist_keys(name: str, unit: str = "_ms") -> list[str]:
+    return [f"{field}_{name}{unit}" for field in _DIST_FIELDS]
+
+
+# extras that sit in fixed places; anything else passed to add_extra goes at the end
+_HEAD_EXTRAS = ("kv_eviction_policy", "kv_eviction_assumption", "committed_prefill_tokens",
+                "g3_offload", "g2_domains")
+_POWER_EXTRAS = ("power_w", "power_coverage", "power_diagnostics")
+_AGENTIC_EXTRAS = (
+    "total_trajectories", "completed_trajectories", "incomplete_trajectories",
+    *_dist_keys("trajectory_e2e_latency"), "p50_trajectory_e2e_latency_ms",
+    "agentic_graph", "agentic_snapshots", "agentic_phases", "agentic_profile",
+    "agentic_lifecycle_event_count", "agentic_lifecycle_digest", "agentic_play_outcomes",
+)
+_ALWAYS = {"kv_eviction_policy", "committed_prefill_tokens", "power_w", "power_coverage"}
+
+_COUNT_KEYS = (
+    "num_requests", "completed_requests", "total_input_tokens", "total_output_tokens",
+    "duration_ms", "wall_time_ms", "request_throughput_rps", "input_throughput_tok_s",
+    "output_throughput_tok_s", "total_throughput_tok_s", "prefill_worker_seconds",
+    "decode_worker_seconds", "prefill_gpus_per_worker", "decode_gpus_per_worker", "gpu_hours",
+)
+_GOODPUT_KEYS = ("goodput_completed_requests", "goodput_request_throughput_rps",
+                 "goodput_output_throughput_tok_s")
+_HOST_CACHE_SAMPLE_KEYS = (
+    "processed_tokens", "processed_tokens_per_s", "processed_output_tokens_per_s",
+    "prefix_cache_reused_ratio", "first_admission_prefix_cache_reused_ratio",
+    "num_ttft_samples", "num_tpot_samples", "num_e2e_latency_samples",
+)
+
+
+def summary_keys(*, goodput: bool = False, extras: Iterable[str] = ()) -> list[str]:
+    """The summary's keys in order, given whether an SLA is set and which extras were added."""
+    extras = list(dict.fromkeys(extras))
+    present = set(extras) | _ALWAYS
+    keys = [k for k in _HEAD_EXTRAS if k in present]
+    keys += _COUNT_KEYS
+    if goodput:
+        keys += _GOODPUT_KEYS
+    keys += [k for k in _POWER_EXTRAS if k in present]
+    keys += _HOST_CACHE_SAMPLE_KEYS
+    for name in ("ttft", "ttst", "tpot", "itl"):
+        keys += _dist_keys(name)
+    keys += [k for k in _AGENTIC_EXTRAS if k in present]
+    keys += _dist_keys("e2e_latency")
+    keys += _dist_keys("output_token_throughput_per_user", "")
+    placed = set(keys)
+    keys += [k for k in extras if k not in placed]  # unknown extras last, in the order added
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+@attrs.define(slots=True)
+class Report:
+    summary: dict
+    per_request: list | None = None
+
+    def to_dict(self) -> dict:
+        if self.per_request is None:
+            return dict(self.summary)
+        return {**self.summary, "per_request": self.per_request}
+
+    def to_json(self) -> str:
+        return msgspec.json.encode(self.to_dict()).decode()
+
+
+class Collector:
+    """Accumulates what the summary needs; ``finalize`` builds the report once."""
+
+    def __init__(self, *, sla: Any = None, record_per_request: bool,
+                 report_start_ms: float = 0.0) -> None:
+        self._sla = _Sla.from_obj(sla)
+        self._record_per_request = record_per_request
+        self._report_start_ms = report_start_ms
+        self._num_requests = 0
+        self._completed: list[RequestRecord] = []
+        self._records: list[RequestRecord] = []
+        self._fallback_committed_prefill = 0
+        # gap (ms) -> number of token gaps of that length; the sketch and moments are built
+        # from it in finalize, so recording a pass costs one dict update per distinct gap
+        self._gap_counts: dict[float, int] = {}
+        self._worker_seconds = (0.0, 0.0)
+        self._gpus_per_worker = (0, 0)
+        self._extras: dict[str, Any] = {}
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def on_arrival(self, count: int = 1) -> None:
+        self._num_requests += count
+
+    def on_terminal(self, rec: RequestRecord) -> None:
+        if self._record_per_request:
+            self._records.append(rec)
+        if not _admitted(rec):
+            return
+        self._fallback_committed_prefill += max(0, rec.input_length - rec.reused_input_tokens)
+        if rec.terminal_status == "completed":
+            self._completed.append(rec)
+
+    def add_itl_gaps(self, gaps_ms, counts) -> None:
+        """Record ``counts[i]`` token gaps of ``gaps_ms[i]`` ms (completed, admitted requests)."""
+        hist = self._gap_counts
+        get = hist.get
+        for gap, count in zip(gaps_ms, counts):
+            hist[gap] = get(gap, 0) + count
+
+    def _token_distributions(self) -> tuple[StreamingDistribution, StreamingDistribution]:
+        itl: dict[float, int] = {}
+        for gap, count in self._gap_counts.items():
+            gap = float(gap)
+            if gap != gap or gap == math.inf:  # not a sample
+                continue
+            gap = _nonneg(gap)  # the reference clamps negative gaps to 0
+            itl[gap] = itl.get(gap, 0) + count
+        # a zero gap is an ITL sample but has no finite per-user rate
+        rates = [(1000.0 / gap, count) for gap, count in itl.items() if gap > 0.0]
+        return (StreamingDistribution.from_counts(itl.items()),
+                StreamingDistribution.from_counts(rates))
+
+    def set_worker_seconds(self, *, prefill_worker_seconds: float, decode_worker_seconds: float,
+                           prefill_gpus_per_worker: int, decode_gpus_per_worker: int) -> None:
+        self._worker_seconds = (prefill_worker_seconds, decode_worker_seconds)
+        self._gpus_per_worker = (prefill_gpus_per_worker, decode_gpus_per_worker)
+
+    def add_extra(self, key: str, value: Any) -> None:
+        self._extras[key] = value
+
+    def set_trajectories(self, *, total: int, completed: int, e2e_latencies_ms: list) -> None:
+        """Agentic trajectory counts and the exact trajectory E2E distribution."""
+        stats = exact_stats(e2e_latencies_ms)
+        self._extras.update(
+            total_trajectories=total,
+            completed_trajectories=completed,
+            incomplete_trajectories=max(0, total - completed),
+            **dict(zip(_dist_keys("trajectory_e2e_latency"), stats)),
+            p50_trajectory_e2e_latency_ms=stats.median,
+        )
+
+    # -- report ---------------------------------------------------------------------------------
+
+    def finalize(self, *, wall_time_ms: float, report_end_ms: float | None = None) -> Report:
+        start = self._report_start_ms
+        sla = self._sla
+        # the reference walks requests by (authored id, None first; uuid): the order only
+        # matters for the last bits of the sequential sums behind the means
+        done = sorted(self._completed, key=_summary_order)
+
+        duration_ms = _nonneg(report_end_ms - start) if report_end_ms is not None else 0.0
+        input_tokens = output_tokens = reused = first_reused = 0
+        good = good_tokens = 0
+        ttfts: list[float] = []
+        ttsts: list[float] = []
+        tpots: list[float] = []
+        e2es: list[float] = []
+        for rec in done:
+            input_tokens += rec.input_length
+            output_tokens += rec.output_length
+            reused += rec.reused_input_tokens
+            first_reused += rec.first_admission_reused_input_tokens or 0
+            duration_ms = max(duration_ms, _nonneg(rec.terminal_time_ms - start))
+            if rec.first_token_ms is None or rec.last_token_ms is None:
+                if sla is not None and sla.is_good_without_tokens(
+                        _nonneg(rec.terminal_time_ms - rec.arrival_time_ms)):
+                    good += 1
+                continue
+            ttft = _nonneg(rec.first_token_ms - rec.arrival_time_ms)
+            e2e = _nonneg(rec.last_token_ms - rec.arrival_time_ms)
+            ttfts.append(ttft)
+            e2es.append(e2e)
+            if sla is not None and sla.is_good(ttft, e2e, rec.output_length):
+                good += 1
+                good_tokens += rec.output_length
+            ttst = _ttst(rec)
+            if ttst is not None:
+                ttsts.append(ttst)
+            tpot = _mean_tpot(rec)
+            if tpot is not None:
+                tpots.append(tpot)
+
+        itl, rate_per_user = self._token_distributions()
+        completed = len(done)
+        duration_s = max(duration_ms / 1000.0, 1e-9)
+        prefill_ws, decode_ws = self._worker_seconds
+        prefill_gpw, decode_gpw = self._gpus_per_worker
+        processed = input_tokens + output_tokens
+        wall_ok = math.isfinite(wall_time_ms) and wall_time_ms > 0.0
+
+        values: dict[str, Any] = {
+            "kv_eviction_policy": "lru",
+            "committed_prefill_tokens": self._fallback_committed_prefill,
+            "power_w": None,
+            "power_coverage": None,
+        }
+        values.update(self._extras)
+        values.update(
+            num_requests=self._num_requests,
+            completed_requests=completed,
+            total_input_tokens=input_tokens,
+            total_output_tokens=output_tokens,
+            duration_ms=duration_ms,
+            wall_time_ms=wall_time_ms,
+            request_throughput_rps=completed / duration_s,
+            input_throughput_tok_s=input_tokens / duration_s,
+            output_throughput_tok_s=output_tokens / duration_s,
+            total_throughput_tok_s=processed / duration_s,
+            prefill_worker_seconds=prefill_ws,
+            decode_worker_seconds=decode_ws,
+            prefill_gpus_per_worker=prefill_gpw,
+            decode_gpus_per_worker=decode_gpw,
+            gpu_hours=(prefill_ws * prefill_gpw + decode_ws * decode_gpw) / 3600.0,
+            processed_tokens=processed,
+            processed_tokens_per_s=processed / wall_time_ms * 1000.0 if wall_ok else 0.0,
+            processed_output_tokens_per_s=(
+                output_tokens / wall_time_ms * 1000.0 if wall_ok else 0.0),
+            prefix_cache_reused_ratio=reused / input_tokens if input_tokens else 0.0,
+            first_admission_prefix_cache_reused_ratio=(
+                first_reused / input_tokens if input_tokens else 0.0),
+            num_ttft_samples=len(ttfts),
+            num_tpot_samples=len(tpots),
+            num_e2e_latency_samples=len(e2es),
+        )
+        if sla is not None:
+            values.update(
+                goodput_completed_requests=good,
+                goodput_request_throughput_rps=good / duration_s,
+                goodput_output_throughput_tok_s=good_tokens / duration_s,
+            )
+        dists: list[tuple[list[str], DistributionStats]] = [
+            (_dist_keys("ttft"), exact_stats(ttfts)),
+            (_dist_keys("ttst"), exact_stats(ttsts)),
+            (_dist_keys("tpot"), exact_stats(tpots)),
+            (_dist_keys("itl"), itl.stats()),
+            (_dist_keys("e2e_latency"), exact_stats(e2es)),
+            (_dist_keys("output_token_throughput_per_user", ""), rate_per_user.stats()),
+        ]
+        for keys, stats in dists:
+            values.update(zip(keys, stats))
+
+        order = summary_keys(goodput=sla is not None, extras=list(self._extras))
+        summary = {key: values[key] for key in order}
+
+        per_request = None
+        if self._record_per_request:
+            records = sorted(self._records, key=_record_order)
+            per_request = [per_request_record(rec) for rec in records]
+        return Report(summary=summary, per_request=per_request)
+
+
+def _summary_order(rec: RequestRecord):
+    rid = rec.request_id
+    return (rid is not None, rid or "", rec.uuid)
+
+
+def _record_order(rec: RequestRecord):
+    # ai-dynamo-runtime 1.6.1 orders records by arrival, then first admission (never admitted
+    # first, as Rust orders None); its remaining ties come out of an unstable sort, in uuid
+    # order for small reports. Authored ids (None first) lead, as in the reference source.
+    rid = rec.request_id
+    first_admit = rec.admissions[0][0] if rec.admissions else None
+    return (rid is not None, rid or "", rec.arrival_time_ms, first_admit is not None,
+            first_admit if first_admit is not None else 0.0, _uuid_text(rec.uuid))
+
+
+# ---------------------------------------------------------------------------------------------
+# per-request records
+
+
+def _route(rec: RequestRecord, route: Any) -> dict:
+    if isinstance(route, dict):
+        pool = route.get("pool")
+    else:
+        pool = route[0]
+    out = {
+        "pool": pool,
+        "outcome": "immediate",
+        "queue_entered_at_ms": None,
+        "released_at_ms": None,
+        "queue_wait_ms": 0.0,
+        "logical_worker_id": None,
+        "scheduler_id": rec.prefill_worker_idx if pool == "prefill" else rec.decode_worker_idx,
+        "dp_rank": None,
+        "reported_overlap_tokens": 0,
+        "selected_overlap_blocks": None,
+        "best_available_overlap_blocks": None,
+        "overlap_regret_blocks": None,
+        "placement_replica_id": None,
+    }
+    if isinstance(route, dict):
+        out.update((k, v) for k, v in route.items() if k in out)
+    else:
+        out["logical_worker_id"] = route[1]
+        out["dp_rank"] = route[2]
+        if len(route) > 3 and route[3] is not None:
+            out["scheduler_id"] = route[3]
+    return out
+
+
+def _admission_history(rec: RequestRecord) -> tuple[list[dict], int]:
+    per_pool: dict[str, int] = {}
+    history = []
+    for ordinal, admission in enumerate(rec.admissions):
+        at_ms, pool, reused = admission[0], admission[1], admission[2]
+        pool_ordinal = per_pool.get(pool, 0)
+        per_pool[pool] = pool_ordinal + 1
+        entry = {
+            "admission_ordinal": ordinal,
+            "pool_admission_ordinal": pool_ordinal,
+            "pool": pool,
+            "at_ms": at_ms,
+            "reused_input_tokens": reused,
+        }
+        if len(admission) > 5:  # optional G1 / host split, omitted when absent
+            if admission[4] is not None:
+                entry["g1_reused_input_tokens"] = admission[4]
+            if admission[5] is not None:
+                entry["host_reused_input_tokens"] = admission[5]
+        # the reference defines a readmission as a later admission into the same pool
+        entry["is_readmission"] = pool_ordinal > 0
+        history.append(entry)
+    readmissions = sum(n - 1 for n in per_pool.values())
+    return history, readmissions
+
+
+def _pool_first(rec: RequestRecord, pool: str, index: int):
+    for admission in rec.admissions:
+        if admission[1] == pool:
+            return admission[index]
+    return None
+
+
+def _pool_max_reuse(rec: RequestRecord, pool: str) -> int | None:
+    reuses = [a[2] for a in rec.admissions if a[1] == pool]
+    return max(reuses) if reuses else None
+
+
+def _route_overlap(routes: list[dict], pool: str) -> int | None:
+    for route in routes:
+        if route["pool"] == pool:
+            return route["reported_overlap_tokens"]
+    return None
+
+
+def per_request_record(rec: RequestRecord) -> dict:
+    """The reference's ``PerRequestRecord`` for one terminal request, keys in its order."""
+    out: dict[str, Any] = {}
+    if rec.request_id is not None:
+        out["request_id"] = rec.request_id
+    if rec.play_id is not None:
+        out["play_id"] = rec.play_id
+    out["session_id"] = rec.session_id
+    out["turn_index"] = rec.turn_index
+    if rec.metadata is not None:
+        out["metadata"] = rec.metadata
+    first, last = rec.first_token_ms, rec.last_token_ms
+    arrival = rec.arrival_time_ms
+    out.update(
+        uuid=_uuid_text(rec.uuid),
+        arrival_time_ms=arrival,
+        dispatched_at_ms=rec.dispatched_at_ms,
+        first_admit_ms=rec.admissions[0][0] if rec.admissions else None,
+        terminal_time_ms=rec.terminal_time_ms,
+        first_token_ms=first,
+        last_token_ms=last,
+        ttft_ms=_nonneg(first - arrival) if first is not None else None,
+        ttst_ms=_ttst(rec),
+        e2e_latency_ms=_nonneg(last - arrival) if last is not None else None,
+        itl_ms=_mean_tpot(rec),
+        input_length=rec.input_length,
+        requested_output_length=rec.requested_output_length,
+        output_length=rec.output_length,
+    )
+    # in P/D the record shows the prefill side's reuse; the summary uses the max over all pools
+    prefill_reuse = _pool_max_reuse(rec, "prefill")
+    out["reused_input_tokens"] = (
+        prefill_reuse if prefill_reuse is not None else rec.reused_input_tokens)
+    if rec.first_admission_g1_reused_input_tokens is not None:
+        out["first_admission_g1_reused_input_tokens"] = rec.first_admission_g1_reused_input_tokens
+    if rec.first_admission_host_reused_input_tokens is not None:
+        out["first_admission_host_reused_input_tokens"] = (
+            rec.first_admission_host_reused_input_tokens)
+    routes = [_route(rec, route) for route in rec.routing]
+    decode_reuse = rec.decode_reused_input_tokens
+    if decode_reuse is None:
+        decode_reuse = _pool_max_reuse(rec, "decode")
+    prefill_overlap = rec.prefill_route_overlap_tokens
+    if prefill_overlap is None:
+        prefill_overlap = _route_overlap(routes, "prefill")
+    decode_overlap = rec.decode_route_overlap_tokens
+    if decode_overlap is None:
+        decode_overlap = _route_overlap(routes, "decode")
+    history, readmissions = _admission_history(rec)
+    out.update(
+        prefill_worker_idx=rec.prefill_worker_idx,
+        decode_worker_idx=rec.decode_worker_idx,
+        prefill_admit_ms=(rec.prefill_admit_ms if rec.prefill_admit_ms is not None
+                          else _pool_first(rec, "prefill", 0)),
+        source_held_ms=rec.source_held_ms,
+        destination_reserved_ms=rec.destination_reserved_ms,
+        destination_activated_ms=rec.destination_activated_ms,
+        decode_admit_ms=(rec.decode_admit_ms if rec.decode_admit_ms is not None
+                         else _pool_first(rec, "decode", 0)),
+        source_released_ms=rec.source_released_ms,
+        decode_reused_input_tokens=decode_reuse,
+        prefill_route_overlap_tokens=prefill_overlap,
+        decode_route_overlap_tokens=decode_overlap,
+        routing_history=routes,
+        admission_history=history,
+        admission_count=len(history),
+        readmission_count=readmissions,
+        pressure_record_ordinals=list(rec.pressure_record_ordinals or ()),
+        terminal_status=rec.terminal_status,
+    )
+    return out
+
+
+PER_REQUEST_KEYS = (
+    "request_id", "play_id", "session_id", "turn_index", "metadata", "uuid", "arrival_time_ms",
+    "dispatched_at_ms", "first_admit_ms", "terminal_time_ms", "first_token_ms", "last_token_ms",
+    "ttft_ms", "ttst_ms", "e2e_latency_ms", "itl_ms", "input_length", "requested_output_length",
+    "output_length", "reused_input_tokens", "first_admission_g1_reused_input_tokens",
+    "first_admission_host_reused_input_tokens", "prefill_worker_idx", "decode_worker_idx",
+    "prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
+    "decode_admit_ms", "source_released_ms", "decode_reused_input_tokens",
+    "prefill_route_overlap_tokens", "decode_route_overlap_tokens", "routing_history",
+    "admission_history", "admission_count", "readmission_count", "pressure_record_ordinals",
+    "terminal_status",
+)
+"""All per-request keys in order; request_id, play_id, metadata and the first-admission
+G1/host split are omitted when unset."""

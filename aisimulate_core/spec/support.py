@@ -1,0 +1,75 @@
+"""What this release does not simulate yet, as data.
+
+The reference accepts every field below; this release rejects any value outside the
+listed ones with `<path>: '<value>' is not supported yet` (or `<path>: not supported yet`
+for objects). A field given at an accepted value (its default) passes. To support a
+feature, delete its line.
+"""
+
+from typing import Any
+
+from .converter import show
+from .engine import ReplayEngineConfig
+from .replay import Payload
+from .topology import AggregatedTopology
+from .validate import role_path
+
+# (scope, field, accepted values). Scopes: payload (the envelope), spec, topology,
+# engine (each rank group the topology uses), rank (its EngineConfig), traffic.
+UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
+    ("payload", "capture_performance_diagnostics", (False,)),
+    ("spec", "encoder", (None,)),
+    ("topology", "kind", ("aggregated",)),
+    ("rank", "backend", ("vllm",)),
+    ("rank", "native_host_offload", (None,)),
+    ("rank", "g3_offload", (None,)),
+    ("rank", "state_cache", (None,)),
+    ("rank", "aic_nextn", (None,)),  # MTP bursts (SEMANTICS.md §2.7)
+    ("rank", "prefill_schedule_interval", (1,)),
+    ("rank", "emit_kv_events", (False,)),
+    ("rank", "emit_kv_token_ids", (False,)),
+    ("rank", "frontend", (None,)),
+    ("rank", "vision", (False,)),
+    ("traffic", "cached_prefix_tokens", (0,)),
+    ("traffic", "agentic_lanes", (None,)),
+    ("traffic", "agentic_snapshot", (None,)),
+    ("traffic", "agentic_warmup", (False,)),
+    ("traffic", "weka_nested_timestamp_basis", (None,)),
+)
+
+_MISSING = object()
+
+
+def _message(value: Any) -> str:
+    if isinstance(value, str):
+        return f"'{value}' is not supported yet"
+    if value is None or isinstance(value, (bool, int, float)):
+        return f"{show(value)} is not supported yet"
+    return "not supported yet"
+
+
+def unsupported(payload: Payload, root: str) -> list[tuple[str, str]]:
+    """`(path, rule)` for every value of `payload` this release cannot simulate."""
+    spec = payload.spec
+    engine: ReplayEngineConfig = spec.engine
+    stages = ("aggregated",) if isinstance(spec.topology, AggregatedTopology) else ("prefill", "decode")
+    groups = {role_path(engine, stage, root + ".engine"): engine.role(stage) for stage in stages}
+    objects: dict[str, list[tuple[str, Any]]] = {
+        "payload": [("$", payload)],
+        "spec": [(root, spec)],
+        "topology": [(root + ".topology", spec.topology)],
+        "engine": list(groups.items()),
+        "rank": [(path + ".rank", group.rank) for path, group in groups.items()],
+        "traffic": [("$.traffic", payload.traffic)] if payload.traffic is not None else [],
+    }
+    problems = []
+    for scope, field, accepted in UNSUPPORTED:
+        for path, obj in objects[scope]:
+            value = getattr(obj, field, _MISSING)
+            if value is _MISSING or any(value == ok and type(value) is type(ok) for ok in accepted):
+                continue
+            problems.append((f"{path}.{field}", _message(value)))
+    return problems
+
+
+__all__ = ["UNSUPPORTED", "unsupported"]

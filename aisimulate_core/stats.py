@@ -1,0 +1,403 @@
+"""Order statistics and streaming distributions used by the report.
+
+Two kinds of distribution appear in the reference's summary:
+
+* per-request scalars (TTFT, TTST, TPOT, E2E): kept exactly; percentiles are order statistics at
+  the *rounded rank* ``round((n - 1) * p / 100)`` (Rust rounding: half away from zero), the mean
+  is a left-to-right sum over n and ``std`` is the population standard deviation (two passes);
+* per-token samples (ITL, per-user token rate): too many to keep, so the reference streams them
+  into a DDSketch (crate ``ddsketchy`` 0.1.7, relative accuracy 0.001, at most 32768 bins per
+  sign) and keeps an exact Welford mean / variance and exact min / max beside it.
+
+The sketch here reproduces that crate's observable behaviour: the logarithmic key mapping, the
+representative value of a key, the zero bucket, the floored quantile rank, the single-sample
+shortcut and the bounded store that folds its lowest keys together when the key span would
+exceed the bin limit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, NamedTuple, Sequence
+
+RELATIVE_ACCURACY = 0.001
+MAX_BINS = 32_768
+PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0)
+
+
+class DistributionStats(NamedTuple):
+    """The nine numbers the summary prints for one distribution, in the summary's order."""
+
+    mean: float
+    min: float
+    max: float
+    median: float
+    p75: float
+    p90: float
+    p95: float
+    p99: float
+    std: float
+
+
+EMPTY_STATS = DistributionStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# exact statistics
+
+
+def round_half_away(x: float) -> float:
+    """Round to the nearest integer, ties away from zero (Rust's ``f64::round``).
+
+    Python's ``round`` ties to even, and ``floor(x + 0.5)`` is wrong just below one half
+    (0.49999999999999994 + 0.5 rounds up to 1.0 in binary floating point).
+    """
+    if x != x or x in (math.inf, -math.inf):
+        return x
+    magnitude = abs(x)
+    whole = math.floor(magnitude)
+    if magnitude - whole >= 0.5:  # exact: taking the fractional part never rounds
+        whole += 1
+    return float(whole) if x >= 0 else -float(whole)
+
+
+def rank_index(n: int, percentile: float) -> int:
+    """Index of the ``percentile`` order statistic among ``n`` sorted values (n >= 1)."""
+    rank = round_half_away((n - 1) * percentile / 100.0)
+    index = int(rank) if rank > 0 else 0  # `as usize` saturates negatives to 0
+    return min(index, n - 1)
+
+
+def seq_sum(values: Iterable[float]) -> float:
+    """Plain left-to-right float sum, as Rust's ``Iterator::sum`` does (no compensation)."""
+    total = 0.0
+    for value in values:
+        total += value
+    return total
+
+
+def mean(values: Sequence[float]) -> float:
+    return seq_sum(values) / len(values) if values else 0.0
+
+
+def population_std(values: Sequence[float]) -> float:
+    """Two-pass population standard deviation: sqrt(sum((x - mean)^2) / n)."""
+    if not values:
+        return 0.0
+    centre = mean(values)
+    squares = 0.0
+    for value in values:
+        centred = value - centre
+        squares += centred * centred
+    return math.sqrt(squares / len(values))
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Rounded-rank order statistic of unsorted ``values`` (0.0 when empty)."""
+    if not values:
+        return 0.0
+    return sorted(values)[rank_index(len(values), pct)]
+
+
+def exact_stats(values: Sequence[float]) -> DistributionStats:
+    """Exact summary of ``values`` in their given order (the order only affects the mean's and
+    std's last bits, through the sequential sum)."""
+    if not values:
+        return EMPTY_STATS
+    ordered = sorted(values)
+    n = len(ordered)
+    picks = [ordered[rank_index(n, pct)] for pct in PERCENTILES]
+    return DistributionStats(mean(values), ordered[0], ordered[-1], *picks, population_std(ordered))
+
+
+# --------------------------------------------------------------------------------------------
+# Welford
+
+
+class Welford:
+    """Streaming count / mean / population variance / min / max.
+
+    ``add(x)`` is the textbook Welford step (bit-for-bit the reference's update). ``add(x, c)``
+    with c > 1 merges a block of c identical samples in one step (Chan et al.), which equals c
+    single steps up to rounding.
+    """
+
+    __slots__ = ("count", "mean", "m2", "min", "max")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+
+    def add(self, value: float, count: int = 1) -> None:
+        if count <= 0 or not math.isfinite(value):
+            return
+        before = self.count
+        self.count = total = before + count
+        delta = value - self.mean
+        if count == 1:
+            self.mean += delta / total
+            self.m2 += delta * (value - self.mean)
+        else:
+            self.mean += delta * count / total
+            self.m2 += delta * delta * before * count / total
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.m2 / self.count) if self.count else 0.0
+
+    @classmethod
+    def from_counts(cls, items: Iterable[tuple[float, int]]) -> "Welford":
+        """Moments of a histogram of (value, multiplicity) pairs, in any order.
+
+        Sums are exact (``math.fsum``) before the final rounding, so the result does not depend
+        on the order of the pairs; it equals a sample-by-sample Welford pass up to the last
+        bits that pass accumulates.
+        """
+        moments = cls()
+        pairs = [(v, c) for v, c in items if c > 0 and math.isfinite(v)]
+        if not pairs:
+            return moments
+        moments.count = total = sum(c for _, c in pairs)
+        moments.mean = centre = math.fsum(v * c for v, c in pairs) / total
+        moments.m2 = math.fsum(c * (v - centre) * (v - centre) for v, c in pairs)
+        moments.min = min(v for v, _ in pairs)
+        moments.max = max(v for v, _ in pairs)
+        return moments
+
+
+# --------------------------------------------------------------------------------------------
+# DDSketch
+
+
+class _Store:
+    """Bounded dense histogram over integer keys for one sign of the sketch.
+
+    Counts live in ``bins``; index i holds key ``offset + i``. The array grows in chunks of 128
+    up to ``limit``. A new range is recentred inside the array. When a range no longer fits in
+    ``limit`` bins, every key below ``max_key - limit + 1`` is folded into that key and the store
+    is marked collapsed; from then on a key below ``min_key`` is counted in slot 0.
+    """
+
+    CHUNK = 128
+    __slots__ = ("bins", "count", "min_key", "max_key", "offset", "limit", "collapsed")
+
+    def __init__(self, limit: int) -> None:
+        self.bins: list[int] = []
+        self.count = 0
+        self.min_key = 2**31 - 1
+        self.max_key = -(2**31)
+        self.offset = 0
+        self.limit = limit
+        self.collapsed = False
+
+    def add(self, key: int, count: int = 1) -> None:
+        if key < self.min_key:
+            if not self.collapsed:
+                self._extend(key)
+            slot = 0 if self.collapsed else key - self.offset
+        else:
+            if key > self.max_key:
+                self._extend(key)
+            slot = key - self.offset
+        self.bins[slot] += count
+        self.count += count
+
+    def _wanted_length(self, lo: int, hi: int) -> int:
+        span = hi - lo + 1
+        return min(self.CHUNK * -(-span // self.CHUNK), self.limit)
+
+    def _extend(self, key: int) -> None:
+        lo = min(key, self.min_key)
+        hi = max(key, self.max_key)
+        if not self.bins:
+            self.bins = [0] * self._wanted_length(lo, hi)
+            self.offset = lo
+            self._place(lo, hi)
+        elif lo >= self.min_key and hi < self.offset + len(self.bins):
+            self.min_key, self.max_key = lo, hi
+        else:
+            wanted = self._wanted_length(lo, hi)
+            if wanted > len(self.bins):
+                self.bins.extend([0] * (wanted - len(self.bins)))
+            self._place(lo, hi)
+
+    def _place(self, lo: int, hi: int) -> None:
+        length = len(self.bins)
+        if hi - lo + 1 <= length:
+            middle = lo + (hi - lo + 1) // 2
+            self._shift(self.offset + length // 2 - middle)
+            self.min_key, self.max_key = lo, hi
+            return
+        # the range does not fit: fold the lowest keys into the lowest key that still fits
+        lo = hi - length + 1
+        if lo >= self.max_key:
+            self.offset = self.min_key = lo
+            self.bins = [0] * length
+            self.bins[0] = self.count
+        else:
+            if lo > self.offset:
+                start, stop = self.min_key - self.offset, lo - self.offset
+                folded = sum(self.bins[start:stop])
+                for i in range(start, stop):
+                    self.bins[i] = 0
+                self.bins[stop] += folded
+            self.min_key = lo
+            self._shift(self.offset - lo)
+        self.max_key = hi
+        self.collapsed = True
+
+    def _shift(self, shift: int) -> None:
+        """Move the contents ``shift`` slots up (down when negative); the window start moves
+        the other way so every key keeps its count."""
+        if abs(shift) >= len(self.bins):
+            self.bins = [0] * len(self.bins)
+        elif shift > 0:
+            self.bins = [0] * shift + self.bins[: len(self.bins) - shift]
+        elif shift < 0:
+            self.bins = self.bins[-shift:] + [0] * (-shift)
+        self.offset -= shift
+
+    def key_at_rank(self, rank: int) -> int:
+        """Key of the first slot whose running count exceeds ``rank``."""
+        if rank < 0:
+            return self.min_key
+        running = 0
+        for index, n in enumerate(self.bins):
+            running += n
+            if running > rank:
+                return self.offset + index
+        return self.max_key
+
+
+class DDSketch:
+    """DDSketch with the ``ddsketchy`` crate's mapping and quantile rule.
+
+    gamma = 1 + 2a/(1 - a); a positive value v >= ``min_indexable`` goes to key
+    ceil(ln(v) / ln(gamma)) and a key k reads back as exp(k * ln(gamma)) * 2/(1 + gamma);
+    negatives use a mirrored store; |v| below ``min_indexable`` (about 2.2e-308, so in practice
+    exact zeros) is counted in a zero bucket that reads back as 0.0. Non-finite values are
+    ignored.
+    """
+
+    __slots__ = ("alpha", "gamma", "multiplier", "log_gamma", "min_indexable", "positive",
+                 "negative", "zero_count", "min", "max", "_key_cache")
+
+    def __init__(self, alpha: float = RELATIVE_ACCURACY, max_bins: int = MAX_BINS) -> None:
+        if not (math.isfinite(alpha) and 0.0 < alpha < 1.0):
+            raise ValueError("alpha must be in (0, 1)")
+        self.alpha = alpha
+        self.gamma = 1.0 + (2.0 * alpha) / (1.0 - alpha)
+        self.multiplier = 1.0 / math.log1p((2.0 * alpha) / (1.0 - alpha))  # 1 / ln(gamma)
+        self.log_gamma = 1.0 / self.multiplier  # read-back uses the reciprocal of the multiplier
+        from_range = math.exp(-(2.0**31) / self.multiplier + 1.0)
+        self.min_indexable = max(from_range, 2.2250738585072014e-308 * self.gamma)
+        self.positive = _Store(max_bins)
+        self.negative = _Store(max_bins)
+        self.zero_count = 0
+        self.min = math.inf
+        self.max = -math.inf
+        self._key_cache: dict[float, int] = {}
+
+    def key(self, value: float) -> int:
+        """Key of a magnitude >= ``min_indexable``."""
+        key = self._key_cache.get(value)
+        if key is None:
+            key = math.ceil(math.log(value) * self.multiplier)
+            if len(self._key_cache) < 65536:
+                self._key_cache[value] = key
+        return key
+
+    def value(self, key: int) -> float:
+        return math.exp(key * self.log_gamma) * (2.0 / (1.0 + self.gamma))
+
+    @property
+    def count(self) -> int:
+        return self.positive.count + self.negative.count + self.zero_count
+
+    def add(self, value: float, count: int = 1) -> None:
+        if count <= 0 or not math.isfinite(value):
+            return
+        if value >= self.min_indexable:
+            self.positive.add(self.key(value), count)
+        elif value <= -self.min_indexable:
+            self.negative.add(self.key(-value), count)
+        else:
+            self.zero_count += count
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+
+    def quantile(self, q: float) -> float:
+        if not 0.0 <= q <= 1.0:
+            raise ValueError("quantile must be in [0, 1]")
+        total = self.count
+        if total == 0:
+            return 0.0
+        if total == 1:
+            return self.min
+        rank = int(q * (total - 1.0))
+        below_zero = self.negative.count
+        if rank < below_zero:
+            return -self.value(self.negative.key_at_rank(below_zero - 1 - rank))
+        if rank < below_zero + self.zero_count:
+            return 0.0
+        return self.value(self.positive.key_at_rank(rank - below_zero - self.zero_count))
+
+
+class StreamingDistribution:
+    """Exact moments and extremes beside a DDSketch, as the reference keeps ITL and per-user rate.
+
+    Percentiles keep the exact statistics' rounded rank: with span = n - 1 and
+    r = round(span * p / 100), the sketch is asked for quantile (r + 0.5) / span, or 1.0 when
+    span is 0 or r >= span.
+    """
+
+    __slots__ = ("moments", "sketch")
+
+    def __init__(self, alpha: float = RELATIVE_ACCURACY, max_bins: int = MAX_BINS) -> None:
+        self.moments = Welford()
+        self.sketch = DDSketch(alpha, max_bins)
+
+    @property
+    def count(self) -> int:
+        return self.moments.count
+
+    def add(self, value: float, count: int = 1) -> None:
+        if count <= 0 or not math.isfinite(value):
+            return
+        self.sketch.add(value, count)
+        self.moments.add(value, count)
+
+    @classmethod
+    def from_counts(cls, items: Iterable[tuple[float, int]], alpha: float = RELATIVE_ACCURACY,
+                    max_bins: int = MAX_BINS) -> "StreamingDistribution":
+        """A distribution holding a histogram of (value, multiplicity) pairs."""
+        pairs = [(v, c) for v, c in items if c > 0 and math.isfinite(v)]
+        dist = cls(alpha, max_bins)
+        for value, count in pairs:
+            dist.sketch.add(value, count)
+        dist.moments = Welford.from_counts(pairs)
+        return dist
+
+    def percentile(self, pct: float) -> float:
+        span = self.moments.count - 1
+        if span <= 0:
+            return self.sketch.quantile(1.0)
+        rank = round_half_away(span * pct / 100.0)
+        q = 1.0 if rank >= span else (rank + 0.5) / span
+        return self.sketch.quantile(q)
+
+    def stats(self) -> DistributionStats:
+        m = self.moments
+        if m.count == 0:
+            return EMPTY_STATS
+        picks = [self.percentile(pct) for pct in PERCENTILES]
+        return DistributionStats(m.mean, m.min, m.max, *picks, m.std)

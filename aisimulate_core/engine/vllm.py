@@ -220,7 +220,7 @@ class VllmRank:
                 continue
             if self.caching:
                 hashes = self._lookup_hashes(r, length // bs)
-                hit_blocks, active_hits = pool.match_active(hashes)
+                hit_blocks, active_hits = pool.match_counts(hashes)
             else:
                 hashes = None
                 hit_blocks = active_hits = 0
@@ -253,6 +253,7 @@ class VllmRank:
             hit_blocks = cached // bs
             r.seq = pool.new_seq()
             if hit_blocks:
+                # hits are pinned before fresh blocks are taken, so they cannot be evicted for it
                 pool.acquire(r.seq, hashes, 0, hit_blocks)
             r.held_blocks = hit_blocks
             r.committed_blocks = hit_blocks

@@ -37,10 +37,10 @@ class _RankEvents:
 class Simulation:
     """One replay. Build it with ``aisimulate_core.build_simulation`` (or ``run_replay``)."""
 
-    def __init__(self, *, workers, placement, driver, collector: Collector, gpus_per_worker,
+    def __init__(self, *, driver, collector: Collector, gpus_per_worker,
                  max_in_flight=None, max_sim_time_ms=None, on_event=None, progress=None):
-        self.workers = workers
-        self.placement = placement
+        self.workers = []
+        self.placement = None
         self.driver = driver
         self.collector = collector
         self.gpus_per_worker = gpus_per_worker
@@ -54,10 +54,16 @@ class Simulation:
         self.completed = 0
         self.arrived = 0
         self._next_uuid = 1
-        self._dirty = set(range(len(workers)))
+        self._dirty = set()
         self._wall_ms = 0.0
         self._finished = False
         self.events = _RankEvents(self)
+
+    def attach(self, workers, placement):
+        """Install the deployment: workers (each with its ranks) and the placement policy."""
+        self.workers = workers
+        self.placement = placement
+        self._dirty = set(range(len(workers)))
 
     # ------------------------------------------------------------------ embedding API
     def submit(self, request):

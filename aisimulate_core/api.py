@@ -1,0 +1,23 @@
+"""The library boundary: JSON in, report out."""
+
+from __future__ import annotations
+
+from .runtime.build import build_simulation
+from .spec import load_payload
+
+
+def run_replay(payload, *, plugin_manager=None, progress=None, on_event=None):
+    """Run one payload (JSON text, bytes, a parsed dict or a loaded ``Payload``); returns a Report.
+
+    Bad input raises an ``AisimError`` subclass whose message names the JSON path and the rule.
+    """
+    loaded = payload if hasattr(payload, "spec") else load_payload(payload)
+    sim = build_simulation(loaded, plugin_manager=plugin_manager, progress=progress,
+                           on_event=on_event)
+    sim.run()
+    return sim.report()
+
+
+def run_replay_json(payload: str, *, plugin_manager=None) -> str:
+    """The JSON boundary: an execution payload in, the report JSON out."""
+    return run_replay(payload, plugin_manager=plugin_manager).to_json()

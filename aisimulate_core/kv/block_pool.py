@@ -1,0 +1,275 @@
+"""Paged KV block pool with prefix caching (vLLM / TensorRT-LLM engines).
+
+``BlockPool(num_blocks, backend=None)`` builds the C pool or its Python twin
+(``aisimulate_core.native`` decides; both give identical results, block ids
+included). The rules follow the reference's vLLM G1 pool; csrc/kv_pool.c
+explains them. A sequence (one request) is a small int handle owning a table
+of physical blocks; every call takes a whole request's hashes at once.
+
+Queries: ``num_blocks``, ``allocatable()`` (free + evictable), ``active()``
+(referenced blocks), ``cached()`` (hashed blocks resident), ``free_blocks()``,
+``inactive()``, ``live_seqs()``, ``evictions`` (hashed copies evicted so far),
+``seq_len(seq)``, ``seq_blocks(seq)``, ``match(hashes, start=0)`` and
+``match_counts(hashes, start=0) -> (resident, active)`` (how many of the hits
+are referenced right now: the reference's ``PrefixHit::is_active``).
+
+Changes: ``new_seq()``, ``acquire(seq, hashes, start, n)``,
+``allocate(seq, k) -> bool``, ``acquire_allocate(seq, hashes, start, n, k) ->
+bool`` (the reference's atomic admission: prefix hits pinned, then k fresh
+blocks, or nothing), ``allocate_each(seqs, k_each=1) -> bool``,
+``commit(seq, hashes, first_block, count)``, ``release(seq)``; ``check()``
+verifies every invariant. Allocation refusals return False and change
+nothing; misuse raises ValueError (bad arguments) or NativeError (unknown
+handle, hash not resident, conflicting commit).
+
+``hashes`` is an ``array('Q')`` (fastest); a bytes-like object or a list of
+ints also works.
+"""
+
+from array import array
+
+from aisimulate_core.native import (
+    EBADSEQ,
+    EINVAL,
+    NOSPACE,
+    ffi,
+    lib,
+    resolve_backend,
+    status_error,
+)
+
+MAX_BLOCKS = 1 << 29
+
+
+class BlockPool:
+    """Factory and common type of the C pool and its Python twin."""
+
+    __slots__ = ()
+    backend = None
+
+    def __new__(cls, num_blocks, backend=None):
+        if cls is BlockPool:
+            if resolve_backend(backend) == "c":
+                cls = CBlockPool
+            else:
+                from aisimulate_core.kv.py_block_pool import PyBlockPool
+
+                cls = PyBlockPool
+        return object.__new__(cls)
+
+
+def as_hashes(hashes):
+    """A sequence of u64 ints from an ``array('Q')``, a bytes-like object or a list."""
+    if isinstance(hashes, (bytes, bytearray, memoryview)):
+        view = memoryview(hashes)
+        if view.format != "Q":
+            view = view.cast("B").cast("Q")
+        return view
+    return hashes
+
+
+def check_span(operation, total, start, count):
+    if start < 0 or count < 0 or start + count > total:
+        raise status_error(
+            EINVAL, operation, f"hashes[{start}:{start + count}] is outside {total} hashes"
+        )
+
+
+def check_count(operation, name, value):
+    if value < 0:
+        raise status_error(EINVAL, operation, f"{name} must be >= 0, got {value}")
+
+
+def check_num_blocks(num_blocks):
+    if not 0 < num_blocks <= MAX_BLOCKS:
+        raise status_error(
+            EINVAL, "BlockPool()", f"num_blocks must be in 1..{MAX_BLOCKS}, got {num_blocks}"
+        )
+
+
+# Parsed once: cffi call overhead dominates these wrappers, so they avoid
+# re-parsing type names and extra Python calls on the common path.
+_U64_ARRAY = ffi.typeof("uint64_t[]") if ffi is not None else None
+_I32_ARRAY = ffi.typeof("int32_t[]") if ffi is not None else None
+
+
+def _hash_buffer(hashes):
+    if type(hashes) is not array or hashes.typecode != "Q":
+        if isinstance(hashes, (bytes, bytearray, memoryview)):
+            hashes = as_hashes(hashes)
+        else:
+            hashes = array("Q", hashes)
+    return ffi.from_buffer(_U64_ARRAY, hashes), len(hashes)
+
+
+def _handle_buffer(seqs):
+    if type(seqs) is not array or seqs.typecode != "i":
+        seqs = array("i", seqs)
+    return seqs, ffi.from_buffer(_I32_ARRAY, seqs)
+
+
+class CBlockPool(BlockPool):
+    """The pool in C; counters are read from the view struct the C side keeps current."""
+
+    __slots__ = ("_pool", "_view")
+    backend = "c"
+
+    def __init__(self, num_blocks, backend=None):
+        check_num_blocks(num_blocks)
+        box = ffi.new("aisim_kv_pool **")
+        status = lib.aisim_kv_new(box, num_blocks)
+        if status:
+            raise status_error(status, "BlockPool()")
+        self._pool = ffi.gc(box[0], lib.aisim_kv_free)
+        view = ffi.new("aisim_kv_view **")
+        lib.aisim_kv_view_of(self._pool, view)
+        self._view = view[0]
+
+    # ------------------------------------------------------------ counters
+
+    @property
+    def num_blocks(self):
+        return self._view.num_blocks
+
+    @property
+    def evictions(self):
+        return self._view.evictions
+
+    def allocatable(self):
+        view = self._view
+        return view.free + view.inactive
+
+    def free_blocks(self):
+        return self._view.free
+
+    def inactive(self):
+        return self._view.inactive
+
+    def active(self):
+        return self._view.active
+
+    def cached(self):
+        return self._view.cached
+
+    def live_seqs(self):
+        return self._view.live_seqs
+
+    # ----------------------------------------------------------- sequences
+
+    def new_seq(self):
+        seq = lib.aisim_kv_new_seq(self._pool)
+        if seq < 0:
+            raise status_error(seq, "BlockPool.new_seq")
+        return seq
+
+    def seq_len(self, seq):
+        length = lib.aisim_kv_seq_len(self._pool, seq)
+        if length < 0:
+            raise status_error(length, f"BlockPool.seq_len(seq={seq})")
+        return length
+
+    def seq_blocks(self, seq):
+        length = lib.aisim_kv_seq_len(self._pool, seq)
+        if length < 0:
+            raise status_error(length, f"BlockPool.seq_blocks(seq={seq})")
+        out = ffi.new("int32_t[]", length)
+        lib.aisim_kv_seq_blocks(self._pool, seq, out, length)
+        return list(out)
+
+    # -------------------------------------------------------------- lookup
+
+    def match(self, hashes, start=0):
+        buffer, total = _hash_buffer(hashes)
+        if start:
+            check_span("BlockPool.match", total, start, 0)
+            buffer += start
+        count = lib.aisim_kv_match(self._pool, buffer, total - start)
+        if count < 0:
+            raise status_error(count, "BlockPool.match")
+        return count
+
+    def match_counts(self, hashes, start=0):
+        resident = self.match(hashes, start)
+        return resident, self._view.match_active
+
+    def acquire(self, seq, hashes, start, n):
+        buffer, total = _hash_buffer(hashes)
+        if start < 0 or n < 0 or start + n > total:
+            check_span("BlockPool.acquire", total, start, n)
+        status = lib.aisim_kv_acquire(self._pool, seq, buffer + start if start else buffer, n)
+        if status:
+            raise status_error(status, f"BlockPool.acquire(seq={seq})")
+
+    # ---------------------------------------------------------- allocation
+
+    def allocate(self, seq, k):
+        if k < 0:
+            check_count("BlockPool.allocate", "k", k)
+        status = lib.aisim_kv_allocate(self._pool, seq, k)
+        if status == NOSPACE:
+            return False
+        if status:
+            raise status_error(status, f"BlockPool.allocate(seq={seq})")
+        return True
+
+    def acquire_allocate(self, seq, hashes, start, n, k):
+        buffer, total = _hash_buffer(hashes)
+        if start < 0 or n < 0 or start + n > total or k < 0:
+            check_span("BlockPool.acquire_allocate", total, start, n)
+            check_count("BlockPool.acquire_allocate", "k", k)
+        status = lib.aisim_kv_acquire_allocate(
+            self._pool, seq, buffer + start if start else buffer, n, k
+        )
+        if status == NOSPACE:
+            return False
+        if status:
+            raise status_error(status, f"BlockPool.acquire_allocate(seq={seq})")
+        return True
+
+    def allocate_each(self, seqs, k_each=1):
+        operation = "BlockPool.allocate_each"
+        if k_each < 0:
+            check_count(operation, "k_each", k_each)
+        seqs, buffer = _handle_buffer(seqs)
+        status = lib.aisim_kv_allocate_each(self._pool, buffer, len(seqs), k_each)
+        if status == NOSPACE:
+            return False
+        if status == EBADSEQ:
+            bad = next(seq for seq in seqs if lib.aisim_kv_seq_len(self._pool, seq) < 0)
+            raise status_error(status, f"{operation}(seq={bad})")
+        if status:
+            raise status_error(status, operation)
+        return True
+
+    # -------------------------------------------------------------- commit
+
+    def commit(self, seq, hashes, first_block, count):
+        operation = "BlockPool.commit"
+        buffer, total = _hash_buffer(hashes)
+        if first_block < 0 or count < 0 or first_block + count > total:
+            check_span(operation, total, first_block, count)
+        status = lib.aisim_kv_commit(
+            self._pool, seq, buffer + first_block if first_block else buffer, first_block, count
+        )
+        if status == EINVAL:
+            length = lib.aisim_kv_seq_len(self._pool, seq)
+            raise status_error(
+                status,
+                f"{operation}(seq={seq})",
+                f"blocks [{first_block}, {first_block + count}) exceed the table of {length}",
+            )
+        if status:
+            raise status_error(status, f"{operation}(seq={seq})")
+
+    # ------------------------------------------------------------- release
+
+    def release(self, seq):
+        status = lib.aisim_kv_release(self._pool, seq)
+        if status:
+            raise status_error(status, f"BlockPool.release(seq={seq})")
+
+    def check(self):
+        """Raise NativeError if counters, lists, index or references disagree."""
+        status = lib.aisim_kv_check(self._pool)
+        if status:
+            raise status_error(status, "BlockPool.check")

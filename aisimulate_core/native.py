@@ -1,0 +1,98 @@
+"""Chooses between the compiled C core and its pure-Python twins.
+
+``AISIMULATE_BACKEND`` selects the implementation of the event queue, the KV
+block pool, block hashing and the Rust-compatible RNG:
+
+* ``c``: the cffi module ``aisimulate_core._native``; an error if it is not built;
+* ``python``: the pure-Python twins (same results, slower);
+* unset or ``auto``: C when the compiled module imports, else Python.
+
+``BACKEND`` is the resolved choice for the process. Every factory also takes
+``backend="c" | "python"`` so that one process can run both side by side
+(the parity tests do).
+
+Status codes are the C core's; ``status_error`` turns one into the exception
+both backends raise, so the twins fail with identical types and messages.
+"""
+
+import os
+
+from aisimulate_core.errors import NativeError
+
+OK = 0
+NOSPACE = 1
+ENOMEM = -1
+EEMPTY = -2
+EINVAL = -3
+EBADSEQ = -4
+ENOTRESIDENT = -5
+EHASHMISMATCH = -6
+ECORRUPT = -7
+
+STATUS_NAMES = {
+    OK: "AISIM_OK",
+    NOSPACE: "AISIM_NOSPACE",
+    ENOMEM: "AISIM_ENOMEM",
+    EEMPTY: "AISIM_EEMPTY",
+    EINVAL: "AISIM_EINVAL",
+    EBADSEQ: "AISIM_EBADSEQ",
+    ENOTRESIDENT: "AISIM_ENOTRESIDENT",
+    EHASHMISMATCH: "AISIM_EHASHMISMATCH",
+    ECORRUPT: "AISIM_ECORRUPT",
+}
+
+_STATUS_MEANINGS = {
+    EBADSEQ: "unknown or released sequence handle",
+    ENOTRESIDENT: "a block hash has no resident copy",
+    EHASHMISMATCH: "a block is already committed under another hash",
+    ECORRUPT: "consistency check failed",
+}
+
+try:
+    from aisimulate_core._native import ffi, lib
+except ImportError as exc:  # not built: the Python twins still work
+    ffi = lib = None
+    _IMPORT_ERROR = exc
+else:
+    _IMPORT_ERROR = None
+
+BACKEND_ENV = "AISIMULATE_BACKEND"
+
+
+def _choose(choice, origin):
+    choice = (choice or "").strip().lower() or "auto"
+    if choice == "auto":
+        return "c" if lib is not None else "python"
+    if choice == "python":
+        return "python"
+    if choice == "c":
+        if lib is None:
+            raise NativeError(
+                f"{origin} asks for the C backend but aisimulate_core._native does not import "
+                f"({_IMPORT_ERROR}); build it with `pip install -e .` or use the Python backend"
+            )
+        return "c"
+    raise NativeError(f"{origin} must be 'c', 'python' or 'auto', got {choice!r}")
+
+
+BACKEND = _choose(os.environ.get(BACKEND_ENV), BACKEND_ENV)
+
+
+def resolve_backend(backend=None):
+    """The backend a factory should build: ``backend`` if given, else ``BACKEND``."""
+    if backend is None:
+        return BACKEND
+    return _choose(backend, "backend")
+
+
+def status_error(status, operation, detail=None):
+    """The exception for a failed C status (the Python twins raise the same)."""
+    if status == EEMPTY:
+        return IndexError(f"{operation}: {detail or 'empty'}")
+    if status == ENOMEM:
+        return MemoryError(f"{operation}: out of memory")
+    if status == EINVAL:
+        return ValueError(f"{operation}: {detail or 'invalid argument'}")
+    name = STATUS_NAMES.get(status, f"status {status}")
+    meaning = detail or _STATUS_MEANINGS.get(status, "unexpected status")
+    return NativeError(f"{operation} failed: {meaning} ({name})")

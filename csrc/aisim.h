@@ -1,0 +1,128 @@
+/*
+ * aisim.h: the C core of aisimulate-core (event queue, KV block pool,
+ * block hashing, Rust-compatible StdRng).
+ *
+ * Contract shared by every function here:
+ *   - it never aborts, never prints, never exits;
+ *   - it returns a status: AISIM_OK (0) or a negative AISIM_E* code.
+ *     Functions that answer a count return it as a non-negative status;
+ *     the pool's allocation functions return AISIM_NOSPACE (1) when they
+ *     refuse for lack of capacity, which is an answer, not an error;
+ *   - on error nothing observable has changed.
+ * Handles are opaque. The only memory Python reads directly is the
+ * read-only "view" structs, which the C side keeps current after every
+ * call so that hot-path getters cost a field read instead of a call.
+ */
+#ifndef AISIM_H
+#define AISIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum aisim_status {
+    AISIM_OK = 0,
+    AISIM_NOSPACE = 1,        /* allocation refused: not enough blocks */
+    AISIM_ENOMEM = -1,        /* malloc/realloc failed */
+    AISIM_EEMPTY = -2,        /* pop from an empty queue */
+    AISIM_EINVAL = -3,        /* bad argument (null, range, size) */
+    AISIM_EBADSEQ = -4,       /* unknown or released sequence handle */
+    AISIM_ENOTRESIDENT = -5,  /* acquire of a hash with no resident copy */
+    AISIM_EHASHMISMATCH = -6, /* commit of a block already hashed otherwise */
+    AISIM_ECORRUPT = -7       /* consistency check failed */
+};
+
+/* ---- event queue: binary min-heap keyed (time_ms, insertion seq) ---- */
+
+typedef struct aisim_event_queue aisim_event_queue;
+
+/* pop() leaves the event in popped_*: a one-argument call is about half the
+ * cost of a two-argument one through cffi (METH_O instead of a tuple). */
+typedef struct aisim_eq_view {
+    size_t len;
+    double head_time_ms; /* +infinity when empty */
+    double popped_time_ms;
+    int64_t popped_ident;
+    int32_t popped_kind;
+} aisim_eq_view;
+
+int aisim_eq_new(aisim_event_queue **out, size_t initial_capacity);
+int aisim_eq_free(aisim_event_queue *q);
+int aisim_eq_view_of(const aisim_event_queue *q, const aisim_eq_view **out);
+int aisim_eq_push(aisim_event_queue *q, double time_ms, int32_t kind, int64_t ident);
+int aisim_eq_pop(aisim_event_queue *q);
+
+/* ---- KV block pool (vLLM / TRT-LLM paged cache with prefix caching) ---- */
+
+typedef struct aisim_kv_pool aisim_kv_pool;
+
+typedef struct aisim_kv_view {
+    uint32_t num_blocks;
+    uint32_t free;       /* blocks holding nothing */
+    uint32_t inactive;   /* hashed, unreferenced, in the LRU list */
+    uint32_t active;     /* referenced by at least one sequence */
+    uint32_t cached;     /* hashed blocks resident (active or inactive) */
+    uint32_t live_seqs;
+    uint32_t match_active; /* of the last match, hits whose copy is referenced */
+    uint64_t evictions;    /* hashed copies evicted since creation */
+} aisim_kv_view;
+
+int aisim_kv_new(aisim_kv_pool **out, uint32_t num_blocks);
+int aisim_kv_free(aisim_kv_pool *p);
+int aisim_kv_view_of(const aisim_kv_pool *p, const aisim_kv_view **out);
+/* returns the new handle (>= 0) */
+int aisim_kv_new_seq(aisim_kv_pool *p);
+/* returns the number of blocks the sequence holds (>= 0) */
+int aisim_kv_seq_len(const aisim_kv_pool *p, int32_t seq);
+/* copies up to cap physical block ids of the table; returns the table length */
+int aisim_kv_seq_blocks(const aisim_kv_pool *p, int32_t seq, int32_t *out, size_t cap);
+/* returns how many leading hashes have a resident copy; view.match_active
+ * gets how many of those copies are referenced (the reference's
+ * PrefixHit::is_active, which TRT-LLM admission subtracts) */
+int aisim_kv_match(aisim_kv_pool *p, const uint64_t *hashes, size_t n);
+int aisim_kv_acquire(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes, size_t n);
+int aisim_kv_allocate(aisim_kv_pool *p, int32_t seq, uint32_t k);
+int aisim_kv_acquire_allocate(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes,
+                              size_t n, uint32_t k);
+int aisim_kv_allocate_each(aisim_kv_pool *p, const int32_t *seqs, size_t n_seqs,
+                           uint32_t k_each);
+/* hashes[i] goes to table position first_block + i */
+int aisim_kv_commit(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes,
+                    uint32_t first_block, uint32_t count);
+int aisim_kv_release(aisim_kv_pool *p, int32_t seq);
+int aisim_kv_check(const aisim_kv_pool *p);
+
+/* ---- block hashing: chained 64-bit hashes of complete token blocks ---- */
+
+/* Both return the number of hashes written (complete blocks only). */
+int aisim_hash_blocks(const uint32_t *tokens, size_t n_tokens, uint32_t block_size,
+                      int has_parent, uint64_t parent, uint64_t *out, size_t out_cap);
+int aisim_hash_block_runs(const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                          uint32_t block_size, int has_parent, uint64_t parent,
+                          uint64_t *out, size_t out_cap);
+
+/* ---- StdRng: rand 0.9 StdRng (ChaCha12) bit for bit ---- */
+
+typedef struct aisim_rng aisim_rng;
+
+/* Single draws land in the view, so that a draw is a one-argument call. */
+typedef struct aisim_rng_view {
+    uint64_t last_u64;
+    double last_f64;
+    uint32_t last_u32;
+} aisim_rng_view;
+
+int aisim_rng_new(aisim_rng **out);
+int aisim_rng_free(aisim_rng *r);
+int aisim_rng_view_of(const aisim_rng *r, const aisim_rng_view **out);
+int aisim_rng_seed_u64(aisim_rng *r, uint64_t seed);
+int aisim_rng_seed_bytes(aisim_rng *r, const uint8_t *seed32, uint32_t rounds);
+int aisim_rng_next_u32(aisim_rng *r);                                /* -> last_u32 */
+int aisim_rng_next_u64(aisim_rng *r);                                /* -> last_u64 */
+int aisim_rng_next_f64(aisim_rng *r);                                /* -> last_f64 */
+int aisim_rng_range_u32(aisim_rng *r, uint32_t low, uint32_t high);  /* -> last_u32 */
+int aisim_rng_range_u64(aisim_rng *r, uint64_t low, uint64_t high);  /* -> last_u64 */
+int aisim_rng_exponential(aisim_rng *r, double mean);                /* -> last_f64 */
+int aisim_rng_fill_u32(aisim_rng *r, uint32_t *out, size_t n);
+int aisim_rng_poisson_arrivals(aisim_rng *r, size_t n, double mean_gap_ms, double *out);
+
+#endif

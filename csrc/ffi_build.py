@@ -1,0 +1,45 @@
+"""cffi build script (out-of-line API mode) for the C core.
+
+setup.py names it in ``cffi_modules``; setuptools then compiles the extension
+``aisimulate_core._native`` from the sources beside this file. After editing
+the C code, rebuild with ``pip install -e .`` (the editable install copies the
+fresh module into the package directory).
+"""
+
+import os
+import sys
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = ("event_queue.c", "kv_pool.c", "hashing.c", "rng.c")
+
+
+def _relative(path):
+    # setuptools rejects absolute source paths; it runs from the project root
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+
+
+def _compile_args():
+    if sys.platform == "win32":
+        return ["/O2"]
+    return ["-O2", "-std=c99", "-Wall"]
+
+
+ffibuilder = FFI()
+with open(os.path.join(HERE, "aisim_cdef.h"), encoding="utf-8") as cdef_file:
+    ffibuilder.cdef(cdef_file.read())
+
+ffibuilder.set_source(
+    "aisimulate_core._native",
+    '#include "aisim.h"\n',
+    sources=[_relative(os.path.join(HERE, name)) for name in SOURCES],
+    include_dirs=[_relative(HERE)],
+    depends=[_relative(os.path.join(HERE, "aisim.h"))],
+    extra_compile_args=_compile_args(),
+    libraries=[] if sys.platform == "win32" else ["m"],
+)
+

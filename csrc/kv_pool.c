@@ -1,0 +1,708 @@
+/* KV block pool modelled on the reference's vLLM G1 pool
+ * (vllm_block_pool.rs + kv_manager/vllm_backend.rs):
+ *  - a block is FREE, PRIVATE (referenced, not yet hashed) or CACHED
+ *    (hashed, findable by prefix lookup);
+ *  - a CACHED block with no reference sits in an intrusive LRU list: the
+ *    head is evicted first, releases append at the tail;
+ *  - fresh blocks come from the free stack first, then by evicting the LRU
+ *    head; an evicted copy leaves the hash index;
+ *  - one hash may have several physical copies (two sequences computed the
+ *    same block before either committed). The index points at the oldest
+ *    copy ("primary"); later copies queue behind it in commit order and a
+ *    prefix hit always takes the primary. Evicting the primary promotes the
+ *    next copy; the hash disappears only with its last copy;
+ *  - a sequence releases its table from the last block to the first, so a
+ *    prompt's leaf blocks become older LRU entries than their parents and
+ *    are evicted before them.
+ * Physical block ids are deterministic (free stack pops the lowest id
+ * first at start) so the pure-Python twin can be compared id for id. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "aisim.h"
+
+enum block_state { BLOCK_FREE = 0, BLOCK_PRIVATE = 1, BLOCK_CACHED = 2 };
+
+#define NO_BLOCK (-1)
+
+typedef struct seq_table {
+    int32_t *blocks;
+    uint32_t len;
+    uint32_t cap;
+    uint64_t pending; /* scratch for allocate_each; zero between calls */
+    int live;
+} seq_table;
+
+struct aisim_kv_pool {
+    uint32_t n;
+    uint32_t *ref;
+    uint64_t *hash;
+    uint8_t *state;
+    uint8_t *mark; /* scratch for counting distinct blocks; all zero between calls */
+    int32_t *lru_prev;
+    int32_t *lru_next;
+    int32_t *dup_next; /* next physical copy of the same hash, commit order */
+    int32_t lru_head;
+    int32_t lru_tail;
+    int32_t *free_stack;
+    /* hash -> primary copy: open addressing with linear probing */
+    uint64_t *slot_key;
+    int32_t *slot_block;
+    uint32_t slot_mask;
+    unsigned slot_shift;
+    seq_table *seqs;
+    uint32_t n_seqs;
+    uint32_t seqs_cap;
+    int32_t *free_handles;
+    uint32_t n_free_handles;
+    aisim_kv_view view;
+};
+
+/* ---------------------------------------------------------------- index */
+
+static uint32_t home_slot(const aisim_kv_pool *p, uint64_t key)
+{
+    /* Fibonacci hashing: callers may use small consecutive ints as hashes */
+    return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> p->slot_shift);
+}
+
+static int64_t find_slot(const aisim_kv_pool *p, uint64_t key)
+{
+    uint32_t i = home_slot(p, key);
+    while (p->slot_block[i] != NO_BLOCK) {
+        if (p->slot_key[i] == key)
+            return i;
+        i = (i + 1) & p->slot_mask;
+    }
+    return -1;
+}
+
+static int32_t primary_copy(const aisim_kv_pool *p, uint64_t key)
+{
+    int64_t slot = find_slot(p, key);
+    return slot < 0 ? NO_BLOCK : p->slot_block[slot];
+}
+
+static void index_insert(aisim_kv_pool *p, uint64_t key, int32_t block)
+{
+    uint32_t i = home_slot(p, key);
+    while (p->slot_block[i] != NO_BLOCK)
+        i = (i + 1) & p->slot_mask;
+    p->slot_key[i] = key;
+    p->slot_block[i] = block;
+}
+
+/* Backward-shift deletion keeps probe chains intact without tombstones. */
+static void index_remove_slot(aisim_kv_pool *p, uint32_t hole)
+{
+    uint32_t j = hole;
+    for (;;) {
+        uint32_t home;
+        int movable;
+        j = (j + 1) & p->slot_mask;
+        if (p->slot_block[j] == NO_BLOCK)
+            break;
+        home = home_slot(p, p->slot_key[j]);
+        if (j > hole)
+            movable = home <= hole || home > j;
+        else
+            movable = home <= hole && home > j;
+        if (movable) {
+            p->slot_key[hole] = p->slot_key[j];
+            p->slot_block[hole] = p->slot_block[j];
+            hole = j;
+        }
+    }
+    p->slot_block[hole] = NO_BLOCK;
+}
+
+/* ------------------------------------------------------------ LRU list */
+
+static void lru_append(aisim_kv_pool *p, int32_t b)
+{
+    p->lru_prev[b] = p->lru_tail;
+    p->lru_next[b] = NO_BLOCK;
+    if (p->lru_tail != NO_BLOCK)
+        p->lru_next[p->lru_tail] = b;
+    else
+        p->lru_head = b;
+    p->lru_tail = b;
+    p->view.inactive++;
+}
+
+static void lru_unlink(aisim_kv_pool *p, int32_t b)
+{
+    int32_t prev = p->lru_prev[b], next = p->lru_next[b];
+    if (prev != NO_BLOCK)
+        p->lru_next[prev] = next;
+    else
+        p->lru_head = next;
+    if (next != NO_BLOCK)
+        p->lru_prev[next] = prev;
+    else
+        p->lru_tail = prev;
+    p->lru_prev[b] = p->lru_next[b] = NO_BLOCK;
+    p->view.inactive--;
+}
+
+/* ---------------------------------------------------------- lifecycle */
+
+static void destroy(aisim_kv_pool *p)
+{
+    uint32_t i;
+    if (!p)
+        return;
+    for (i = 0; i < p->n_seqs; i++)
+        free(p->seqs[i].blocks);
+    free(p->seqs);
+    free(p->free_handles);
+    free(p->ref);
+    free(p->hash);
+    free(p->state);
+    free(p->mark);
+    free(p->lru_prev);
+    free(p->lru_next);
+    free(p->dup_next);
+    free(p->free_stack);
+    free(p->slot_key);
+    free(p->slot_block);
+    free(p);
+}
+
+int aisim_kv_new(aisim_kv_pool **out, uint32_t num_blocks)
+{
+    aisim_kv_pool *p;
+    uint32_t slots = 16, i;
+    unsigned bits = 4;
+    if (!out || num_blocks == 0 || num_blocks > (1u << 29))
+        return AISIM_EINVAL;
+    while (slots < 2 * num_blocks) {
+        slots <<= 1;
+        bits++;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return AISIM_ENOMEM;
+    p->n = num_blocks;
+    p->ref = calloc(num_blocks, sizeof *p->ref);
+    p->hash = calloc(num_blocks, sizeof *p->hash);
+    p->state = calloc(num_blocks, sizeof *p->state);
+    p->mark = calloc(num_blocks, sizeof *p->mark);
+    p->lru_prev = malloc(num_blocks * sizeof *p->lru_prev);
+    p->lru_next = malloc(num_blocks * sizeof *p->lru_next);
+    p->dup_next = malloc(num_blocks * sizeof *p->dup_next);
+    p->free_stack = malloc(num_blocks * sizeof *p->free_stack);
+    p->slot_key = calloc(slots, sizeof *p->slot_key);
+    p->slot_block = malloc(slots * sizeof *p->slot_block);
+    if (!p->ref || !p->hash || !p->state || !p->mark || !p->lru_prev || !p->lru_next ||
+        !p->dup_next || !p->free_stack || !p->slot_key || !p->slot_block) {
+        destroy(p);
+        return AISIM_ENOMEM;
+    }
+    for (i = 0; i < num_blocks; i++) {
+        p->lru_prev[i] = p->lru_next[i] = p->dup_next[i] = NO_BLOCK;
+        /* top of the stack is the end: block 0 is handed out first */
+        p->free_stack[i] = (int32_t)(num_blocks - 1 - i);
+    }
+    for (i = 0; i < slots; i++)
+        p->slot_block[i] = NO_BLOCK;
+    p->slot_mask = slots - 1;
+    p->slot_shift = 64 - bits;
+    p->lru_head = p->lru_tail = NO_BLOCK;
+    p->view.num_blocks = num_blocks;
+    p->view.free = num_blocks;
+    *out = p;
+    return AISIM_OK;
+}
+
+int aisim_kv_free(aisim_kv_pool *p)
+{
+    destroy(p);
+    return AISIM_OK;
+}
+
+int aisim_kv_view_of(const aisim_kv_pool *p, const aisim_kv_view **out)
+{
+    if (!p || !out)
+        return AISIM_EINVAL;
+    *out = &p->view;
+    return AISIM_OK;
+}
+
+/* ----------------------------------------------------------- sequences */
+
+static seq_table *live_seq(const aisim_kv_pool *p, int32_t seq)
+{
+    if (seq < 0 || (uint32_t)seq >= p->n_seqs || !p->seqs[seq].live)
+        return NULL;
+    return &p->seqs[seq];
+}
+
+static int reserve_table(seq_table *t, uint64_t extra)
+{
+    uint64_t need = (uint64_t)t->len + extra;
+    uint64_t cap = t->cap ? t->cap : 8;
+    int32_t *blocks;
+    if (need <= t->cap)
+        return AISIM_OK;
+    if (need > INT32_MAX)
+        return AISIM_EINVAL;
+    while (cap < need)
+        cap *= 2;
+    if (cap > INT32_MAX)
+        cap = INT32_MAX;
+    blocks = realloc(t->blocks, cap * sizeof *blocks);
+    if (!blocks)
+        return AISIM_ENOMEM;
+    t->blocks = blocks;
+    t->cap = (uint32_t)cap;
+    return AISIM_OK;
+}
+
+int aisim_kv_new_seq(aisim_kv_pool *p)
+{
+    int32_t handle;
+    if (!p)
+        return AISIM_EINVAL;
+    if (p->n_free_handles > 0) {
+        handle = p->free_handles[--p->n_free_handles];
+    } else {
+        if (p->n_seqs == p->seqs_cap) {
+            uint32_t cap = p->seqs_cap ? p->seqs_cap * 2 : 64;
+            seq_table *seqs;
+            int32_t *handles;
+            if (cap > INT32_MAX / 2)
+                return AISIM_ENOMEM;
+            seqs = realloc(p->seqs, cap * sizeof *seqs);
+            if (!seqs)
+                return AISIM_ENOMEM;
+            p->seqs = seqs;
+            /* the handle stack can never hold more than every handle */
+            handles = realloc(p->free_handles, cap * sizeof *handles);
+            if (!handles)
+                return AISIM_ENOMEM;
+            p->free_handles = handles;
+            p->seqs_cap = cap;
+        }
+        handle = (int32_t)p->n_seqs++;
+        memset(&p->seqs[handle], 0, sizeof p->seqs[handle]);
+    }
+    p->seqs[handle].live = 1;
+    p->seqs[handle].len = 0;
+    p->view.live_seqs++;
+    return handle;
+}
+
+int aisim_kv_seq_len(const aisim_kv_pool *p, int32_t seq)
+{
+    const seq_table *t;
+    if (!p)
+        return AISIM_EINVAL;
+    t = live_seq(p, seq);
+    if (!t)
+        return AISIM_EBADSEQ;
+    return (int)t->len;
+}
+
+int aisim_kv_seq_blocks(const aisim_kv_pool *p, int32_t seq, int32_t *out, size_t cap)
+{
+    const seq_table *t;
+    size_t n;
+    if (!p || (!out && cap))
+        return AISIM_EINVAL;
+    t = live_seq(p, seq);
+    if (!t)
+        return AISIM_EBADSEQ;
+    n = t->len < cap ? t->len : cap;
+    if (n)
+        memcpy(out, t->blocks, n * sizeof *out);
+    return (int)t->len;
+}
+
+/* ------------------------------------------------------- prefix lookup */
+
+int aisim_kv_match(aisim_kv_pool *p, const uint64_t *hashes, size_t n)
+{
+    size_t i;
+    uint32_t active = 0;
+    if (!p || (!hashes && n) || n > INT32_MAX)
+        return AISIM_EINVAL;
+    for (i = 0; i < n; i++) {
+        int64_t slot = find_slot(p, hashes[i]);
+        if (slot < 0)
+            break;
+        active += p->ref[p->slot_block[slot]] > 0;
+    }
+    p->view.match_active = active;
+    return (int)i;
+}
+
+static int all_resident(const aisim_kv_pool *p, const uint64_t *hashes, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (find_slot(p, hashes[i]) < 0)
+            return 0;
+    return 1;
+}
+
+static void take_ref(aisim_kv_pool *p, seq_table *t, int32_t b)
+{
+    if (p->ref[b] == 0) {
+        /* only CACHED blocks can be found by hash, so ref 0 means inactive */
+        lru_unlink(p, b);
+        p->view.active++;
+    }
+    p->ref[b]++;
+    t->blocks[t->len++] = b;
+}
+
+static void acquire_resident(aisim_kv_pool *p, seq_table *t, const uint64_t *hashes, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        take_ref(p, t, primary_copy(p, hashes[i]));
+}
+
+int aisim_kv_acquire(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes, size_t n)
+{
+    seq_table *t;
+    int status;
+    if (!p || (!hashes && n))
+        return AISIM_EINVAL;
+    t = live_seq(p, seq);
+    if (!t)
+        return AISIM_EBADSEQ;
+    if (!all_resident(p, hashes, n))
+        return AISIM_ENOTRESIDENT;
+    status = reserve_table(t, n);
+    if (status)
+        return status;
+    acquire_resident(p, t, hashes, n);
+    return AISIM_OK;
+}
+
+/* ----------------------------------------------------------- allocation */
+
+static void forget_copy(aisim_kv_pool *p, int32_t b)
+{
+    int64_t slot = find_slot(p, p->hash[b]);
+    int32_t primary = p->slot_block[slot];
+    if (primary == b) {
+        if (p->dup_next[b] == NO_BLOCK)
+            index_remove_slot(p, (uint32_t)slot);
+        else
+            p->slot_block[slot] = p->dup_next[b];
+    } else {
+        int32_t prev = primary;
+        while (p->dup_next[prev] != b)
+            prev = p->dup_next[prev];
+        p->dup_next[prev] = p->dup_next[b];
+    }
+    p->dup_next[b] = NO_BLOCK;
+}
+
+static int32_t take_fresh_block(aisim_kv_pool *p)
+{
+    int32_t b;
+    if (p->view.free > 0) {
+        b = p->free_stack[--p->view.free];
+    } else {
+        b = p->lru_head;
+        lru_unlink(p, b);
+        forget_copy(p, b);
+        p->hash[b] = 0;
+        p->view.cached--;
+        p->view.evictions++;
+    }
+    p->state[b] = BLOCK_PRIVATE;
+    p->ref[b] = 1;
+    p->view.active++;
+    return b;
+}
+
+static void append_fresh(aisim_kv_pool *p, seq_table *t, uint32_t k)
+{
+    uint32_t i;
+    for (i = 0; i < k; i++)
+        t->blocks[t->len++] = take_fresh_block(p);
+}
+
+int aisim_kv_allocate(aisim_kv_pool *p, int32_t seq, uint32_t k)
+{
+    seq_table *t;
+    int status;
+    if (!p)
+        return AISIM_EINVAL;
+    t = live_seq(p, seq);
+    if (!t)
+        return AISIM_EBADSEQ;
+    if ((uint64_t)k > (uint64_t)p->view.free + p->view.inactive)
+        return AISIM_NOSPACE;
+    status = reserve_table(t, k);
+    if (status)
+        return status;
+    append_fresh(p, t, k);
+    return AISIM_OK;
+}
+
+/* Inactive prefix hits are pinned before evicting, so they cannot be the
+ * victims that make room for the same request's fresh blocks. */
+static uint32_t distinct_inactive_hits(aisim_kv_pool *p, const uint64_t *hashes, size_t n)
+{
+    uint32_t count = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        int32_t b = primary_copy(p, hashes[i]);
+        if (p->ref[b] == 0 && !p->mark[b]) {
+            p->mark[b] = 1;
+            count++;
+        }
+    }
+    for (i = 0; i < n; i++)
+        p->mark[primary_copy(p, hashes[i])] = 0;
+    return count;
+}
+
+int aisim_kv_acquire_allocate(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes,
+                              size_t n, uint32_t k)
+{
+    seq_table *t;
+    int status;
+    if (!p || (!hashes && n))
+        return AISIM_EINVAL;
+    t = live_seq(p, seq);
+    if (!t)
+        return AISIM_EBADSEQ;
+    if (!all_resident(p, hashes, n))
+        return AISIM_ENOTRESIDENT;
+    if (k > p->view.free) {
+        uint32_t evictable = p->view.inactive - distinct_inactive_hits(p, hashes, n);
+        if (k - p->view.free > evictable)
+            return AISIM_NOSPACE;
+    }
+    status = reserve_table(t, (uint64_t)n + k);
+    if (status)
+        return status;
+    acquire_resident(p, t, hashes, n);
+    append_fresh(p, t, k);
+    return AISIM_OK;
+}
+
+int aisim_kv_allocate_each(aisim_kv_pool *p, const int32_t *seqs, size_t n_seqs,
+                           uint32_t k_each)
+{
+    size_t i;
+    int status = AISIM_OK;
+    if (!p || (!seqs && n_seqs))
+        return AISIM_EINVAL;
+    for (i = 0; i < n_seqs; i++)
+        if (!live_seq(p, seqs[i]))
+            return AISIM_EBADSEQ;
+    if (n_seqs > UINT32_MAX ||
+        (uint64_t)n_seqs * k_each > (uint64_t)p->view.free + p->view.inactive)
+        return AISIM_NOSPACE;
+    /* Size every table before the first append so that a failed realloc
+     * leaves the pool untouched; `pending` covers a handle listed twice. */
+    for (i = 0; i < n_seqs; i++)
+        p->seqs[seqs[i]].pending += k_each;
+    for (i = 0; i < n_seqs && !status; i++)
+        status = reserve_table(&p->seqs[seqs[i]], p->seqs[seqs[i]].pending);
+    for (i = 0; i < n_seqs; i++)
+        p->seqs[seqs[i]].pending = 0;
+    if (status)
+        return status;
+    for (i = 0; i < n_seqs; i++)
+        append_fresh(p, &p->seqs[seqs[i]], k_each);
+    return AISIM_OK;
+}
+
+/* --------------------------------------------------------------- commit */
+
+int aisim_kv_commit(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes,
+                    uint32_t first_block, uint32_t count)
+{
+    seq_table *t;
+    uint32_t i;
+    if (!p || (!hashes && count))
+        return AISIM_EINVAL;
+    t = live_seq(p, seq);
+    if (!t)
+        return AISIM_EBADSEQ;
+    if ((uint64_t)first_block + count > t->len)
+        return AISIM_EINVAL;
+    for (i = 0; i < count; i++) {
+        int32_t b = t->blocks[first_block + i];
+        if (p->state[b] == BLOCK_CACHED && p->hash[b] != hashes[i])
+            return AISIM_EHASHMISMATCH;
+    }
+    for (i = 0; i < count; i++) {
+        int32_t b = t->blocks[first_block + i];
+        int32_t primary;
+        if (p->state[b] == BLOCK_CACHED)
+            continue;
+        p->state[b] = BLOCK_CACHED;
+        p->hash[b] = hashes[i];
+        p->dup_next[b] = NO_BLOCK;
+        p->view.cached++;
+        primary = primary_copy(p, hashes[i]);
+        if (primary == NO_BLOCK) {
+            index_insert(p, hashes[i], b);
+        } else {
+            while (p->dup_next[primary] != NO_BLOCK)
+                primary = p->dup_next[primary];
+            p->dup_next[primary] = b;
+        }
+    }
+    return AISIM_OK;
+}
+
+/* -------------------------------------------------------------- release */
+
+int aisim_kv_release(aisim_kv_pool *p, int32_t seq)
+{
+    seq_table *t;
+    uint32_t i;
+    if (!p)
+        return AISIM_EINVAL;
+    t = live_seq(p, seq);
+    if (!t)
+        return AISIM_EBADSEQ;
+    for (i = t->len; i-- > 0;) {
+        int32_t b = t->blocks[i];
+        if (--p->ref[b] > 0)
+            continue;
+        p->view.active--;
+        if (p->state[b] == BLOCK_CACHED) {
+            lru_append(p, b);
+        } else {
+            p->state[b] = BLOCK_FREE;
+            p->free_stack[p->view.free++] = b;
+        }
+    }
+    t->len = 0;
+    t->live = 0;
+    p->free_handles[p->n_free_handles++] = seq;
+    p->view.live_seqs--;
+    return AISIM_OK;
+}
+
+/* ---------------------------------------------------------------- check */
+
+static int check_lists(const aisim_kv_pool *p, uint32_t *seen)
+{
+    uint32_t i, count = 0, steps = 0;
+    int32_t b, prev = NO_BLOCK;
+    for (i = 0; i < p->view.free; i++) {
+        b = p->free_stack[i];
+        if (b < 0 || (uint32_t)b >= p->n || seen[b]++ || p->state[b] != BLOCK_FREE ||
+            p->ref[b] != 0)
+            return AISIM_ECORRUPT;
+    }
+    for (b = p->lru_head; b != NO_BLOCK; b = p->lru_next[b]) {
+        if (b < 0 || (uint32_t)b >= p->n || ++steps > p->n)
+            return AISIM_ECORRUPT;
+        if (seen[b]++ || p->state[b] != BLOCK_CACHED || p->ref[b] != 0 ||
+            p->lru_prev[b] != prev)
+            return AISIM_ECORRUPT;
+        prev = b;
+        count++;
+    }
+    if (prev != p->lru_tail || count != p->view.inactive)
+        return AISIM_ECORRUPT;
+    for (i = 0; i < p->n; i++) {
+        /* exactly the unreferenced blocks sit on a list; lists were typed above */
+        if ((seen[i] != 0) != (p->ref[i] == 0))
+            return AISIM_ECORRUPT;
+        if (p->state[i] == BLOCK_PRIVATE && p->ref[i] != 1)
+            return AISIM_ECORRUPT;
+        if (p->state[i] == BLOCK_FREE && p->ref[i] != 0)
+            return AISIM_ECORRUPT;
+    }
+    return AISIM_OK;
+}
+
+static int check_index(const aisim_kv_pool *p, uint32_t *seen)
+{
+    uint32_t i, copies = 0, keys = 0, cached = 0;
+    for (i = 0; i <= p->slot_mask; i++) {
+        int32_t b = p->slot_block[i];
+        uint32_t steps = 0;
+        if (b == NO_BLOCK)
+            continue;
+        keys++;
+        if (find_slot(p, p->slot_key[i]) != (int64_t)i)
+            return AISIM_ECORRUPT;
+        for (; b != NO_BLOCK; b = p->dup_next[b]) {
+            if (b < 0 || (uint32_t)b >= p->n || ++steps > p->n || seen[b]++)
+                return AISIM_ECORRUPT;
+            if (p->state[b] != BLOCK_CACHED || p->hash[b] != p->slot_key[i])
+                return AISIM_ECORRUPT;
+            copies++;
+        }
+    }
+    for (i = 0; i < p->n; i++)
+        cached += p->state[i] == BLOCK_CACHED;
+    if (copies != cached || cached != p->view.cached || keys > cached)
+        return AISIM_ECORRUPT;
+    return AISIM_OK;
+}
+
+static int check_refs(const aisim_kv_pool *p, uint32_t *seen)
+{
+    uint32_t i, j, active = 0, live = 0, free_handles = 0;
+    for (i = 0; i < p->n_seqs; i++) {
+        const seq_table *t = &p->seqs[i];
+        if (!t->live) {
+            if (t->len)
+                return AISIM_ECORRUPT;
+            continue;
+        }
+        live++;
+        for (j = 0; j < t->len; j++) {
+            int32_t b = t->blocks[j];
+            if (b < 0 || (uint32_t)b >= p->n)
+                return AISIM_ECORRUPT;
+            seen[b]++;
+        }
+    }
+    for (i = 0; i < p->n; i++) {
+        if (seen[i] != p->ref[i])
+            return AISIM_ECORRUPT;
+        active += p->ref[i] > 0;
+    }
+    for (i = 0; i < p->n_free_handles; i++) {
+        int32_t h = p->free_handles[i];
+        if (h < 0 || (uint32_t)h >= p->n_seqs || p->seqs[h].live)
+            return AISIM_ECORRUPT;
+        free_handles++;
+    }
+    if (active != p->view.active || live != p->view.live_seqs ||
+        live + free_handles != p->n_seqs)
+        return AISIM_ECORRUPT;
+    if ((uint64_t)p->view.free + p->view.inactive + p->view.active != p->n)
+        return AISIM_ECORRUPT;
+    return AISIM_OK;
+}
+
+int aisim_kv_check(const aisim_kv_pool *p)
+{
+    uint32_t *seen;
+    int status;
+    if (!p)
+        return AISIM_EINVAL;
+    seen = calloc(p->n, sizeof *seen);
+    if (!seen)
+        return AISIM_ENOMEM;
+    status = check_lists(p, seen);
+    if (!status) {
+        memset(seen, 0, p->n * sizeof *seen);
+        status = check_index(p, seen);
+    }
+    if (!status) {
+        memset(seen, 0, p->n * sizeof *seen);
+        status = check_refs(p, seen);
+    }
+    free(seen);
+    return status;
+}

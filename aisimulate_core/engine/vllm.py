@@ -322,8 +322,7 @@ class VllmRank:
                     done.append(r)
         if done:
             if len(done) > 1:
-                position = {id(r): k for k, r in enumerate(self.running)}
-                done.sort(key=lambda r: position[id(r)])
+                done.sort(key=self.running.index)
             for r in done:
                 self._finish_stretch(r, P, end_ms)
 

@@ -32,16 +32,11 @@ class Prompt:
     @classmethod
     def from_hash_ids(cls, canonical_ids, input_length, trace_block_size):
         """Each id stands for ``trace_block_size`` copies of itself; the prompt is cut at length."""
-        values = array("I")
-        lengths = array("I")
-        left = input_length
-        for block_id in canonical_ids:
-            if left <= 0:
-                break
-            take = trace_block_size if left > trace_block_size else left
-            values.append(block_id)
-            lengths.append(take)
-            left -= take
+        n = -(-input_length // trace_block_size)
+        values = array("I", canonical_ids[:n])
+        lengths = array("I", [trace_block_size]) * n
+        if n:
+            lengths[-1] = input_length - (n - 1) * trace_block_size
         return cls(values, lengths)
 
     def block_hashes(self, block_size):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .driver import SessionDriver
 from .rng import StdRng
-from .sessions import Interner, Session, Turn
+from .sessions import Session, Turn
 
 
 # The reference's generator draws group choices (and any length jitter) from StdRng(42),
@@ -41,30 +41,33 @@ def first_arrivals(resolved):
 
 
 def synthetic_sessions(resolved):
+    """Sessions of the synthetic trace. Hash ids need only be distinct where blocks differ:
+    shared block j of group g is ``g * shared + j``, fresh blocks count up after all groups."""
     block = resolved.block_size
     rng = StdRng(SHAPE_SEED)
-    intern = Interner()
     arrivals = first_arrivals(resolved)
     n_blocks = -(-resolved.isl // block)
-    shared = 0
     grouped = resolved.shared_prefix_ratio > 0 and resolved.num_prefix_groups > 0
+    shared = 0
     if grouped:
         shared = min(n_blocks, _round_half_away(n_blocks * resolved.shared_prefix_ratio))
+    fresh = resolved.num_prefix_groups * shared
+    delay = resolved.inter_turn_delay_ms or 0.0
     sessions = []
-    fresh = 0
     for i in range(resolved.session_count):
-        group = rng.gen_range(0, resolved.num_prefix_groups) if grouped else None
         turns = []
         for t in range(resolved.turns):
-            raw = []
-            for j in range(n_blocks):
-                if t == 0 and j < shared:
-                    raw.append(("group", group, j))
-                else:
-                    raw.append(("fresh", fresh))
-                    fresh += 1
-            delay = (resolved.inter_turn_delay_ms or 0.0) if t else 0.0
-            turns.append(Turn(resolved.isl, resolved.osl, intern(raw), delay))
+            if t == 0 and shared:
+                base = rng.gen_range(0, resolved.num_prefix_groups) * shared
+                ids = list(range(base, base + shared))
+                ids.extend(range(fresh, fresh + n_blocks - shared))
+                fresh += n_blocks - shared
+            else:
+                if t == 0 and grouped:
+                    rng.gen_range(0, resolved.num_prefix_groups)
+                ids = range(fresh, fresh + n_blocks)
+                fresh += n_blocks
+            turns.append(Turn(resolved.isl, resolved.osl, ids, delay if t else 0.0))
         sessions.append(Session(f"session_{i}", arrivals[i], turns, block, named=grouped))
     return sessions
 

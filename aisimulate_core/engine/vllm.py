@@ -17,10 +17,11 @@ from array import array
 from collections import deque
 
 from ..errors import SimulationError
+from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
 
 
-class VllmRank:
+class VllmRank(RankBase):
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0, scheduler_id=0):
         self.worker_idx = worker_idx
         self.dp_rank = dp_rank
@@ -46,10 +47,7 @@ class VllmRank:
         self.sum_base = 0            # sum of (base_len - base_pass) over open stretches
         self.buckets = [[] for _ in range(bs)]
         self.finishing = {}          # pass index -> requests whose last token is in that pass
-        self.pass_index = 0
-        self.pass_ends = array("d")
-        self.itl_diff = array("q")   # difference array of gap multiplicities, per pass
-        self.extra_gaps = []         # gaps across preemption breaks of finished requests
+        self._init_pass_history()
         self._ready = []             # partial requests whose last known token is computed
         self._rejected = []          # rejected while forming the pass; terminal at its end
         self.pass_end_ms = 0.0
@@ -188,9 +186,9 @@ class VllmRank:
             scheduled.add(r.uuid)
             budget -= tokens
             i += 1
-        # requests the walk did not reach get nothing this pass
-        for r in running[i:]:
-            if r.in_stretch:
+        # requests the walk did not reach (or skipped) get nothing this pass
+        for r in running:
+            if r.in_stretch and r.uuid not in scheduled:
                 self._break_stretch(r, P)
         return budget, preempted
 
@@ -291,9 +289,7 @@ class VllmRank:
     def complete(self):
         end_ms = self.pass_end_ms
         P = self.pass_index
-        self.pass_ends.append(end_ms)
-        self.itl_diff.append(0)
-        self.pass_index = P + 1
+        self._pass_done(end_ms)
         if self._rejected:
             rejected = self._rejected
             self._rejected = []
@@ -411,34 +407,3 @@ class VllmRank:
             hashes = r.prompt.extended_hashes(self.block_size, r, n_blocks)
             r.hash_cache = hashes
         return hashes
-
-    # ------------------------------------------------------------------ metrics
-    def _record_itl(self, r):
-        """Add a finished request's inter-token gaps: stretches via the difference array."""
-        diff = self.itl_diff
-        ends = self.pass_ends
-        prev_last = None
-        for first, last in r.stretches:
-            if last > first:
-                diff[first] += 1
-                diff[last] -= 1
-            if prev_last is not None:
-                self.extra_gaps.append(ends[first] - ends[prev_last])
-            prev_last = last
-
-    def itl_gaps(self):
-        """(gap values, multiplicities) of every recorded gap on this rank."""
-        values = []
-        counts = []
-        running_count = 0
-        ends = self.pass_ends
-        diff = self.itl_diff
-        for i in range(len(ends) - 1):
-            running_count += diff[i]
-            if running_count:
-                values.append(ends[i + 1] - ends[i])
-                counts.append(running_count)
-        for gap in self.extra_gaps:
-            values.append(gap)
-            counts.append(1)
-        return values, counts

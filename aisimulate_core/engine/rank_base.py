@@ -1,0 +1,68 @@
+"""What every engine rank shares: the pass history that token times and ITL derive from.
+
+A rank numbers its passes 0, 1, 2, ... and keeps each pass's end time. A request records the
+runs of consecutive passes in which it emitted one token each as ``stretches``; from these, a
+finished request's token times and its inter-token gaps follow without per-token lists.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+
+class RankBase:
+    """Pass history and ITL bookkeeping; engines subclass it and call the ``_pass_*`` helpers."""
+
+    def _init_pass_history(self):
+        self.pass_index = 0
+        self.pass_ends = array("d")
+        self.itl_diff = array("q")   # difference array of gap multiplicities, per pass
+        self.extra_gaps = []         # gaps across breaks between stretches of finished requests
+
+    def _pass_done(self, end_ms):
+        """Close the current pass at ``end_ms``; returns its index."""
+        P = self.pass_index
+        self.pass_ends.append(end_ms)
+        self.itl_diff.append(0)
+        self.pass_index = P + 1
+        return P
+
+    @staticmethod
+    def _emit(request, P):
+        """Record that ``request`` emitted one token in pass ``P`` (for engines without open
+        stretches): extends its last stretch when contiguous."""
+        stretches = request.stretches
+        if stretches and stretches[-1][1] == P - 1:
+            stretches[-1] = (stretches[-1][0], P)
+        else:
+            stretches.append((P, P))
+
+    def _record_itl(self, r):
+        """Add a finished request's inter-token gaps: stretches via the difference array."""
+        diff = self.itl_diff
+        ends = self.pass_ends
+        prev_last = None
+        for first, last in r.stretches:
+            if last > first:
+                diff[first] += 1
+                diff[last] -= 1
+            if prev_last is not None:
+                self.extra_gaps.append(ends[first] - ends[prev_last])
+            prev_last = last
+
+    def itl_gaps(self):
+        """(gap values, multiplicities) of every recorded gap on this rank."""
+        values = []
+        counts = []
+        running_count = 0
+        ends = self.pass_ends
+        diff = self.itl_diff
+        for i in range(len(ends) - 1):
+            running_count += diff[i]
+            if running_count:
+                values.append(ends[i + 1] - ends[i])
+                counts.append(running_count)
+        for gap in self.extra_gaps:
+            values.append(gap)
+            counts.append(1)
+        return values, counts

@@ -1,0 +1,6 @@
+"""Engine (scheduler) emulations, one class per backend; each instance is one attention rank."""
+
+from .vllm import VllmRank
+
+# backend name -> rank class; a backend missing here is rejected by the spec's support table
+ENGINES = {"vllm": VllmRank}

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import attrs
+
 from ..engine.request import SimRequest
 from ..engine.timing import StepTimer, TimingContext
-from ..engine.vllm import VllmRank
+from ..engine import ENGINES
+from ..errors import ConfigError
 from ..kv.block_pool import BlockPool
 from ..plugins import make_plugin_manager
 from ..registry import collect_registries
 from ..report import Collector
-from ..workload.driver import TimedDriver
+from ..workload.lowering import build_driver
 from ..workload.prompt import Prompt
 from .simulation import Simulation, aggregated_pool_view
 from .worker import Worker
@@ -39,20 +42,19 @@ def resolve_timing(registries, role_config, role, path):
 def build_workers(role_config, timer, n_workers, callbacks):
     rank_cfg = role_config.rank
     dp = role_config.dp_size
+    engine_cls = ENGINES[rank_cfg.backend]
     workers = []
     for w in range(n_workers):
-        ranks = [VllmRank(rank_cfg, timer, BlockPool(rank_cfg.num_gpu_blocks), callbacks=callbacks,
+        ranks = [engine_cls(rank_cfg, timer, BlockPool(rank_cfg.num_gpu_blocks), callbacks=callbacks,
                           worker_idx=w, dp_rank=d, scheduler_id=w * dp + d) for d in range(dp)]
         workers.append(Worker(w, ranks))
     return workers
 
 
-def request_driver(requests):
-    """Flat request list of a bare spec: each request is ready at its ``arrival_time_ms``."""
-    factories = []
-    for index, spec_request in enumerate(requests):
-        factories.append((spec_request.arrival_time_ms, _request_factory(index, spec_request)))
-    return TimedDriver(factories)
+def request_factories(requests):
+    """(ready time, factory) per request of a bare spec's flat request list."""
+    return [(req.arrival_time_ms, _request_factory(index, req))
+            for index, req in enumerate(requests)]
 
 
 def _request_factory(index, req):
@@ -71,32 +73,47 @@ def _request_factory(index, req):
     return make
 
 
+def materialize_capacity(registries, role_config, role, path):
+    """A role's rank with ``num_gpu_blocks`` estimated by its timing provider when the JSON did
+    not set it explicitly (and the provider can estimate it)."""
+    rank = role_config.rank
+    if role_config.num_gpu_blocks_is_explicit:
+        return role_config
+    tm = rank.timing_model
+    name = tm.provider if tm.type == "external" else tm.type
+    provider = registries.timing.get(name)
+    estimate = getattr(provider, "estimate_num_gpu_blocks", None)
+    if estimate is None:
+        return role_config
+    config = dict(tm.config or {}) if tm.type == "external" else dict(tm.params or {})
+    blocks = estimate(config, TimingContext(role, f"{path}.rank.timing_model", rank, role_config))
+    if not isinstance(blocks, int) or blocks <= 0:
+        raise ConfigError(f"{path}.rank.num_gpu_blocks: timing provider '{name}' estimated "
+                          f"{blocks!r} KV blocks; the model does not fit this deployment")
+    return attrs.evolve(role_config, rank=attrs.evolve(rank, num_gpu_blocks=blocks))
+
+
 def build_simulation(payload, *, plugin_manager=None, progress=None, on_event=None):
     """A ready-to-run ``Simulation`` for a loaded ``Payload``."""
     pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
     registries = collect_registries(pm)
     spec = payload.spec
-    role = spec.engine.role("aggregated")
+    role = materialize_capacity(registries, spec.engine.role("aggregated"), "aggregated",
+                                "$.spec.engine")
+    if role.rank is not spec.engine.role("aggregated").rank:
+        # KV-relative loads read the capacity the provider estimated
+        spec = attrs.evolve(spec, engine=attrs.evolve(spec.engine, rank=role.rank))
+        payload = attrs.evolve(payload, spec=spec)
     timer = resolve_timing(registries, role, "aggregated", "$.spec.engine")
     placement_cls = registries.placement.get(spec.adapters.placement.provider)
     registries.scaling.get(spec.adapters.scaling.provider)(spec.adapters.scaling.config or {})
     n_workers = spec.topology.workers.initial_workers
     collector = Collector(sla=spec.sla if spec.sla.is_set else None,
                           record_per_request=spec.record_per_request)
-    max_in_flight = spec.max_in_flight
-    traffic = payload.traffic
-    if traffic is None:
-        driver = request_driver(spec.requests)
-    elif traffic.source_type in ("synthetic", "synthetic-session"):
-        from ..spec import resolve_synthetic
-        from ..workload.synthetic import synthetic_driver
-        resolved = resolve_synthetic(traffic, spec)
-        driver = synthetic_driver(resolved)
-        max_in_flight = None  # the driver's session cap is the closed loop
-    else:
-        fmt = registries.trace_formats.get(traffic.trace_format)
-        driver = fmt.build_driver(traffic, spec, registries)
-        max_in_flight = None
+    for key, value in getattr(timer.model, "report_extras", dict)().items():
+        collector.add_extra(key, value)
+    driver, max_in_flight = build_driver(payload, registries,
+                                         request_factories=request_factories)
     sim = Simulation(driver=driver, collector=collector,
                      gpus_per_worker=role.dp_size * role.tensor_parallel_size,
                      max_in_flight=max_in_flight, max_sim_time_ms=payload.max_sim_time_ms,
@@ -105,5 +122,3 @@ def build_simulation(payload, *, plugin_manager=None, progress=None, on_event=No
     placement = placement_cls(spec.adapters.placement.config or {}, aggregated_pool_view(workers))
     sim.attach(workers, placement)
     return sim
-
-

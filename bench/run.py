@@ -1,0 +1,130 @@
+"""`make bench`: wall time of each benchmark payload, ours against the reference's.
+
+Each payload runs in a fresh process per side; the time is the in-process replay call (payload
+text to report), median of --repeat runs, so interpreter start-up is left out on both sides. The
+reference runs only when its virtual environment exists (../ref-venv, see
+../shared/tools/README.md). Ratios are our time over the reference's measured in this same run;
+absolute times drift on shared machines, ratios much less.
+
+    python bench/run.py [--repeat N] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+REF_PYTHON = ROOT.parent / "ref-venv" / "bin" / "python"
+PEER_RUN = SHARED / "tools" / "peer_run.py"
+
+OURS = """
+import json, sys, time
+from aisimulate_core import run_replay
+text = open(sys.argv[1]).read()
+start = time.perf_counter()
+report = run_replay(text)
+elapsed = time.perf_counter() - start
+s = report.summary
+print(json.dumps({"wall_s": elapsed, "completed": s["completed_requests"],
+                  "mean_ttft_ms": s["mean_ttft_ms"], "mean_e2e_latency_ms": s["mean_e2e_latency_ms"]}))
+"""
+
+
+def workloads():
+    """(name, payload path, runs on the reference?) for every benchmark payload."""
+    found = []
+    for path in sorted((SHARED / "bench").glob("*.json")):
+        found.append((path.stem, path, True))
+    for path in sorted((ROOT / "bench").glob("*.json")):
+        found.append((path.stem, path, not path.stem.startswith("aic_")))
+    return found
+
+
+def run_ours(path):
+    proc = subprocess.run([sys.executable, "-c", OURS, str(path)], cwd=ROOT,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None, (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    return json.loads(proc.stdout), None
+
+
+def run_reference(path):
+    env = dict(os.environ, DYN_LOG="error", RUST_LOG="error")
+    proc = subprocess.run([str(REF_PYTHON), str(PEER_RUN), str(path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None, (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    summary = json.loads(proc.stdout)
+    return {"wall_s": summary["outer_wall_s"], "completed": summary["completed_requests"],
+            "mean_ttft_ms": summary["mean_ttft_ms"],
+            "mean_e2e_latency_ms": summary["mean_e2e_latency_ms"]}, None
+
+
+def median_run(runner, path, repeat):
+    results = []
+    for _ in range(repeat):
+        result, error = runner(path)
+        if error:
+            return None, error
+        results.append(result)
+    best = dict(results[0])
+    best["wall_s"] = statistics.median(r["wall_s"] for r in results)
+    return best, None
+
+
+def same_result(ours, ref):
+    if ours["completed"] != ref["completed"]:
+        return "differs"
+    for key in ("mean_ttft_ms", "mean_e2e_latency_ms"):
+        if abs(ours[key] - ref[key]) > 1e-6 * max(1.0, abs(ref[key])):
+            return "differs"
+    return "same"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=int(os.environ.get("BENCH_REPEAT", 3)))
+    parser.add_argument("--only", nargs="*", default=None)
+    args = parser.parse_args(argv)
+    have_reference = REF_PYTHON.exists()
+    if not have_reference:
+        print(f"reference not installed ({REF_PYTHON}); showing our times only. "
+              "Install it as ../shared/tools/README.md says to get ratios.\n")
+    rows = []
+    header = f"{'workload':34s} {'ours (s)':>9s} {'ref (s)':>9s} {'ratio':>7s}  result"
+    print(header)
+    print("-" * len(header))
+    for name, path, on_reference in workloads():
+        if args.only and name not in args.only:
+            continue
+        ours, error = median_run(run_ours, path, args.repeat)
+        if error:
+            print(f"{name:34s} {'-':>9s} {'-':>9s} {'-':>7s}  ours failed: {error}")
+            continue
+        ref = None
+        note = ""
+        if have_reference and on_reference:
+            ref, ref_error = median_run(run_reference, path, args.repeat)
+            if ref_error:
+                note = f"reference failed: {ref_error}"
+        elif have_reference:
+            note = "no reference run (needs the reference's AIC support)"
+        if ref:
+            ratio = ours["wall_s"] / ref["wall_s"]
+            note = note or f"{same_result(ours, ref)} completed/mean TTFT/mean E2E"
+            print(f"{name:34s} {ours['wall_s']:9.2f} {ref['wall_s']:9.2f} {ratio:7.2f}  {note}")
+        else:
+            print(f"{name:34s} {ours['wall_s']:9.2f} {'-':>9s} {'-':>7s}  {note}")
+        rows.append(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -610,7 +610,6 @@ def test_request_token_ids_are_tuples():
         (lambda d: d["spec"]["engine"]["rank"].update(prefill_schedule_interval=4),
          "$.spec.engine.rank.prefill_schedule_interval: 4 is not supported yet"),
         (lambda d: d["spec"]["engine"]["rank"].update(emit_kv_events=True), "$.spec.engine.rank.emit_kv_events: true is not supported yet"),
-        (lambda d: d["spec"]["engine"].update(dp_size=2), "$.spec.engine.dp_size: 2 is not supported yet"),
         (lambda d: d.update(capture_performance_diagnostics=True), "$.capture_performance_diagnostics: true is not supported yet"),
         (lambda d: d["traffic"].update(cached_prefix_tokens=4), "$.traffic.cached_prefix_tokens: 4 is not supported yet"),
     ],

@@ -70,6 +70,10 @@ CASES += [
     ("vllm_sla_e2e", PL + "vllm_sla_e2e.json", True),
     # e. real mooncake trace, cut by virtual time
     ("mooncake_conversation_60s_2w", PL + "mooncake_conversation_60s_2w.json", True),
+    # TensorRT-LLM GUARANTEED_NO_EVICT (issue 4)
+    ("trtllm_kv_pressure", PL + "trtllm_kv_pressure.json", True),
+    ("trtllm_prefix_reuse", PL + "trtllm_prefix_reuse.json", True),
+    ("trtllm_poisson_polynomial", PL + "trtllm_poisson_polynomial.json", True),
 ]
 
 

@@ -24,7 +24,7 @@ class SimRequest:
         "status", "seq", "computed", "generated", "out_limit", "held_blocks",
         "hash_cache", "admissions", "first_reused", "max_reused", "preemptions",
         "stretches", "open_start", "base_pass", "base_gen", "base_len", "bucket_key",
-        "in_stretch", "terminal_ms", "terminal_status", "committed_blocks", "pass_chunk",
+        "in_stretch", "terminal_ms", "terminal_status", "committed_blocks", "pass_chunk", "footprint_blocks",
     )
 
     def __init__(self, uuid, prompt, max_output, arrival_ms, *, request_id=None, session_id=None,
@@ -52,6 +52,7 @@ class SimRequest:
         self.generated = 0
         self.out_limit = max_output           # lowered by max_model_len
         self.held_blocks = 0
+        self.footprint_blocks = 0             # TRT-LLM: blocks reserved through completion
         self.pass_chunk = None                # (tokens, isl, prefix) scheduled this pass
         self.committed_blocks = 0             # leading blocks of the KV table given hashes
         self.hash_cache = None                # sequence hashes of prompt (+ output) blocks

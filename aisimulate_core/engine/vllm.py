@@ -39,6 +39,11 @@ class VllmRank(RankBase):
         self.caching = engine.enable_prefix_caching
         self.chunked = engine.enable_chunked_prefill
         self.lifo = engine.preemption_mode != "fifo"
+        # TensorRT-LLM GUARANTEED_NO_EVICT: admission reserves every request's whole
+        # prompt + output footprint, so nothing is ever preempted
+        self.no_evict = engine.backend == "trtllm"
+        self.held_total = 0          # KV blocks held, summed over running requests
+        self.completion_total = 0    # to-completion blocks, summed over running requests
         self.waiting = deque()
         self.running = []            # running order (admission order, preempted removed)
         self.partial = []            # running requests not in an open stretch
@@ -60,6 +65,10 @@ class VllmRank(RankBase):
         limit = self.max_model_len
         if limit is not None and request.prompt_len < limit:
             request.out_limit = min(request.max_output, limit - request.prompt_len)
+        if self.no_evict:
+            capacity = self.num_blocks * self.block_size
+            # enqueue normalization: prompt + output may reserve at most the whole pool
+            request.out_limit = min(request.out_limit, max(capacity - request.prompt_len, 0))
         self.waiting.append(request)
 
     def has_work(self):
@@ -93,6 +102,7 @@ class VllmRank(RankBase):
                 self.pool.allocate_each(array("i", [r.seq for r in crossing]))
                 for r in crossing:
                     r.held_blocks += 1
+                self.held_total += len(crossing)
             for r in partial:
                 self._run_chunk(r, r.prompt_len + r.generated - r.computed)
             budget -= demand
@@ -128,6 +138,7 @@ class VllmRank(RankBase):
         if need > 0:
             self.pool.allocate(r.seq, need)
             r.held_blocks += need
+            self.held_total += need
         r.computed = end
         prompt = r.prompt_len
         prompt_start = start if start < prompt else prompt
@@ -165,6 +176,8 @@ class VllmRank(RankBase):
                 tokens = remaining if remaining < budget else budget
                 need = -(-(r.computed + tokens) // bs) - r.held_blocks
             dropped = False
+            if self.no_evict and need > pool.allocatable():
+                break  # the reservation under-counted: TRT-LLM declines to preempt
             while need > pool.allocatable():
                 victim = running[-1] if self.lifo else running[0]
                 if victim.uuid in scheduled:
@@ -181,6 +194,7 @@ class VllmRank(RankBase):
                 if need:
                     pool.allocate(r.seq, 1)
                     r.held_blocks += 1
+                    self.held_total += 1
             else:
                 self._run_chunk(r, tokens)
             scheduled.add(r.uuid)
@@ -222,7 +236,11 @@ class VllmRank(RankBase):
             else:
                 hashes = None
                 hit_blocks = active_hits = 0
-            if fresh and -(-length // bs) > self.num_blocks:
+            footprint = -(-(r.prompt_len + r.out_limit) // bs) if self.no_evict else 0
+            if fresh and (footprint if self.no_evict else -(-length // bs)) > self.num_blocks:
+                self._reject_head()
+                continue
+            if self.no_evict and r.prompt_len >= self.num_blocks * bs:
                 self._reject_head()
                 continue
             cached = hit_blocks * bs
@@ -237,8 +255,13 @@ class VllmRank(RankBase):
                     cached = cap
                 if active_cached > cap:
                     active_cached = cap
-            needed = -(-length // bs) - active_cached // bs
-            if needed > self.num_blocks - pool.active():
+            available = self.num_blocks - pool.active()
+            if self.no_evict:
+                needed = footprint - active_cached // bs
+                available -= self.completion_total - self.held_total
+            else:
+                needed = -(-length // bs) - active_cached // bs
+            if needed > available:
                 break
             remaining = length - cached
             prompt_left = r.prompt_len - cached
@@ -255,6 +278,10 @@ class VllmRank(RankBase):
                 pool.acquire(r.seq, hashes, 0, hit_blocks)
             r.held_blocks = hit_blocks
             r.committed_blocks = hit_blocks
+            self.held_total += hit_blocks
+            if self.no_evict:
+                r.footprint_blocks = footprint
+                self.completion_total += footprint
             r.computed = cached
             r.status = RUNNING
             running.append(r)
@@ -387,7 +414,10 @@ class VllmRank(RankBase):
             self._commit_full_blocks(r, r.computed // self.block_size)
         self.pool.release(r.seq)
         r.seq = -1
+        self.held_total -= r.held_blocks
         r.held_blocks = 0
+        if self.no_evict:
+            self.completion_total -= r.footprint_blocks
         r.committed_blocks = 0
 
     def _commit_full_blocks(self, r, full_blocks):

@@ -44,6 +44,10 @@ class VllmRank(RankBase):
         self.no_evict = engine.backend == "trtllm"
         self.held_total = 0          # KV blocks held, summed over running requests
         self.completion_total = 0    # to-completion blocks, summed over running requests
+        # The head of the queue that last had to wait, and the cache version then: while no
+        # block was committed or released since, its answer cannot have changed.
+        self.kv_version = 0
+        self._blocked = (None, -1, 0)
         self.waiting = deque()
         self.running = []            # running order (admission order, preempted removed)
         self.partial = []            # running requests not in an open stretch
@@ -225,6 +229,9 @@ class VllmRank(RankBase):
         running = self.running
         while waiting and len(running) < self.max_seqs:
             r = waiting[0]
+            blocked_head, version, active_then = self._blocked
+            if blocked_head is r and version == self.kv_version and pool.active() >= active_then:
+                break
             fresh = not r.admissions
             length = r.prompt_len + r.generated
             if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
@@ -262,6 +269,7 @@ class VllmRank(RankBase):
             else:
                 needed = -(-length // bs) - active_cached // bs
             if needed > available:
+                self._blocked = (r, self.kv_version, pool.active())
                 break
             remaining = length - cached
             prompt_left = r.prompt_len - cached
@@ -413,6 +421,7 @@ class VllmRank(RankBase):
         if self.caching:
             self._commit_full_blocks(r, r.computed // self.block_size)
         self.pool.release(r.seq)
+        self.kv_version += 1
         r.seq = -1
         self.held_total -= r.held_blocks
         r.held_blocks = 0
@@ -425,6 +434,7 @@ class VllmRank(RankBase):
         if full_blocks > done:
             hashes = self._lookup_hashes(r, full_blocks)
             self.pool.commit(r.seq, hashes, done, full_blocks - done)
+            self.kv_version += 1
             r.committed_blocks = full_blocks
 
     def _lookup_hashes(self, r, n_blocks):

@@ -1,8 +1,8 @@
 """Compact prompt forms: the engine hashes blocks without building per-token Python lists.
 
 A trace prompt is runs of repeated canonical ids (one run per trace block, the last one maybe
-partial); an authored prompt is an explicit token array. Output tokens the workload did not
-author are one value unique to the request, so blocks they fill are found again only by that
+partial); an authored prompt is an explicit token array. Blocks filled by output tokens the
+workload did not author get hashes private to the request, so they are found again only by that
 request (after a preemption), as with the reference's unique random outputs.
 """
 
@@ -11,9 +11,6 @@ from __future__ import annotations
 from array import array
 
 from ..kv import hashing
-
-_OUTPUT_TAG = 0x8000_0000
-
 
 class Prompt:
     __slots__ = ("length", "values", "lengths", "_hashes")
@@ -48,17 +45,33 @@ class Prompt:
 
     def extended_hashes(self, block_size, request, n_blocks):
         """Hashes of the first ``n_blocks`` blocks of prompt followed by generated tokens."""
+        prompt_hashes = self.block_hashes(block_size)
+        if n_blocks <= len(prompt_hashes):
+            return prompt_hashes
+        authored = request.output_token_ids
+        if authored is None:
+            # Outputs the workload did not author are unique to the request: only its own
+            # readmission can find these blocks, so a private hash chain stands for content.
+            out = array("Q", prompt_hashes)
+            salt = (request.uuid * _GOLDEN) & _MASK
+            for k in range(len(prompt_hashes), n_blocks):
+                out.append(_mix64(salt ^ (k + 1)))
+            return out
         out_needed = n_blocks * block_size - self.length
-        if out_needed <= 0:
-            return self.block_hashes(block_size)
         values = array("I", self.values)
         lengths = array("I", self.lengths)
-        authored = request.output_token_ids
-        if authored is not None:
-            for token in authored[:out_needed]:
-                values.append(token)
-                lengths.append(1)
-        else:
-            values.append(_OUTPUT_TAG | (request.uuid & 0x7FFF_FFFF))
-            lengths.append(out_needed)
+        for token in authored[:out_needed]:
+            values.append(token)
+            lengths.append(1)
         return hashing.seq_hashes_runs(values, lengths, block_size)
+
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix64(x):
+    """splitmix64 finalizer: spreads a counter over all 64 bits."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)

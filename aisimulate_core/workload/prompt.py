@@ -51,12 +51,13 @@ class Prompt:
         authored = request.output_token_ids
         if authored is None:
             # Outputs the workload did not author are unique to the request: only its own
-            # readmission can find these blocks, so a private hash chain stands for content.
-            out = array("Q", prompt_hashes)
-            salt = (request.uuid * _GOLDEN) & _MASK
-            for k in range(len(prompt_hashes), n_blocks):
-                out.append(_mix64(salt ^ (k + 1)))
-            return out
+            # readmission can find these blocks, so a chain salted with its uuid stands for
+            # their content.
+            parent = prompt_hashes[-1] if prompt_hashes else 0
+            extra = hashing.seq_hashes_runs(
+                array("I", [0]), array("I", [(n_blocks - len(prompt_hashes)) * block_size]),
+                block_size, parent=(parent ^ (request.uuid * _GOLDEN)) & _MASK)
+            return prompt_hashes + extra
         out_needed = n_blocks * block_size - self.length
         values = array("I", self.values)
         lengths = array("I", self.lengths)
@@ -69,9 +70,3 @@ class Prompt:
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
-
-def _mix64(x):
-    """splitmix64 finalizer: spreads a counter over all 64 bits."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)

@@ -594,7 +594,6 @@ def test_request_token_ids_are_tuples():
     "mutate, expected",
     [
         (lambda d: d["spec"]["engine"]["rank"].update(backend="sglang"), "$.spec.engine.rank.backend: 'sglang' is not supported yet"),
-        (lambda d: d["spec"]["engine"]["rank"].update(backend="trtllm"), "$.spec.engine.rank.backend: 'trtllm' is not supported yet"),
         (lambda d: d["spec"].update(topology=DISAGG), "$.spec.topology.kind: 'disaggregated' is not supported yet"),
         (lambda d: d["spec"].update(encoder={"instances": 1, "max_batch": 1, "preprocess_ms": 1, "forward_ms_by_batch": [1],
                                              "transfer_bytes_per_request": 1, "transfer_bandwidth_gb_s": 1}),
@@ -647,7 +646,7 @@ def test_default_values_of_unsupported_fields_are_accepted(rank):
 def test_support_list_is_data():
     scopes = {"payload", "spec", "topology", "engine", "rank", "traffic"}
     assert all(scope in scopes and isinstance(accepted, tuple) for scope, _, accepted in UNSUPPORTED)
-    assert ("rank", "backend", ("vllm",)) in UNSUPPORTED
+    assert ("topology", "kind", ("aggregated",)) in UNSUPPORTED
 
 
 # -- objects --------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 /*
- * aisim_cdef.h: the declarations cffi parses (ffi_build.py). They mirror
- * aisim.h without preprocessor lines, which cffi's parser does not take;
- * the build compiles both against each other, so a drift fails the build.
+ * aisim_cdef.h: every declaration of the C core, with no preprocessor lines
+ * so that cffi's parser reads it as the cdef (ffi_build.py); aisim.h
+ * includes it, so C and Python see one set of declarations.
  */
 enum aisim_status {
     AISIM_OK = 0,

@@ -20,19 +20,22 @@ from .worker import Worker
 _SEED_STRIDE = 1_000_003
 
 
+def provider_config(tm, path):
+    """(provider name, its config, the config's JSON path) of a ``timing_model``."""
+    if tm.type == "external":
+        # a non-object config goes to the provider as it is: the provider reports it
+        config = dict(tm.config) if isinstance(tm.config, dict) else (
+            {} if tm.config is None else tm.config)
+        return tm.provider, config, f"{path}.rank.timing_model.config"
+    config = dict(tm.params or {})
+    config["type"] = tm.type
+    return tm.type, config, f"{path}.rank.timing_model"
+
+
 def resolve_timing(registries, role_config, role, path):
     """Build the role's timing model from its ``timing_model`` config (a registry lookup)."""
     rank = role_config.rank
-    tm = rank.timing_model
-    if tm.type == "external":
-        name = tm.provider
-        config = dict(tm.config or {})
-        tm_path = f"{path}.rank.timing_model.config"
-    else:
-        name = tm.type
-        config = dict(tm.params or {})
-        config["type"] = tm.type
-        tm_path = f"{path}.rank.timing_model"
+    name, config, tm_path = provider_config(rank.timing_model, path)
     provider = registries.timing.get(name)
     model = provider.from_config(config, TimingContext(role, tm_path, rank, role_config))
     return StepTimer(model, speedup_ratio=rank.speedup_ratio,
@@ -79,14 +82,12 @@ def materialize_capacity(registries, role_config, role, path):
     rank = role_config.rank
     if role_config.num_gpu_blocks_is_explicit:
         return role_config
-    tm = rank.timing_model
-    name = tm.provider if tm.type == "external" else tm.type
+    name, config, tm_path = provider_config(rank.timing_model, path)
     provider = registries.timing.get(name)
     estimate = getattr(provider, "estimate_num_gpu_blocks", None)
     if estimate is None:
         return role_config
-    config = dict(tm.config or {}) if tm.type == "external" else dict(tm.params or {})
-    blocks = estimate(config, TimingContext(role, f"{path}.rank.timing_model", rank, role_config))
+    blocks = estimate(config, TimingContext(role, tm_path, rank, role_config))
     if not isinstance(blocks, int) or blocks <= 0:
         raise ConfigError(f"{path}.rank.num_gpu_blocks: timing provider '{name}' estimated "
                           f"{blocks!r} KV blocks; the model does not fit this deployment")

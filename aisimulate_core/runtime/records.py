@@ -37,7 +37,8 @@ def make_record(request, status):
         play_id=request.play_id,
         metadata=request.metadata,
         arrival_time_ms=request.arrival_ms,
-        dispatched_at_ms=None,                       # only agentic drivers dispatch
+        # only agentic requests report a dispatch time (when the driver handed them over)
+        dispatched_at_ms=request.dispatched_ms if request.play_id is not None else None,
         terminal_time_ms=request.terminal_ms,
         terminal_status=status,
         input_length=request.prompt_len,

@@ -177,6 +177,9 @@ class Simulation:
         collector.add_extra("kv_eviction_policy", "lru")
         collector.add_extra("committed_prefill_tokens",
                             sum(rank.committed_prefill_tokens for rank in ranks))
+        driver_extras = getattr(self.driver, "report_extras", None)
+        if driver_extras is not None:  # e.g. the agentic driver's trajectories
+            driver_extras(collector)
         return collector.finalize(wall_time_ms=self._wall_ms)
 
 

@@ -1,8 +1,24 @@
-"""Traffic of a payload -> the workload driver that feeds the runtime."""
+"""Traffic of a payload -> the workload driver that feeds the runtime.
+
+Trace traffic follows the reference binding: the format plugin loads the files into the
+core's model; a session ``Trace`` is validated, its session starts normalized and sped up,
+and replayed by timestamps or, with ``replay_concurrency``, in a closed loop over sessions;
+an ``AgenticTrace`` has its ``not_before_ms`` normalized and its timing sped up, and is
+replayed by the dependency-graph driver, which takes no concurrency cap and no time cutoff.
+"""
 
 from __future__ import annotations
 
+from ..errors import ConfigError, PluginError
+from ..spec.converter import show
+from ..spec.topology import AggregatedTopology
+from .agentic import AgenticDriver
 from .driver import TimedDriver
+from .graph import AgenticTrace
+from .sessions import SessionDriver
+from .trace import Trace, check_timestamped, validate_trace
+from .transforms import (normalize_graph_starts, normalize_session_starts, speed_up_graph,
+                         speed_up_timing)
 
 
 def build_driver(payload, registries, *, request_factories):
@@ -19,5 +35,60 @@ def build_driver(payload, registries, *, request_factories):
         from ..spec import resolve_synthetic
         from .synthetic import synthetic_driver
         return synthetic_driver(resolve_synthetic(traffic, spec)), None
-    fmt = registries.trace_formats.get(traffic.trace_format)
-    return fmt.build_driver(traffic, spec, registries), None
+    return trace_driver(payload, load_trace(traffic, registries)), None
+
+
+def load_trace(traffic, registries):
+    """Run the format plugin named by ``trace_format`` on the traffic's files."""
+    provider = registries.trace_formats.get(traffic.trace_format)
+    loaded = provider().load(traffic.paths, trace_block_size=traffic.trace_block_size)
+    if not isinstance(loaded, (Trace, AgenticTrace)):
+        raise PluginError(f"trace format '{traffic.trace_format}' returned "
+                          f"{type(loaded).__name__}, expected a Trace or an AgenticTrace")
+    return loaded
+
+
+def trace_driver(payload, loaded):
+    traffic = payload.traffic
+    ratio = traffic.arrival_speedup_ratio
+    if isinstance(loaded, AgenticTrace):
+        check_agentic_envelope(payload)
+        return AgenticDriver(speed_up_graph(normalize_graph_starts(loaded), ratio))
+    validate_trace(loaded)
+    trace = speed_up_timing(normalize_session_starts(loaded), ratio)
+    cap = traffic.replay_concurrency
+    if payload.spec.max_in_flight is not None:
+        cap = payload.spec.max_in_flight if cap is None else min(cap, payload.spec.max_in_flight)
+    if cap is None:
+        check_timestamped(trace)
+    # The reference replays a timestamped trace of lone turns as a flat request list, whose
+    # records carry no session; every other trace goes through its session driver.
+    return SessionDriver(trace, max_sessions=cap,
+                         session_metadata=cap is not None or not trace.is_single_turn())
+
+
+def check_agentic_envelope(payload):
+    """An agentic graph paces itself: no concurrency cap, no time cutoff, one aggregated pool,
+    and a target model must be named (the reference's rules)."""
+    traffic = payload.traffic
+    spec = payload.spec
+    why = f"for an agentic trace (trace_format '{traffic.trace_format}')"
+    problems = []
+    if not (traffic.execution_model or "").strip():
+        problems.append(f"$.traffic.execution_model: is required {why}")
+    if traffic.replay_concurrency is not None:
+        problems.append(f"$.traffic.replay_concurrency: is not allowed {why}, "
+                        f"got {traffic.replay_concurrency}")
+    if traffic.max_sim_time_ms is not None:
+        problems.append(f"$.traffic.max_sim_time_ms: is not allowed {why}, "
+                        f"got {show(traffic.max_sim_time_ms)}")
+    if spec.max_sim_time_ms is not None and traffic.max_sim_time_ms is None:
+        problems.append(f"$.spec.max_sim_time_ms: is not allowed {why}, "
+                        f"got {show(spec.max_sim_time_ms)}")
+    if spec.max_in_flight is not None:
+        problems.append(f"$.spec.max_in_flight: is not allowed {why}, got {spec.max_in_flight}")
+    if not isinstance(spec.topology, AggregatedTopology):
+        problems.append(f"$.spec.topology.kind: must be 'aggregated' {why}, "
+                        f"got '{spec.topology.kind}'")
+    if problems:
+        raise ConfigError("\n".join(problems))

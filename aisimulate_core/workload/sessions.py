@@ -1,78 +1,115 @@
-"""The in-memory trace every workload lowers to: sessions of turns (SEMANTICS 1, 5).
+"""The session driver: replays a ``Trace`` by timestamps or in a closed loop (SEMANTICS.md 5).
 
-A turn's prompt is given by hash ids at ``block_size`` granularity; raw ids are interned to
-dense canonical ids in first-seen order across the whole trace, and each id stands for
-``block_size`` copies of itself as tokens.
+Within a session turns are sequential and completion driven: turn k+1 is ready at the
+completion of turn k plus its think delay (authored timestamps of later turns only gave that
+delay). A completed or rejected turn lets the session go on; a cancelled or failed one ends it.
+
+* By timestamps (``max_sessions`` None) sessions are independent: each starts at its
+  (normalized, sped-up) first arrival, 0 when it has none.
+* Closed loop (``max_sessions`` = N): the first N sessions in trace order start at 0; a session
+  holds its slot through all its turns and think times, and when it ends the next pending
+  session starts at that moment. Authored starts are ignored.
+
+Ready turns wait in one heap keyed (ready time, session index, turn index), so requests ready
+at the same instant leave in session order, as in the reference.
+
+With ``session_metadata`` requests carry their session id and turn index (records show them,
+placement sees the session); without, they look like independent requests.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
+
 from ..engine.request import SimRequest
+from .delta import History, OutputPlanner
+from .driver import WorkloadDriver
 from .prompt import Prompt
 
-
-class Turn:
-    __slots__ = ("input_length", "max_output_tokens", "hash_ids", "delay_ms", "request_id",
-                 "output_token_ids", "metadata", "priority")
-
-    def __init__(self, input_length, max_output_tokens, hash_ids, delay_ms=0.0, *,
-                 request_id=None, output_token_ids=None, metadata=None, priority=0):
-        self.input_length = input_length
-        self.max_output_tokens = max_output_tokens
-        self.hash_ids = hash_ids          # canonical (interned) ids
-        self.delay_ms = delay_ms          # think time after the previous turn completed
-        self.request_id = request_id
-        self.output_token_ids = output_token_ids
-        self.metadata = metadata
-        self.priority = priority
+# terminal statuses after which the session goes on with its next turn
+_CONTINUES = frozenset(("completed", "rejected"))
 
 
-class Session:
-    """Full-prompt session: every turn carries its whole prompt."""
+class SessionDriver(WorkloadDriver):
+    def __init__(self, trace, *, max_sessions=None, session_metadata=True):
+        self.sessions = trace.sessions
+        self.session_metadata = session_metadata
+        self.block_size = trace.block_size
+        self.total = trace.total_turns
+        self.max_sessions = max_sessions
+        self._heap = []
+        self._active = 0
+        self._next_pending = 0
+        self._histories = None
+        self._planned = None
+        if trace.accumulate_deltas:
+            self._plan_outputs()
+        if max_sessions is None:
+            self._heap = [(s.start_ms or 0.0, i, 0) for i, s in enumerate(self.sessions)]
+            heapq.heapify(self._heap)
+            self._next_pending = len(self.sessions)
+        else:
+            self._activate(0.0)
 
-    __slots__ = ("session_id", "start_ms", "turns", "block_size", "named")
+    def _plan_outputs(self):
+        # planned in session/turn order at setup, as the reference does
+        planner = OutputPlanner()
+        self._histories = [History() for _ in self.sessions]
+        self._planned = [
+            [turn.output_token_ids if turn.output_token_ids is not None
+             else planner.plan(turn.max_output_tokens) for turn in session.turns]
+            for session in self.sessions]
 
-    def __init__(self, session_id, start_ms, turns, block_size, *, named=True):
-        self.session_id = session_id
-        self.start_ms = start_ms
-        self.turns = turns
-        self.block_size = block_size
-        self.named = named                # False: a row without session id (placement sees none)
+    def _activate(self, now_ms):
+        sessions = self.sessions
+        while self._active < self.max_sessions and self._next_pending < len(sessions):
+            heapq.heappush(self._heap, (now_ms, self._next_pending, 0))
+            self._next_pending += 1
+            self._active += 1
 
-    def prompt_for(self, turn_index):
-        turn = self.turns[turn_index]
-        return Prompt.from_hash_ids(turn.hash_ids, turn.input_length, self.block_size)
+    # ------------------------------------------------------------------ runtime contract
+    def next_ready_ms(self):
+        return self._heap[0][0] if self._heap else math.inf
 
-    def make(self, turn_index, now_ms):
-        turn = self.turns[turn_index]
-        return SimRequest(
-            0, self.prompt_for(turn_index), turn.max_output_tokens, now_ms,
-            request_id=turn.request_id,
-            session_id=self.session_id if self.named else None,
-            turn_index=turn_index if self.named else None,
-            metadata=turn.metadata,
-            output_token_ids=turn.output_token_ids,
-            driver_ref=(self, turn_index))
-
-    def on_turn_completed(self, request, turn_index):
-        pass
-
-
-class Interner:
-    """Raw hash ids (any int) to dense u32 ids in first-seen order."""
-
-    __slots__ = ("ids",)
-
-    def __init__(self):
-        self.ids = {}
-
-    def __call__(self, raw):
-        ids = self.ids
+    def pop_ready(self, now_ms, limit):
+        heap = self._heap
+        if not heap or heap[0][0] > now_ms:
+            return ()  # the runtime asks at every event; most of the time nothing is due
         out = []
-        for key in raw:
-            value = ids.get(key)
-            if value is None:
-                value = len(ids)
-                ids[key] = value
-            out.append(value)
+        while heap and heap[0][0] <= now_ms and len(out) < limit:
+            _, index, turn = heapq.heappop(heap)
+            out.append(self._request(index, turn, now_ms))
         return out
+
+    def _request(self, index, turn_index, now_ms):
+        session = self.sessions[index]
+        turn = session.turns[turn_index]
+        if self._histories is None:
+            prompt = Prompt.from_hash_ids(turn.hash_ids, turn.input_length, self.block_size)
+            outputs = turn.output_token_ids
+        else:
+            history = self._histories[index]
+            history.add_input(turn.hash_ids, turn.input_length, self.block_size)
+            prompt = Prompt(*history.runs())
+            outputs = self._planned[index][turn_index]
+        named = self.session_metadata
+        return SimRequest(0, prompt, turn.max_output_tokens, now_ms,
+                          session_id=session.session_id if named else None,
+                          turn_index=turn_index if named else None,
+                          output_token_ids=outputs, driver_ref=(index, turn_index))
+
+    def on_terminal(self, request, now_ms, status):
+        index, turn_index = request.driver_ref
+        turns = self.sessions[index].turns
+        following = turn_index + 1
+        if status in _CONTINUES and following < len(turns):
+            if status == "completed" and self._histories is not None:
+                self._histories[index].add_outputs(request.output_token_ids, request.generated)
+            heapq.heappush(self._heap, (now_ms + turns[following].delay_ms, index, following))
+        elif self.max_sessions is not None:
+            self._active -= 1
+            self._activate(now_ms)
+
+
+__all__ = ["SessionDriver"]

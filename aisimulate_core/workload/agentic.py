@@ -1,0 +1,201 @@
+"""The agentic driver: replays an ``AgenticTrace`` dependency graph (SEMANTICS.md 5).
+
+Each node is one request. A root is ready at its ``not_before_ms``; any other node when its
+last dependency fires, at ``max(not_before_ms, max over edges of fire time + delay)``.
+Dispatch edges fire when their source is handed to the runtime, completion edges when it
+completes. A rejected, cancelled or failed node fails its play: the play's nodes not yet
+dispatched are skipped, those in flight still run. A play is a trajectory; its end-to-end
+latency is its last terminal minus its first root dispatch, counted for completed plays only.
+
+The report also gets the graph's identity (without the reference's BLAKE3 graph digest), each
+play's outcome and the count of lifecycle events: a dispatched node contributes three
+(dispatch, terminal, quiescence), a skipped node one, a settled play one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from ..engine.request import SimRequest
+from .prompt import Prompt
+from .trace import HashInterner
+from .driver import WorkloadDriver
+
+BLOCKED, READY, EMITTED, COMPLETED, FAILED, SKIPPED = range(6)
+
+
+class _PlayState:
+    __slots__ = ("play", "in_flight", "completed", "failed", "root_dispatch_ms",
+                 "max_terminal_ms", "failure", "failed_at_ms")
+
+    def __init__(self, play):
+        self.play = play
+        self.in_flight = 0
+        self.completed = 0
+        self.failed = False
+        self.root_dispatch_ms = None
+        self.max_terminal_ms = None
+        self.failure = None                   # (request_id, status) of the first failure
+        self.failed_at_ms = None
+
+    def settled(self):
+        return self.in_flight == 0 and (self.failed or self.completed == len(self.play.nodes))
+
+
+class AgenticDriver(WorkloadDriver):
+    def __init__(self, graph):
+        nodes = graph.nodes
+        self.graph = graph
+        self.block_size = graph.block_size
+        self.total = len(nodes)
+        interner = HashInterner()
+        self._hash_ids = [interner(node.hash_ids) for node in nodes]
+        n = len(nodes)
+        self._state = [BLOCKED] * n
+        self._remaining = [len(node.dependencies) for node in nodes]
+        self._ready_after = [node.not_before_ms for node in nodes]
+        self._on_dispatch = [[] for _ in range(n)]
+        self._on_completion = [[] for _ in range(n)]
+        for target, node in enumerate(nodes):
+            for dep in node.dependencies:
+                edges = self._on_dispatch if dep.trigger == "dispatch" else self._on_completion
+                edges[graph.index[dep.request_id]].append((target, dep.delay_ms))
+        self._plays = [_PlayState(play) for play in graph.plays]
+        self._play_of = [0] * n
+        self._is_root = [False] * n
+        for p, play in enumerate(graph.plays):
+            for i in play.nodes:
+                self._play_of[i] = p
+            for i in play.roots:
+                self._is_root[i] = True
+        self.lifecycle_events = 0             # counted as the module doc says
+        self._heap = []
+        for play in graph.plays:
+            for root in play.roots:
+                self._schedule(root, self._ready_after[root])
+
+    def _schedule(self, node, ready_ms):
+        if self._state[node] == BLOCKED:
+            self._state[node] = READY
+            heapq.heappush(self._heap, (ready_ms, node))
+
+    def _release(self, edges, now_ms):
+        state, remaining, ready_after = self._state, self._remaining, self._ready_after
+        for target, delay_ms in edges:
+            if state[target] != BLOCKED:
+                continue
+            remaining[target] -= 1
+            fire = now_ms + delay_ms
+            if fire > ready_after[target]:
+                ready_after[target] = fire
+            if remaining[target] == 0:
+                self._schedule(target, ready_after[target])
+
+    # ------------------------------------------------------------------ runtime contract
+    def next_ready_ms(self):
+        heap = self._heap
+        while heap and self._state[heap[0][1]] != READY:
+            heapq.heappop(heap)             # a skipped node's stale entry
+        return heap[0][0] if heap else math.inf
+
+    def pop_ready(self, now_ms, limit):
+        out = []
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms and len(out) < limit:
+            ready_ms, index = heapq.heappop(heap)
+            if self._state[index] != READY:
+                continue
+            out.append(self._request(index, ready_ms))
+            self._state[index] = EMITTED
+            self.lifecycle_events += 1
+            play = self._plays[self._play_of[index]]
+            play.in_flight += 1
+            if self._is_root[index] and (play.root_dispatch_ms is None
+                                         or now_ms < play.root_dispatch_ms):
+                play.root_dispatch_ms = now_ms
+            # a dispatch edge with no delay may release a node into this very call
+            self._release(self._on_dispatch[index], now_ms)
+        return out
+
+    def _request(self, index, ready_ms):
+        node = self.graph.nodes[index]
+        prompt = Prompt.from_hash_ids(self._hash_ids[index], node.input_length, self.block_size)
+        return SimRequest(0, prompt, node.max_output_tokens, ready_ms,
+                          request_id=node.request_id, session_id=node.session_id,
+                          play_id=node.play_id, output_token_ids=node.output_token_ids,
+                          driver_ref=index)
+
+    def on_terminal(self, request, now_ms, status):
+        index = request.driver_ref
+        play = self._plays[self._play_of[index]]
+        if play.max_terminal_ms is None or now_ms > play.max_terminal_ms:
+            play.max_terminal_ms = now_ms
+        if status == "completed":
+            self._state[index] = COMPLETED
+            play.completed += 1
+            if not play.failed:
+                self._release(self._on_completion[index], now_ms)
+        else:
+            self._state[index] = FAILED
+            if not play.failed:
+                play.failed = True
+                play.failure = (self.graph.nodes[index].request_id, status)
+                play.failed_at_ms = now_ms
+                state = self._state
+                for i in play.play.nodes:
+                    if state[i] == BLOCKED or state[i] == READY:
+                        state[i] = SKIPPED
+                        self.lifecycle_events += 1
+        play.in_flight -= 1
+        self.lifecycle_events += 2 + play.settled()
+
+    # ------------------------------------------------------------------ report
+    def trajectories(self):
+        """(plays, e2e latency of each completed play in play order)."""
+        latencies = []
+        for play in self._plays:
+            if play.failed or play.completed != len(play.play.nodes):
+                continue
+            if play.root_dispatch_ms is not None and play.max_terminal_ms is not None:
+                latencies.append(play.max_terminal_ms - play.root_dispatch_ms)
+        return len(self._plays), latencies
+
+    def play_outcomes(self):
+        outcomes = []
+        for play in self._plays:
+            entry = {"play_id": play.play.play_id}
+            if play.failed:
+                entry["status"] = "failed"
+            elif play.completed == len(play.play.nodes):
+                entry["status"] = "completed"
+            else:
+                entry["status"] = "incomplete"
+            if entry["status"] != "incomplete":
+                # decided at the first failure or the last completion; settled when the
+                # last request in flight ended
+                entry["causal_terminal_ms"] = (play.failed_at_ms if play.failed
+                                               else play.max_terminal_ms)
+                entry["settled_at_ms"] = play.max_terminal_ms
+            if play.failure is not None:
+                entry["failure_request_id"], entry["failure_status"] = play.failure
+            outcomes.append(entry)
+        return outcomes
+
+    def report_extras(self, collector):
+        total, latencies = self.trajectories()
+        collector.set_trajectories(total=total, completed=len(latencies),
+                                   e2e_latencies_ms=latencies)
+        graph = self.graph
+        collector.add_extra("agentic_graph", {
+            "source": {"format": graph.source_format, "digest": graph.source_digest},
+            "block_size": graph.block_size,
+            "node_count": len(graph.nodes),
+            "play_count": len(graph.plays),
+            "source_models": graph.models(),
+        })
+        collector.add_extra("agentic_lifecycle_event_count", self.lifecycle_events)
+        collector.add_extra("agentic_play_outcomes", self.play_outcomes())
+
+
+__all__ = ["AgenticDriver"]

@@ -1,0 +1,34 @@
+"""The trace-format provider contract (hook ``aisimulate_register_trace_formats``).
+
+A provider is a class with ``NAME`` (the payload's ``traffic.trace_format``) and a ``load``
+method; the core instantiates it without arguments once per run::
+
+    class MyFormat(TraceFormat):
+        NAME = "my_format"
+
+        def load(self, paths, *, trace_block_size):
+            ...
+            return Trace(trace_block_size, sessions)      # or an AgenticTrace
+
+``paths`` are the payload's trace files as given (relative to the working directory); only
+``dynamo`` may receive several. ``trace_block_size`` is the payload's value: 512 unless set,
+or None for formats that embed their own block size (``dynamo``, ``weka``).
+
+``load`` parses and checks the rows: a bad row raises ``TraceError`` naming the file, the
+line and the field ("trace.jsonl:3: output_length: is required"). It returns the core's model
+(``workload.trace.Trace`` of sessions and turns, or ``workload.graph.AgenticTrace``) and does
+nothing else: the core validates the model, normalizes starts, applies the speed-up and
+chooses the driver.
+"""
+
+from __future__ import annotations
+
+
+class TraceFormat:
+    NAME = ""
+
+    def load(self, paths, *, trace_block_size):
+        raise NotImplementedError
+
+
+__all__ = ["TraceFormat"]

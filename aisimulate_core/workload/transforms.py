@@ -1,0 +1,52 @@
+"""Timing transforms applied to a loaded trace before replay (SEMANTICS.md 1.8).
+
+Both work in place and return the trace. Sessions without a start keep None.
+"""
+
+from __future__ import annotations
+
+
+def normalize_session_starts(trace):
+    """Shift every session start so that the earliest is 0."""
+    starts = [s.start_ms for s in trace.sessions if s.start_ms is not None]
+    if starts:
+        first = min(starts)
+        for session in trace.sessions:
+            if session.start_ms is not None:
+                session.start_ms -= first
+    return trace
+
+
+def speed_up_timing(trace, ratio):
+    """Divide session starts and think delays by ``ratio`` (> 0)."""
+    if ratio == 1.0:
+        return trace  # x / 1.0 == x: nothing to do
+    for session in trace.sessions:
+        if session.start_ms is not None:
+            session.start_ms /= ratio
+        for turn in session.turns:
+            turn.delay_ms /= ratio
+    return trace
+
+
+def normalize_graph_starts(graph):
+    """Shift every node's ``not_before_ms`` so that the earliest is 0."""
+    first = min(node.not_before_ms for node in graph.nodes)
+    for node in graph.nodes:
+        node.not_before_ms -= first
+    return graph
+
+
+def speed_up_graph(graph, ratio):
+    """Divide ``not_before_ms`` and every dependency delay by ``ratio`` (> 0)."""
+    if ratio == 1.0:
+        return graph
+    for node in graph.nodes:
+        node.not_before_ms /= ratio
+        for dep in node.dependencies:
+            dep.delay_ms /= ratio
+    return graph
+
+
+__all__ = ["normalize_graph_starts", "normalize_session_starts", "speed_up_graph",
+           "speed_up_timing"]

@@ -1,0 +1,138 @@
+"""``mooncake`` and ``mooncake-delta``: one JSON request per line (SEMANTICS.md 1.1, 1.2).
+
+Rows with the same ``session_id`` are the turns of one session in file order; a row without
+one is a session of its own. A later turn's think delay is its ``delay`` when given, else the
+gap between its ``timestamp`` and the session's previous timestamp, else 0. ``input_length``
+defaults to the capacity of ``hash_ids`` (ids x trace block size). Raw hash ids are interned
+in first-seen order across the file.
+
+``mooncake-delta`` reads the same rows; each later turn's ``input_length``/``hash_ids``
+describe only its new input, which the core appends to the session's history.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from aisimulate_core.workload.formats import TraceFormat
+from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
+
+from .rows import (I32, U32, NonNegative, check_u64, decode_rows, fail, first_of, nonblank,
+                   read_lines)
+
+
+class MooncakeRow(msgspec.Struct, kw_only=True):
+    request_id: str | None = None
+    session_id: str | None = None
+    input_length: NonNegative | None = None
+    input_tokens: NonNegative | None = None          # alias of input_length
+    output_length: NonNegative | None = None
+    output_tokens: NonNegative | None = None         # alias of output_length
+    output_token_ids: list[U32] | None = None
+    hash_ids: list[NonNegative] | None = None
+    timestamp: float | None = None
+    created_time: float | None = None                # alias of timestamp
+    delay: float | None = None
+    delay_ms: float | None = None                    # alias of delay
+    priority: I32 | None = None
+    strict_priority: U32 | None = None
+    policy_class: str | None = None
+
+
+class MooncakeBuilder:
+    """Rows -> sessions, one row at a time (also used for Dynamo's standard traces)."""
+
+    def __init__(self, block_size):
+        self.block_size = block_size
+        self.intern = HashInterner()
+        self.sessions = []
+        self._by_id = {}
+        self._last_timestamp = []
+
+    def add(self, where, ordinal, session_id, input_length, output_length, hash_ids,
+            timestamp=None, delay=None, output_token_ids=None, priority=None,
+            strict_priority=None, policy_class=None):
+        """``ordinal`` (1-based row position) names a session without an id, as the
+        reference does (``request_<ordinal>``), so ids share one namespace."""
+        if hash_ids is None:
+            fail(where, "hash_ids", "is required")
+        if output_length is None:
+            fail(where, "output_length", "is required")
+        check_u64(where, "hash_ids", hash_ids)
+        capacity = len(hash_ids) * self.block_size
+        if input_length is None:
+            input_length = capacity
+        elif input_length > capacity:
+            fail(where, "input_length", f"{input_length} exceeds the capacity of hash_ids, "
+                 f"{len(hash_ids)} x trace_block_size {self.block_size} = {capacity} tokens")
+        key = session_id if session_id is not None else f"request_{ordinal}"
+        index = self._by_id.get(key)
+        if index is None:
+            index = self._by_id[key] = len(self.sessions)
+            self.sessions.append(Session(key, timestamp, [], where=where))
+            self._last_timestamp.append(timestamp)
+        session = self.sessions[index]
+        if not session.turns:
+            delay_ms = 0.0 if delay is None else delay  # the core rejects a non-zero one
+        elif delay is not None:
+            delay_ms = delay
+        elif timestamp is not None:
+            previous = self._last_timestamp[index]
+            if previous is None:
+                fail(where, "timestamp", f"cannot give a think delay: no earlier row of "
+                     f"session {key!r} has a timestamp (set delay instead)")
+            delay_ms = timestamp - previous
+            if delay_ms < 0:
+                fail(where, "timestamp", f"{timestamp} is earlier than the previous row of "
+                     f"session {key!r} ({previous})")
+        else:
+            delay_ms = 0.0
+        session.turns.append(Turn(
+            input_length, output_length, self.intern(hash_ids), delay_ms,
+            output_token_ids=output_token_ids, priority=priority or 0,
+            strict_priority=strict_priority or 0, policy_class=policy_class, where=where))
+        if timestamp is not None:
+            self._last_timestamp[index] = timestamp
+
+    def trace(self, *, accumulate_deltas=False):
+        return Trace(self.block_size, self.sessions, accumulate_deltas=accumulate_deltas)
+
+
+def load_mooncake(path, block_size, *, accumulate_deltas=False):
+    numbers, lines = nonblank(read_lines(path))
+    if not lines:
+        fail(path, "", "holds no requests")
+    builder = MooncakeBuilder(block_size)
+    add = builder.add
+    for number, row in zip(numbers, decode_rows(path, MooncakeRow, numbers, lines)):
+        where = f"{path}:{number}"
+        add(where, number, row.session_id,
+            first_of(where, row, "input_length", "input_tokens"),
+            first_of(where, row, "output_length", "output_tokens"),
+            row.hash_ids,
+            timestamp=first_of(where, row, "timestamp", "created_time"),
+            delay=first_of(where, row, "delay", "delay_ms"),
+            output_token_ids=row.output_token_ids, priority=row.priority,
+            strict_priority=row.strict_priority, policy_class=row.policy_class)
+    return builder.trace(accumulate_deltas=accumulate_deltas)
+
+
+class Mooncake(TraceFormat):
+    """Every turn carries its whole prompt."""
+
+    NAME = "mooncake"
+
+    def load(self, paths, *, trace_block_size):
+        return load_mooncake(paths[0], trace_block_size or 512)
+
+
+class MooncakeDelta(TraceFormat):
+    """Later turns carry only their new input; prompts accumulate per session."""
+
+    NAME = "mooncake-delta"
+
+    def load(self, paths, *, trace_block_size):
+        return load_mooncake(paths[0], trace_block_size or 512, accumulate_deltas=True)
+
+
+__all__ = ["Mooncake", "MooncakeBuilder", "MooncakeDelta", "MooncakeRow", "load_mooncake"]

@@ -14,6 +14,7 @@ queue in order, which is the reference behaviour itself.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections import deque
 
 from ..errors import SimulationError
@@ -58,6 +59,8 @@ class VllmRank(RankBase):
         self.finishing = {}          # pass index -> requests whose last token is in that pass
         self._init_pass_history()
         self._ready = []             # partial requests whose last known token is computed
+        self._macro_ends = None      # end times of a pass extended by decode-only passes
+        self._plain_decode = False   # the pass just formed only decodes open stretches
         self._rejected = []          # rejected while forming the pass; terminal at its end
         self.pass_end_ms = 0.0
         self.preemptions = 0
@@ -103,10 +106,7 @@ class VllmRank(RankBase):
         self._pf_prefix = 0
         if fast:
             if crossing:
-                self.pool.allocate_each(array("i", [r.seq for r in crossing]))
-                for r in crossing:
-                    r.held_blocks += 1
-                self.held_total += len(crossing)
+                self._grow_decoders(P)
             for r in partial:
                 self._run_chunk(r, r.prompt_len + r.generated - r.computed)
             budget -= demand
@@ -119,6 +119,8 @@ class VllmRank(RankBase):
                 self._stalled(budget)
         ready = [r for r in self.partial if r.computed >= r.prompt_len + r.generated]
         self._ready = ready
+        self._plain_decode = (fast and not self.partial and not self._rejected
+                              and not self._pf_count and P not in self.finishing)
         n = self.n_dec
         active = self.sum_base + n * P
         for r in ready:
@@ -132,6 +134,81 @@ class VllmRank(RankBase):
         decode = self.timer.decode(n, active, active // n, self.total_kv_tokens) if n else 0.0
         self.pass_end_ms = (now_ms + prefill) + decode
         return self.pass_end_ms
+
+    # ------------------------------------------------------------------ decode-only runs
+    def extend(self, horizon_ms, cutoff_ms, max_passes=4096):
+        """Lengthen the pass just formed by the decode-only passes that follow it.
+
+        They change nothing but token counts until a request finishes, the KV pool would run
+        out, a new request could join (``horizon_ms``: the next known arrival) or the run's
+        time limit; the runtime calls ``truncate`` if an unforeseen request arrives meanwhile.
+        Returns the end time of the last pass.
+        """
+        if not self._plain_decode or self.n_dec == 0:
+            return self.pass_end_ms
+        P0 = self.pass_index
+        bs = self.block_size
+        buckets = self.buckets
+        finishing = self.finishing
+        n = self.n_dec
+        base = self.sum_base
+        total_kv = self.total_kv_tokens
+        decode = self.timer.decode
+        room = self.pool.allocatable()
+        end = self.pass_end_ms
+        ends = [end]
+        for P in range(P0 + 1, P0 + max_passes):
+            if end >= horizon_ms:
+                break
+            need = len(buckets[P % bs])
+            if need > room:
+                break
+            active = base + n * P
+            nxt = end + decode(n, active, active // n, total_kv)
+            if nxt > cutoff_ms:
+                break
+            room -= need
+            end = nxt
+            ends.append(end)
+            if P in finishing:
+                break
+        if len(ends) > 1:
+            self._macro_ends = ends
+            self.pass_end_ms = end
+        return self.pass_end_ms
+
+    def truncate(self, arrival_ms):
+        """A request arrived during extended passes: stop after the pass in flight at
+        ``arrival_ms`` so that the request joins the next one. Returns the new end time."""
+        ends = self._macro_ends
+        if ends is None:
+            return self.pass_end_ms
+        i = bisect_left(ends, arrival_ms)
+        if i < len(ends) - 1:
+            if i == 0:
+                self._macro_ends = None
+            else:
+                del ends[i + 1:]
+            self.pass_end_ms = ends[i]
+        return self.pass_end_ms
+
+    def _complete_extension(self):
+        """Record the decode-only passes before the last one of an extended pass."""
+        ends = self._macro_ends
+        self._macro_ends = None
+        self._pass_done(ends[0])
+        for end in ends[1:-1]:
+            self._grow_decoders(self.pass_index)
+            self._pass_done(end)
+        self._grow_decoders(self.pass_index)
+
+    def _grow_decoders(self, P):
+        crossing = self.buckets[P % self.block_size]
+        if crossing:
+            self.pool.allocate_each(array("i", [r.seq for r in crossing]))
+            for r in crossing:
+                r.held_blocks += 1
+            self.held_total += len(crossing)
 
     def _run_chunk(self, r, tokens):
         """Compute ``tokens`` more known tokens of a request outside an open stretch."""
@@ -322,6 +399,8 @@ class VllmRank(RankBase):
 
     # ------------------------------------------------------------------ pass completion
     def complete(self):
+        if self._macro_ends is not None:
+            self._complete_extension()
         end_ms = self.pass_end_ms
         P = self.pass_index
         self._pass_done(end_ms)

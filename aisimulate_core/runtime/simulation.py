@@ -17,6 +17,7 @@ from ..runtime.event_queue import EventQueue
 from .records import make_record
 
 PASS_DONE = 0
+_GEN_MASK = 0xFFFF_FFFF
 
 
 class _RankEvents:
@@ -109,21 +110,32 @@ class Simulation:
         workers = self.workers
         dirty = self._dirty
         while queue.peek_time() <= t:
-            _, _, idx = queue.pop()
-            workers[idx].complete_pass()
+            _, _, ident = queue.pop()
+            idx = ident >> 32
+            worker = workers[idx]
+            if not worker.busy or worker.generation != ident & _GEN_MASK:
+                continue  # the pass was cut short and rescheduled earlier
+            worker.complete_pass()
             dirty.add(idx)
         limit = (self.max_in_flight - self.in_flight) if self.max_in_flight is not None else 1 << 62
         if limit > 0:
             for request in self.driver.pop_ready(t, limit):
                 self._place(request, t)
         if dirty:
+            horizon = self._arrival_horizon()
             for idx in sorted(dirty):
                 worker = workers[idx]
                 if not worker.busy:
-                    end = worker.start_pass(t)
+                    end = worker.start_pass(t, horizon, self.max_sim_time_ms)
                     if end is not None:
-                        queue.push(end, PASS_DONE, idx)
+                        queue.push(end, PASS_DONE, (idx << 32) | worker.generation)
             dirty.clear()
+
+    def _arrival_horizon(self):
+        """The earliest time a known request could arrive; passes starting later may see it."""
+        if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
+            return math.inf  # a completion must free a slot first; truncation covers that
+        return self.driver.next_ready_ms()
 
     def _place(self, request, now_ms):
         request.uuid = self._next_uuid
@@ -143,6 +155,10 @@ class Simulation:
                               f"out of range for dp_size {len(worker.ranks)}")
         worker.ranks[dp_rank].submit(request)
         self._dirty.add(w_idx)
+        if worker.busy:
+            end = worker.truncate(now_ms)
+            if end is not None:
+                self.queue.push(end, PASS_DONE, (w_idx << 32) | worker.generation)
         if self.on_event is not None:
             self.on_event("arrival", now_ms, request)
 

@@ -382,8 +382,25 @@ class StreamingDistribution:
         """A distribution holding a histogram of (value, multiplicity) pairs."""
         pairs = [(v, c) for v, c in items if c > 0 and math.isfinite(v)]
         dist = cls(alpha, max_bins)
+        sketch = dist.sketch
+        # bin first, then feed the store once per bin: a replay has one value per engine pass
+        lowest = sketch.min_indexable
+        multiplier = sketch.multiplier
+        log = math.log
+        ceil = math.ceil
+        bins: dict[int, int] = {}
         for value, count in pairs:
-            dist.sketch.add(value, count)
+            if value >= lowest:
+                key = ceil(log(value) * multiplier)
+                bins[key] = bins.get(key, 0) + count
+            else:
+                sketch.add(value, count)
+        for key in sorted(bins):
+            sketch.positive.add(key, bins[key])
+        if pairs:
+            values = [v for v, _ in pairs]
+            sketch.min = min(sketch.min, min(values))
+            sketch.max = max(sketch.max, max(values))
         dist.moments = Welford.from_counts(pairs)
         return dist
 

@@ -8,6 +8,8 @@ finished request's token times and its inter-token gaps follow without per-token
 from __future__ import annotations
 
 from array import array
+from itertools import accumulate
+from operator import sub
 
 
 class RankBase:
@@ -52,17 +54,11 @@ class RankBase:
 
     def itl_gaps(self):
         """(gap values, multiplicities) of every recorded gap on this rank."""
-        values = []
-        counts = []
-        running_count = 0
         ends = self.pass_ends
-        diff = self.itl_diff
-        for i in range(len(ends) - 1):
-            running_count += diff[i]
-            if running_count:
-                values.append(ends[i + 1] - ends[i])
-                counts.append(running_count)
-        for gap in self.extra_gaps:
-            values.append(gap)
-            counts.append(1)
+        pairs = [(gap, count) for gap, count in zip(map(sub, ends[1:], ends[:-1]),
+                                                   accumulate(self.itl_diff)) if count]
+        values = [gap for gap, _ in pairs]
+        counts = [count for _, count in pairs]
+        values.extend(self.extra_gaps)
+        counts.extend([1] * len(self.extra_gaps))
         return values, counts

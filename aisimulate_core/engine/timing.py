@@ -113,9 +113,9 @@ def modeled_ms(raw_ms, ratio):
     A ratio of 0 means unscaled.
     """
     d = _nanos(raw_ms / 1000.0)
-    if ratio > 0 and d > 0:
+    if ratio > 0 and ratio != 1.0 and d > 0:
         d = _nanos(_secs(d) / ratio)
-    return _secs(_nanos(_secs(d) * 1000.0 / 1000.0)) * 1000.0
+    return _secs(d) * 1000.0
 
 
 class StepTimer:
@@ -125,7 +125,7 @@ class StepTimer:
     many times, so every distinct argument tuple is evaluated once.
     """
 
-    __slots__ = ("model", "prefill_ratio", "decode_ratio", "_prefill_memo", "_decode_memo", "name")
+    __slots__ = ("model", "prefill_ratio", "decode_ratio", "_prefill_memo", "decode_memo", "name")
 
     def __init__(self, model, *, speedup_ratio=1.0, decode_speedup_ratio=1.0, name="timing"):
         self.model = model
@@ -133,7 +133,7 @@ class StepTimer:
         self.prefill_ratio = speedup_ratio
         self.decode_ratio = speedup_ratio * decode_speedup_ratio
         self._prefill_memo = {}
-        self._decode_memo = {}
+        self.decode_memo = {}
 
     def prefill(self, batch_size, mean_isl, mean_prefix):
         """Modeled prefill time; 0 when nothing new is computed (fully cached prompt)."""
@@ -153,7 +153,7 @@ class StepTimer:
         if batch_size <= 0:
             return 0.0
         key = (batch_size, active_kv_tokens, mean_context_length, total_kv_tokens)
-        value = self._decode_memo.get(key)
+        value = self.decode_memo.get(key)
         if value is None:
             raw = self.model.decode_ms(batch_size, active_kv_tokens, mean_context_length,
                                        total_kv_tokens)
@@ -162,6 +162,6 @@ class StepTimer:
             if raw < 0:
                 raise SimulationError(f"{self.name}: decode time is negative for {key}: {raw!r}")
             value = modeled_ms(float(raw), self.decode_ratio)
-            if len(self._decode_memo) < 1_000_000:
-                self._decode_memo[key] = value
+            if len(self.decode_memo) < 1_000_000:
+                self.decode_memo[key] = value
         return value

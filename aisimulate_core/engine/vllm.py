@@ -148,11 +148,12 @@ class VllmRank(RankBase):
             return self.pass_end_ms
         P0 = self.pass_index
         bs = self.block_size
-        buckets = self.buckets
+        crossing_sizes = [len(bucket) for bucket in self.buckets]
         finishing = self.finishing
         n = self.n_dec
         base = self.sum_base
         total_kv = self.total_kv_tokens
+        memo = self.timer.decode_memo
         decode = self.timer.decode
         room = self.pool.allocatable()
         end = self.pass_end_ms
@@ -160,11 +161,14 @@ class VllmRank(RankBase):
         for P in range(P0 + 1, P0 + max_passes):
             if end >= horizon_ms:
                 break
-            need = len(buckets[P % bs])
+            need = crossing_sizes[P % bs]
             if need > room:
                 break
             active = base + n * P
-            nxt = end + decode(n, active, active // n, total_kv)
+            step = memo.get((n, active, active // n, total_kv))
+            if step is None:
+                step = decode(n, active, active // n, total_kv)
+            nxt = end + step
             if nxt > cutoff_ms:
                 break
             room -= need
@@ -193,14 +197,28 @@ class VllmRank(RankBase):
         return self.pass_end_ms
 
     def _complete_extension(self):
-        """Record the decode-only passes before the last one of an extended pass."""
+        """Record the decode-only passes before the last one of an extended pass, and give
+        every decoder the KV blocks it grew into over all the extra passes at once."""
         ends = self._macro_ends
         self._macro_ends = None
-        self._pass_done(ends[0])
-        for end in ends[1:-1]:
-            self._grow_decoders(self.pass_index)
-            self._pass_done(end)
-        self._grow_decoders(self.pass_index)
+        first = self.pass_index + 1          # the first pass's blocks came at scheduling
+        self.pass_ends.extend(ends[:-1])
+        self.itl_diff.frombytes(bytes(8 * (len(ends) - 1)))
+        self.pass_index += len(ends) - 1
+        last = self.pass_index
+        bs = self.block_size
+        pool = self.pool
+        grown = 0
+        for key, bucket in enumerate(self.buckets):
+            if bucket:
+                # passes P in [first, last] with P % bs == key
+                blocks = (last - key) // bs - (first - 1 - key) // bs
+                if blocks:
+                    for r in bucket:
+                        pool.allocate(r.seq, blocks)
+                        r.held_blocks += blocks
+                    grown += blocks * len(bucket)
+        self.held_total += grown
 
     def _grow_decoders(self, P):
         crossing = self.buckets[P % self.block_size]

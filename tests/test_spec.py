@@ -593,7 +593,6 @@ def test_request_token_ids_are_tuples():
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda d: d["spec"]["engine"]["rank"].update(backend="sglang"), "$.spec.engine.rank.backend: 'sglang' is not supported yet"),
         (lambda d: d["spec"].update(topology=DISAGG), "$.spec.topology.kind: 'disaggregated' is not supported yet"),
         (lambda d: d["spec"].update(encoder={"instances": 1, "max_batch": 1, "preprocess_ms": 1, "forward_ms_by_batch": [1],
                                              "transfer_bytes_per_request": 1, "transfer_bandwidth_gb_s": 1}),

@@ -34,14 +34,11 @@ class WorkloadDriver:
         return math.isinf(self.next_ready_ms())
 
 
-class TimedDriver(WorkloadDriver):
-    """Requests known up front, each ready at its own time (a flat request list)."""
+class HeapDriver(WorkloadDriver):
+    """A driver whose ready work sits in a min-heap of ``(ready_ms, tie_break, item)``;
+    subclasses turn a popped item into a request with ``_request(tie_break, item, now_ms)``."""
 
-    def __init__(self, factories):
-        # factories: iterable of (ready_ms, make) where make(now_ms) builds the SimRequest
-        self._heap = [(t, i, make) for i, (t, make) in enumerate(factories)]
-        heapq.heapify(self._heap)
-        self.total = len(self._heap)
+    _heap: list
 
     def next_ready_ms(self):
         return self._heap[0][0] if self._heap else math.inf
@@ -52,6 +49,22 @@ class TimedDriver(WorkloadDriver):
             return ()  # the runtime asks at every event; most of the time nothing is due
         out = []
         while heap and heap[0][0] <= now_ms and len(out) < limit:
-            _, _, make = heapq.heappop(heap)
-            out.append(make(now_ms))
+            _, key, item = heapq.heappop(heap)
+            out.append(self._request(key, item, now_ms))
         return out
+
+    def _request(self, key, item, now_ms):
+        raise NotImplementedError
+
+
+class TimedDriver(HeapDriver):
+    """Requests known up front, each ready at its own time (a flat request list)."""
+
+    def __init__(self, factories):
+        # factories: iterable of (ready_ms, make) where make(now_ms) builds the SimRequest
+        self._heap = [(t, i, make) for i, (t, make) in enumerate(factories)]
+        heapq.heapify(self._heap)
+        self.total = len(self._heap)
+
+    def _request(self, key, make, now_ms):
+        return make(now_ms)

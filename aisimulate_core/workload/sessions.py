@@ -20,18 +20,17 @@ placement sees the session); without, they look like independent requests.
 from __future__ import annotations
 
 import heapq
-import math
 
 from ..engine.request import SimRequest
 from .delta import History, OutputPlanner
-from .driver import WorkloadDriver
+from .driver import HeapDriver
 from .prompt import Prompt
 
 # terminal statuses after which the session goes on with its next turn
 _CONTINUES = frozenset(("completed", "rejected"))
 
 
-class SessionDriver(WorkloadDriver):
+class SessionDriver(HeapDriver):
     def __init__(self, trace, *, max_sessions=None, session_metadata=True):
         self.sessions = trace.sessions
         self.session_metadata = session_metadata
@@ -69,19 +68,6 @@ class SessionDriver(WorkloadDriver):
             self._active += 1
 
     # ------------------------------------------------------------------ runtime contract
-    def next_ready_ms(self):
-        return self._heap[0][0] if self._heap else math.inf
-
-    def pop_ready(self, now_ms, limit):
-        heap = self._heap
-        if not heap or heap[0][0] > now_ms:
-            return ()  # the runtime asks at every event; most of the time nothing is due
-        out = []
-        while heap and heap[0][0] <= now_ms and len(out) < limit:
-            _, index, turn = heapq.heappop(heap)
-            out.append(self._request(index, turn, now_ms))
-        return out
-
     def _request(self, index, turn_index, now_ms):
         session = self.sessions[index]
         turn = session.turns[turn_index]

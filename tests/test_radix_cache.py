@@ -129,3 +129,21 @@ def test_heap_compaction_keeps_eviction_order():
             results.append((cache.evictable_size, cache.available()))
         half = len(results) // 2
         assert results[:half] == results[half:]
+
+
+def test_a_memoized_match_is_invalidated_by_inserts_and_by_evicting_its_edge():
+    cache = RadixCache(10, 1)
+    put(cache, toks(1, 2, 3), 1)
+    put(cache, toks(7, 8), 2)
+    matched, node = cache.match_where(toks(1, 2, 3, 4), 4)
+    inserts = cache.inserts
+    assert matched == 3 and cache.still_matches(matched, node, inserts)
+    cache.evict(1)                     # (1,2,3) is older: trimmed to (1,2)
+    assert not cache.still_matches(matched, node, inserts)
+    assert cache.match_len(toks(1, 2, 3, 4), 4) == 2
+    matched, node = cache.match_where(toks(7, 8, 9), 3)
+    inserts = cache.inserts
+    cache.evict(2)                     # takes (1,2); (7,8) stays
+    assert cache.still_matches(matched, node, inserts)
+    put(cache, toks(7, 8, 9), 3)
+    assert not cache.still_matches(matched, node, inserts)

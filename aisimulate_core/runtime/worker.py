@@ -2,13 +2,16 @@
 
 Each rank with work forms its own pass; the grouped pass ends at the slowest rank's end and
 every rank's tokens become visible then, so an idle rank cannot start early either.
+
+SGLang ranks also share a round signal (prefill_decode_interval, new_token_ratio reset): after
+a grouped pass every rank, idle ones included, hears whether any rank prefilled or ran a forward.
 """
 
 from __future__ import annotations
 
 
 class Worker:
-    __slots__ = ("idx", "ranks", "busy", "_active", "pass_end_ms", "generation")
+    __slots__ = ("idx", "ranks", "busy", "_active", "pass_end_ms", "generation", "extendable", "_round_ranks")
 
     def __init__(self, idx, ranks):
         self.idx = idx
@@ -17,6 +20,12 @@ class Worker:
         self._active = ()
         self.pass_end_ms = 0.0
         self.generation = 0
+        # a lone rank that can run decode-only passes as one event
+        self.extendable = len(ranks) == 1 and hasattr(ranks[0], "extend")
+        # ranks that take the group's round signal (a lone rank signals itself)
+        self._round_ranks = [r for r in ranks if hasattr(r, "join_group")] if len(ranks) > 1 else []
+        for rank in self._round_ranks:
+            rank.join_group(len(ranks))
 
     def has_work(self):
         for rank in self.ranks:
@@ -24,13 +33,15 @@ class Worker:
                 return True
         return False
 
-    def start_pass(self, now_ms):
+    def start_pass(self, now_ms, horizon_ms=float("inf"), cutoff_ms=float("inf")):
         """Start a grouped pass; returns its end time, or None when no rank has work."""
         if len(self.ranks) == 1:
             rank = self.ranks[0]
             end = rank.schedule(now_ms)
             if end is None:
                 return None
+            if self.extendable:
+                end = rank.extend(horizon_ms, cutoff_ms)
             self._active = self.ranks
         else:
             end = None
@@ -43,12 +54,29 @@ class Worker:
                         end = rank_end
             if not active:
                 return None
+            if self._round_ranks:
+                prefilled = any(rank.prefill_in_pass for rank in active)
+                ran_model = any(rank.model_work_in_pass for rank in active)
+                for rank in self._round_ranks:
+                    rank.finish_round(prefilled, ran_model)
             for rank in active:
                 rank.pass_end_ms = end   # every rank's tokens become visible at the group end
             self._active = active
         self.busy = True
         self.pass_end_ms = end
         return end
+
+    def truncate(self, arrival_ms):
+        """A request was placed here at ``arrival_ms`` while extended passes run; returns the
+        new end of the pass in flight, or None when it did not change."""
+        if not self.extendable:
+            return None
+        end = self.ranks[0].truncate(arrival_ms)
+        if end < self.pass_end_ms:
+            self.pass_end_ms = end
+            self.generation = (self.generation + 1) & 0xFFFF_FFFF
+            return end
+        return None
 
     def complete_pass(self):
         self.busy = False

@@ -20,7 +20,7 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("payload", "capture_performance_diagnostics", (False,)),
     ("spec", "encoder", (None,)),
     ("topology", "kind", ("aggregated",)),
-    ("rank", "backend", ("vllm", "trtllm")),
+    ("rank", "backend", ("vllm", "trtllm", "sglang")),
     ("rank", "native_host_offload", (None,)),
     ("rank", "g3_offload", (None,)),
     ("rank", "state_cache", (None,)),

@@ -18,7 +18,10 @@ from .report import Report
 from .runtime.build import build_simulation
 from .runtime.simulation import Simulation
 from .spec import load_payload
+from .workload.formats import TraceFormat
+from .workload.graph import AgenticTrace
 from .workload.prompt import Prompt
+from .workload.trace import Trace
 
 __version__ = "0.1.0"
 
@@ -26,6 +29,6 @@ __all__ = [
     "AisimError", "ConfigError", "FixedTiming", "NativeError", "PlacementPolicy",
     "PlacementRequest", "PluginError", "PolynomialTiming", "PoolView", "Prompt", "Registries",
     "Registry", "Report", "SimRequest", "Simulation", "SimulationError", "TimingContext",
-    "TraceError", "UnknownPluginError", "WorkerView", "build_simulation", "collect_registries",
+    "AgenticTrace", "Trace", "TraceFormat", "TraceError", "UnknownPluginError", "WorkerView", "build_simulation", "collect_registries",
     "hookimpl", "load_payload", "make_plugin_manager", "run_replay", "run_replay_json",
 ]

@@ -44,8 +44,10 @@ def aisimulate_register_timing_providers(register: Register) -> None:
 def aisimulate_register_trace_formats(register: Register) -> None:
     """Register trace formats: ``register(FormatClass)`` for each.
 
-    Called once when the run's providers are resolved. ``traffic.source.format`` names one; the
-    format loads trace files into the workload model.
+    Called once when the run's providers are resolved. ``traffic.trace_format`` names one. A
+    format subclasses ``aisimulate_core.TraceFormat`` (NAME, ``load(paths, *, trace_block_size)``)
+    and parses files into the core's model, a ``Trace`` of sessions or an ``AgenticTrace``;
+    the core normalizes, speeds up and drives it.
     """
 
 

@@ -165,3 +165,4 @@ class SglangKv:
             cache.unlock(node)
         r.seq = None
         r.held_blocks = 0
+        r.hash_cache = None               # tree edges keep the token array while they need it

@@ -14,6 +14,8 @@ the shared benchmarks check (b4).
 
 from __future__ import annotations
 
+from array import array
+
 from .rng import StdRng
 from .sessions import SessionDriver
 from .trace import Session, Trace, Turn
@@ -62,14 +64,15 @@ def synthetic_trace(resolved):
     delay = resolved.inter_turn_delay_ms or 0.0
     sessions = []
     for i in range(resolved.session_count):
-        prefix = []
+        prefix = array("I")
         if grouped:
             base = rng.gen_range(0, resolved.num_prefix_groups) * shared
-            prefix = list(range(base, base + shared))
+            prefix = array("I", range(base, base + shared))
         turns = []
         for t in range(resolved.turns):
-            turns.append(Turn(resolved.isl, resolved.osl, prefix + list(range(fresh, fresh + own)),
-                              delay if t else 0.0))
+            # 4 bytes an id: at SGLang's 1-token pages a prompt has one id per token
+            ids = prefix + array("I", range(fresh, fresh + own))
+            turns.append(Turn(resolved.isl, resolved.osl, ids, delay if t else 0.0))
             fresh += own
         sessions.append(Session(f"session_{i}", arrivals[i], turns))
     return Trace(block, sessions)

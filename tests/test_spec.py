@@ -412,6 +412,8 @@ R = "$.spec.engine.rank"
          [f"{R}.sglang.chunked_prefill_size: must be > 0, got 0", f"{R}.sglang.max_prefill_tokens: must be > 0, got 0",
           f"{R}.sglang.schedule_conservativeness: must be finite and >= 0, got -1.0"]),
         ({"sglang": {"max_prefill_tokens": 0}}, []),
+        ({"backend": "sglang", "block_size": 16, "sglang": {"chunked_prefill_size": 1000}},
+         [f"{R}.sglang.chunked_prefill_size: must be a multiple of block_size 16, got 1000"]),
         ({"sglang": {"schedule_policy": "lpm"}}, []),
         ({"emit_kv_token_ids": True}, [f"{R}.emit_kv_token_ids: requires emit_kv_events true, got true"]),
         ({"kv_transfer_bytes_per_token": 0}, [f"{R}.kv_transfer_bytes_per_token: must be > 0, got 0"]),

@@ -111,6 +111,11 @@ def check_rank(r: EngineConfig, p: str, c: Checker) -> None:
             c.add(p + ".enable_chunked_prefill", "false is not allowed for backend 'sglang'")
         c.positive(p + ".sglang.max_prefill_tokens", r.sglang.max_prefill_tokens)
         c.positive(p + ".sglang.chunked_prefill_size", r.sglang.chunked_prefill_size)
+        chunk = r.sglang.chunked_prefill_size
+        if chunk > 0 and r.block_size > 0 and chunk % r.block_size:
+            # chunks are cut at page boundaries (the reference rejects this too)
+            c.add(p + ".sglang.chunked_prefill_size",
+                  f"must be a multiple of block_size {r.block_size}, got {chunk}")
         c.finite_nonnegative(p + ".sglang.schedule_conservativeness", r.sglang.schedule_conservativeness)
     if r.emit_kv_token_ids and not r.emit_kv_events:
         c.add(p + ".emit_kv_token_ids", "requires emit_kv_events true, got true")
@@ -197,6 +202,10 @@ def check_engine(engine: ReplayEngineConfig, topology: Any, p: str, c: Checker) 
         for stage in ("prefill", "decode"):
             if engine.role(stage).rank.native_host_offload is not None:
                 c.add(role_path(engine, stage, p) + ".rank.native_host_offload", "requires aggregated topology")
+        prefill, decode = engine.role("prefill").rank.backend, engine.role("decode").rank.backend
+        if prefill != decode:
+            c.add(role_path(engine, "decode", p) + ".rank.backend",
+                  f"must match the prefill role's backend {show(prefill)} in a disaggregated topology, got {show(decode)}")
 
 
 # -- spec ---------------------------------------------------------------------------------

@@ -85,6 +85,7 @@ CASES += [
     ("trtllm_kv_pressure", PL + "trtllm_kv_pressure.json", True),
     ("trtllm_prefix_reuse", PL + "trtllm_prefix_reuse.json", True),
     ("trtllm_poisson_polynomial", PL + "trtllm_poisson_polynomial.json", True),
+    ("trtllm_full_cache_hit", PL + "trtllm_full_cache_hit.json", True),
 ]
 # f. trace formats and drivers (issue 3; tiny hand-written traces in tests/fixtures/traces)
 CASES += [(_n, PL + _n + ".json", True) for _n in (
@@ -98,6 +99,16 @@ CASES += [(_n, PL + _n + ".json", True) for _n in (
 CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
     "trace_agentic_v2", "trace_agentic_v2_speedup", "trace_agentic_legacy_as_v2",
     "trace_agentic_failure", "trace_dynamo_agentic")]
+# h. disaggregated prefill/decode (issue 4 part 3; tiny hand-written traces, two synthetic loads)
+CASES += [(_n, PL + _n + ".json", True) for _n in (
+    "disagg_lifecycle", "disagg_transfer_full_prompt", "disagg_transfer_destination_missing",
+    "disagg_transfer_settings_of_prefill", "disagg_role_timing", "disagg_decode_first_token",
+    "disagg_decode_preemption", "disagg_decode_preemption_poly", "disagg_arrival_at_boundary",
+    "disagg_osl0", "disagg_decode_capacity_failure", "disagg_trtllm_pressure",
+    "disagg_trtllm_destination_missing", "disagg_source_held_blocks_prefill", "disagg_poisson_pressure",
+    "disagg_concurrency_trtllm")]
+# expected failure: a preempted decode request outgrew the decode pool; the reference aborts
+CASES.append(("disagg_decode_stall", PL + "disagg_decode_stall.json", True, "expect_error"))
 
 
 def _record_key(r):

@@ -61,13 +61,11 @@ def rank_problems(**rank):
 def test_every_bench_payload_loads(path):
     with open(path) as f:
         text = f.read()
+    payload = load_payload(text)
     if "disagg" in path:
-        assert problems(text) == ["$.spec.topology.kind: 'disaggregated' is not supported yet"]
-        payload = load_payload(text, check_support=False)
         assert isinstance(payload.spec.topology, DisaggregatedTopology)
         assert payload.spec.engine.rank.kv_transfer_bytes_per_token == 131072
     else:
-        payload = load_payload(text)
         assert isinstance(payload.spec.topology, AggregatedTopology)
     assert payload.spec.engine.rank.block_size == 16
     assert payload.spec.engine.num_gpu_blocks_is_explicit is True
@@ -273,7 +271,7 @@ def test_defaults():
         ({"backend": "vllm"}, 64),
         ({"backend": "sglang"}, 1),
         ({"backend": "trtllm"}, 32),
-        ({"backend": "sglang", "block_size": 17}, 17),
+        ({"backend": "sglang", "block_size": 16}, 16),
         ({"backend": "trtllm", "block_size": None}, 32),
     ],
 )
@@ -595,7 +593,8 @@ def test_request_token_ids_are_tuples():
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda d: d["spec"].update(topology=DISAGG), "$.spec.topology.kind: 'disaggregated' is not supported yet"),
+        (lambda d: (d["spec"].update(topology=DISAGG), d["spec"]["engine"]["rank"].update(backend="sglang")),
+         "$.spec.engine.rank.backend: 'sglang' is not supported yet in a disaggregated topology"),
         (lambda d: d["spec"].update(encoder={"instances": 1, "max_batch": 1, "preprocess_ms": 1, "forward_ms_by_batch": [1],
                                              "transfer_bytes_per_request": 1, "transfer_bandwidth_gb_s": 1}),
          "$.spec.encoder: not supported yet"),
@@ -623,11 +622,32 @@ def test_not_supported_yet(mutate, expected):
 
 def test_unsupported_disaggregated_roles_are_checked_where_written():
     doc = envelope(topology=DISAGG)
-    doc["spec"]["engine"] = {"rank": {"backend": "vllm"}, "decode": {"rank": {"backend": "sglang"}}}
+    doc["spec"]["engine"] = {"rank": {"backend": "sglang"}, "prefill": {"rank": {"backend": "sglang"}}}
     assert problems(doc) == [
-        "$.spec.engine.decode.rank.backend: 'sglang' is not supported yet",
-        "$.spec.topology.kind: 'disaggregated' is not supported yet",
+        "$.spec.engine.prefill.rank.backend: 'sglang' is not supported yet in a disaggregated topology",
+        "$.spec.engine.rank.backend: 'sglang' is not supported yet in a disaggregated topology",
     ]
+    # the same backend is fine in an aggregated topology
+    load_payload(envelope(rank={"backend": "sglang"}))
+
+
+@pytest.mark.parametrize("prefill, decode", [("vllm", "trtllm"), ("trtllm", "vllm"), ("vllm", "sglang")])
+def test_disaggregated_roles_need_one_backend(prefill, decode):
+    doc = envelope(topology=DISAGG)
+    doc["spec"]["engine"] = {"rank": {"backend": prefill}, "decode": {"rank": {"backend": decode}}}
+    assert problems(doc, check_support=False) == [
+        f"$.spec.engine.decode.rank.backend: must match the prefill role's backend \"{prefill}\" "
+        f"in a disaggregated topology, got \"{decode}\""]
+
+
+def test_a_disaggregated_role_falls_back_to_the_aggregated_rank():
+    doc = envelope(topology=DISAGG)
+    doc["spec"]["engine"] = {"rank": {"backend": "trtllm", "num_gpu_blocks": 64},
+                             "decode": {"rank": {"backend": "trtllm", "block_size": 16}}}
+    engine = load_payload(doc).spec.engine
+    assert (engine.role("prefill").rank.num_gpu_blocks, engine.role("prefill").rank.worker_type) == (64, "prefill")
+    # a role given in the payload is a whole rank: its missing fields take the defaults
+    assert (engine.role("decode").rank.num_gpu_blocks, engine.role("decode").rank.worker_type) == (16384, "decode")
 
 
 @pytest.mark.parametrize(
@@ -645,9 +665,9 @@ def test_default_values_of_unsupported_fields_are_accepted(rank):
 
 
 def test_support_list_is_data():
-    scopes = {"payload", "spec", "topology", "engine", "rank", "traffic"}
+    scopes = {"payload", "spec", "topology", "engine", "rank", "disaggregated_rank", "traffic"}
     assert all(scope in scopes and isinstance(accepted, tuple) for scope, _, accepted in UNSUPPORTED)
-    assert ("topology", "kind", ("aggregated",)) in UNSUPPORTED
+    assert ("disaggregated_rank", "backend", ("vllm", "trtllm")) in UNSUPPORTED
 
 
 # -- objects --------------------------------------------------------------------------------------

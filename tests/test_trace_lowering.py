@@ -60,7 +60,7 @@ def test_agentic_dynamo_trace_paces_itself():
 
 
 def test_agentic_trace_needs_the_aggregated_topology():
-    # disaggregated deployments are not simulated yet, so the rule is checked on its own
+    # the envelope rule on its own, before any simulation
     data = payload("trace_dynamo_agentic")
     data["spec"]["topology"] = {"kind": "disaggregated", "prefill": {"initial_workers": 1},
                                 "decode": {"initial_workers": 1}}

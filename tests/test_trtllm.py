@@ -10,7 +10,7 @@ from test_semantics_cases import bare_spec, req
 
 
 @pytest.mark.parametrize("name", ["trtllm_kv_pressure", "trtllm_prefix_reuse",
-                                  "trtllm_poisson_polynomial"])
+                                  "trtllm_poisson_polynomial", "trtllm_full_cache_hit"])
 def test_matches_reference(name):
     report, fixture = run_fixture(name)
     assert summary_mismatches(report.summary, fixture["summary"]) == []
@@ -22,6 +22,23 @@ def test_reference_fixture_really_queues_instead_of_preempting():
     vllm = load_fixture("vllm_kv_pressure_lifo")["per_request"]   # same load on vLLM
     assert sum(r["readmission_count"] for r in vllm) > 0
     assert sum(r["readmission_count"] for r in trt) == 0
+
+
+def test_a_whole_cached_prompt_is_not_recomputed():
+    """TensorRT-LLM reuses every cached block (vLLM recomputes the last one for its logits); the
+    first token then comes from a decode step, as no prompt work happened in that pass."""
+    rows = sorted(load_fixture("trtllm_full_cache_hit")["per_request"],
+                  key=lambda r: r["arrival_time_ms"])
+    assert [r["reused_input_tokens"] for r in rows] == [0, 0, 64, 48]
+    spec = bare_spec([req(0, 64, 4), req(1, 64, 4, 100.0)], backend="trtllm")
+    spec["requests"][1]["input_token_ids"] = spec["requests"][0]["input_token_ids"] = list(range(64))
+    second = rows_of(spec)[1]
+    assert (second["reused_input_tokens"], second["ttft_ms"]) == (64, 5.0)
+
+
+def rows_of(spec):
+    report = run_replay(json.dumps(spec))
+    return sorted(report.per_request, key=lambda r: r["arrival_time_ms"])
 
 
 def rows(spec):

@@ -19,17 +19,20 @@ class SimRequest:
         # identity and workload
         "uuid", "request_id", "session_id", "turn_index", "play_id", "metadata",
         "arrival_ms", "dispatched_ms", "prompt_len", "max_output", "output_token_ids",
-        "prompt", "dp_rank", "worker_idx", "rank", "driver_ref",
+        "prompt", "dp_rank", "prefill_dp_rank", "worker_idx", "rank", "driver_ref",
         # engine state
         "status", "seq", "computed", "generated", "out_limit", "held_blocks",
         "hash_cache", "admissions", "first_reused", "max_reused", "preemptions",
         "stretches", "open_start", "base_pass", "base_gen", "base_len", "bucket_key",
         "in_stretch", "terminal_ms", "terminal_status", "committed_blocks", "pass_chunk", "footprint_blocks",
+        # disaggregated: the handoff a role copy belongs to; a decode copy's accept order and
+        # the capacity generation of its last reservation attempt
+        "handoff", "waiting_order", "last_attempt",
     )
 
     def __init__(self, uuid, prompt, max_output, arrival_ms, *, request_id=None, session_id=None,
                  turn_index=None, play_id=None, metadata=None, output_token_ids=None,
-                 dp_rank=None, driver_ref=None):
+                 dp_rank=None, prefill_dp_rank=None, driver_ref=None):
         self.uuid = uuid
         self.prompt = prompt                  # workload.prompt.Prompt
         self.prompt_len = prompt.length
@@ -43,6 +46,7 @@ class SimRequest:
         self.play_id = play_id
         self.metadata = metadata
         self.dp_rank = dp_rank
+        self.prefill_dp_rank = prefill_dp_rank  # disaggregated: the prefill pool's rank, if not dp_rank
         self.driver_ref = driver_ref
         self.worker_idx = None
         self.rank = None
@@ -68,6 +72,9 @@ class SimRequest:
         self.bucket_key = -1
         self.terminal_ms = None
         self.terminal_status = None
+        self.handoff = None
+        self.waiting_order = 0
+        self.last_attempt = -1
 
     @property
     def seq_len(self):

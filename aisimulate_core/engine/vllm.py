@@ -23,6 +23,10 @@ from .request import FINISHED, PREEMPTED, RUNNING
 
 
 class VllmRank(RankBase):
+    # what a pass costs; the disaggregated roles turn one off (engine/vllm_roles.py)
+    charges_prefill = True
+    charges_decode = True
+
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0, scheduler_id=0):
         self.worker_idx = worker_idx
         self.dp_rank = dp_rank
@@ -68,6 +72,12 @@ class VllmRank(RankBase):
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
+        self._limit_output(request)
+        self.waiting.append(request)
+
+    def _limit_output(self, request):
+        """Take ``request`` onto this rank: its output limit under max_model_len (and TRT-LLM's
+        pool-size clamp)."""
         request.rank = self
         limit = self.max_model_len
         if limit is not None and request.prompt_len < limit:
@@ -76,7 +86,6 @@ class VllmRank(RankBase):
             capacity = self.num_blocks * self.block_size
             # enqueue normalization: prompt + output may reserve at most the whole pool
             request.out_limit = min(request.out_limit, max(capacity - request.prompt_len, 0))
-        self.waiting.append(request)
 
     def has_work(self):
         return bool(self.running or self.waiting)
@@ -113,8 +122,9 @@ class VllmRank(RankBase):
             preempted = False
         else:
             budget, preempted = self._schedule_running_walk(P, budget)
+        admitted = 0
         if not preempted:
-            self._admit_waiting(now_ms, budget)
+            admitted = self._admit_waiting(now_ms, budget)
             if not self.running and self.waiting and not self._rejected:
                 self._stalled(budget)
         ready = [r for r in self.partial if r.computed >= r.prompt_len + r.generated]
@@ -122,16 +132,24 @@ class VllmRank(RankBase):
         self._plain_decode = (fast and not self.partial and not self._rejected
                               and not self._pf_count and P not in self.finishing)
         n = self.n_dec
+        # anything a zero-duration pass would make visible: the disaggregated runtime parks a
+        # worker whose zero-duration pass has no effect
+        self.pass_effect = bool(preempted or admitted or ready or n or self._rejected)
         active = self.sum_base + n * P
         for r in ready:
-            if r.generated > 0:      # a first token comes free with the prefill
+            # a first token comes free with the prefill chunk that completed the prompt in this
+            # pass; one after no prompt work (TRT-LLM full cache hit, decode-role activation) is
+            # a decode step
+            if r.generated > 0 or (r.pass_chunk[1] < 0 and r.out_limit > 0):
                 n += 1
                 active += r.prompt_len + r.generated
         prefill = 0.0
-        if self._pf_count:
+        if self._pf_count and self.charges_prefill:
             count = self._pf_count
             prefill = self.timer.prefill(count, self._pf_isl // count, self._pf_prefix // count)
-        decode = self.timer.decode(n, active, active // n, self.total_kv_tokens) if n else 0.0
+        decode = 0.0
+        if n and self.charges_decode:
+            decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
         self.pass_end_ms = (now_ms + prefill) + decode
         return self.pass_end_ms
 
@@ -144,7 +162,7 @@ class VllmRank(RankBase):
         time limit; the runtime calls ``truncate`` if an unforeseen request arrives meanwhile.
         Returns the end time of the last pass.
         """
-        if not self._plain_decode or self.n_dec == 0:
+        if not self._plain_decode or self.n_dec == 0 or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
         P0 = self.pass_index
         bs = self.block_size
@@ -195,6 +213,13 @@ class VllmRank(RankBase):
                 del ends[i + 1:]
             self.pass_end_ms = ends[i]
         return self.pass_end_ms
+
+    def ends_pass_at(self, t_ms):
+        """Whether a pass before the last one of an extended pass ends exactly at ``t_ms``."""
+        ends = self._macro_ends
+        if ends is None or t_ms >= ends[-1]:
+            return False
+        return ends[bisect_left(ends, t_ms)] == t_ms
 
     def _complete_extension(self):
         """Record the decode-only passes before the last one of an extended pass, and give
@@ -318,97 +343,99 @@ class VllmRank(RankBase):
         return tokens
 
     def _admit_waiting(self, now_ms, budget):
-        bs = self.block_size
-        pool = self.pool
+        """Admit from the head of the queue while it fits; returns how many were admitted."""
         waiting = self.waiting
         running = self.running
+        before = len(running)
         while waiting and len(running) < self.max_seqs:
-            r = waiting[0]
-            blocked_head, version, active_then = self._blocked
-            if blocked_head is r and version == self.kv_version and pool.active() >= active_then:
+            budget = self._admit_head(now_ms, budget)
+            if budget is None:
                 break
-            fresh = not r.admissions
-            length = r.prompt_len + r.generated
-            if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
-                self._reject_head()
-                continue
-            if self.caching:
-                hashes = self._lookup_hashes(r, length // bs)
-                hit_blocks, active_hits = pool.match_counts(hashes)
-            else:
-                hashes = None
-                hit_blocks = active_hits = 0
-            footprint = -(-(r.prompt_len + r.out_limit) // bs) if self.no_evict else 0
-            if fresh and (footprint if self.no_evict else -(-length // bs)) > self.num_blocks:
-                self._reject_head()
-                continue
-            if self.no_evict and r.prompt_len >= self.num_blocks * bs:
-                self._reject_head()
-                continue
-            cached = hit_blocks * bs
-            active_cached = active_hits * bs
-            if cached > length:
-                cached = length
-            if active_cached > length:
-                active_cached = length
-            if r.generated < r.max_output:
-                cap = ((length - 1) // bs) * bs
-                if cached > cap:
-                    cached = cap
-                if active_cached > cap:
-                    active_cached = cap
-            available = self.num_blocks - pool.active()
-            if self.no_evict:
-                needed = footprint - active_cached // bs
-                available -= self.completion_total - self.held_total
-            else:
-                needed = -(-length // bs) - active_cached // bs
-            if needed > available:
-                self._blocked = (r, self.kv_version, pool.active())
-                break
-            remaining = length - cached
-            prompt_left = r.prompt_len - cached
-            if not self.chunked and 0 < prompt_left and prompt_left > budget:
-                break
-            tokens = remaining if remaining < budget else budget
-            if tokens == 0 and remaining > 0:
-                break
-            waiting.popleft()
-            hit_blocks = cached // bs
-            r.seq = pool.new_seq()
-            if hit_blocks:
-                # hits are pinned before fresh blocks are taken, so they cannot be evicted for it
-                pool.acquire(r.seq, hashes, 0, hit_blocks)
-            r.held_blocks = hit_blocks
-            r.committed_blocks = hit_blocks
-            self.held_total += hit_blocks
-            if self.no_evict:
-                r.footprint_blocks = footprint
-                self.completion_total += footprint
-            r.computed = cached
-            r.status = RUNNING
-            running.append(r)
-            self.partial.append(r)
-            self._run_chunk(r, tokens)
-            budget -= tokens
-            r.admissions.append((now_ms, cached, not fresh))
-            if fresh:
-                r.first_reused = cached
-            if cached > r.max_reused:
-                r.max_reused = cached
+        return len(running) - before
+
+    def _admit_head(self, now_ms, budget):
+        """Admit or reject the head of the queue; returns the budget left, or None when the
+        head has to wait (and nothing behind it may start)."""
+        bs = self.block_size
+        pool = self.pool
+        r = self.waiting[0]
+        blocked_head, version, active_then = self._blocked
+        if blocked_head is r and version == self.kv_version and pool.active() >= active_then:
+            return None
+        fresh = not r.admissions
+        length = r.prompt_len + r.generated
+        if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
+            self._reject_head()
+            return budget
+        if self.caching:
+            hashes = self._lookup_hashes(r, length // bs)
+            hit_blocks, active_hits = pool.match_counts(hashes)
+        else:
+            hashes = None
+            hit_blocks = active_hits = 0
+        footprint = -(-(r.prompt_len + r.out_limit) // bs) if self.no_evict else 0
+        if fresh and (footprint if self.no_evict else -(-length // bs)) > self.num_blocks:
+            self._reject_head()
+            return budget
+        if self.no_evict and r.prompt_len >= self.num_blocks * bs:
+            self._reject_head()
+            return budget
+        cached = hit_blocks * bs
+        active_cached = active_hits * bs
+        if cached > length:
+            cached = length
+        if active_cached > length:
+            active_cached = length
+        if r.generated < r.max_output and not self.no_evict:
+            # the last block is recomputed to get logits (TensorRT-LLM reuses all of it)
+            cap = ((length - 1) // bs) * bs
+            if cached > cap:
+                cached = cap
+            if active_cached > cap:
+                active_cached = cap
+        available = self.num_blocks - pool.active()
+        if self.no_evict:
+            needed = footprint - active_cached // bs
+            available -= self.completion_total - self.held_total
+        else:
+            needed = -(-length // bs) - active_cached // bs
+        if needed > available:
+            self._blocked = (r, self.kv_version, pool.active())
+            return None
+        remaining = length - cached
+        prompt_left = r.prompt_len - cached
+        if not self.chunked and 0 < prompt_left and prompt_left > budget:
+            return None
+        tokens = remaining if remaining < budget else budget
+        if tokens == 0 and remaining > 0:
+            return None
+        self.waiting.popleft()
+        self._take_blocks(r, hashes, cached // bs, 0, footprint)
+        r.computed = cached
+        r.status = RUNNING
+        self.running.append(r)
+        self.partial.append(r)
+        self._run_chunk(r, tokens)
+        r.admissions.append((now_ms, cached, not fresh))
+        if fresh:
+            r.first_reused = cached
+        if cached > r.max_reused:
+            r.max_reused = cached
+        return budget - tokens
 
     def _stalled(self, budget):
         """Nothing runs and the queue head cannot start: it never will (the reference aborts)."""
         r = self.waiting[0]
-        name = r.request_id or f"#{r.uuid}"
-        length = r.prompt_len + r.generated
+        raise SimulationError(f"request {r.request_id or f'#{r.uuid}'} can never be scheduled: "
+                              f"{self.stall_reason(r)}")
+
+    def stall_reason(self, r):
+        """Why ``r``, at the head of the queue, cannot start."""
         if not self.chunked and r.prompt_len > self.max_batched:
-            why = (f"its prompt of {r.prompt_len} tokens exceeds max_num_batched_tokens "
-                   f"{self.max_batched} and chunked prefill is disabled")
-        else:
-            why = (f"its {length} tokens need more than the {self.num_blocks} KV blocks of "
-                   f"{self.block_size} tokens of a rank")
-        raise SimulationError(f"request {name} can never be scheduled: {why}")
+            return (f"its prompt of {r.prompt_len} tokens exceeds max_num_batched_tokens "
+                    f"{self.max_batched} and chunked prefill is disabled")
+        return (f"its {r.prompt_len + r.generated} tokens need more than the {self.num_blocks} "
+                f"KV blocks of {self.block_size} tokens of a rank")
 
     def _reject_head(self):
         r = self.waiting.popleft()
@@ -440,10 +467,7 @@ class VllmRank(RankBase):
                 self.partial.remove(r)
                 if r.generated >= r.out_limit:
                     # nothing left to generate: it ends without a token, released first
-                    self.running.remove(r)
-                    self._release(r)
-                    r.status = FINISHED
-                    self.cb.on_finish(r, end_ms, "completed")
+                    self._retire(r, end_ms)
                     continue
                 self._open_stretch(r, P)
                 if r.generated + 1 >= r.out_limit:
@@ -492,10 +516,14 @@ class VllmRank(RankBase):
 
     def _finish_stretch(self, r, P, end_ms):
         self._close_stretch(r, P)
+        self._record_itl(r)
+        self._retire(r, end_ms)
+
+    def _retire(self, r, end_ms):
+        """``r`` has generated its last token (or had none to generate): it leaves the rank."""
         self.running.remove(r)
         self._release(r)
         r.status = FINISHED
-        self._record_itl(r)
         self.cb.on_finish(r, end_ms, "completed")
 
     def _preempt(self, r, P):
@@ -525,6 +553,22 @@ class VllmRank(RankBase):
         if self.no_evict:
             self.completion_total -= r.footprint_blocks
         r.committed_blocks = 0
+
+    def _take_blocks(self, r, hashes, hits, fresh, footprint):
+        """Give ``r`` a KV table: its first ``hits`` blocks found cached (pinned before fresh
+        blocks are taken, so that they cannot be evicted for them), then ``fresh`` new ones."""
+        pool = self.pool
+        r.seq = pool.new_seq()
+        if hits:
+            pool.acquire(r.seq, hashes, 0, hits)
+        if fresh:
+            pool.allocate(r.seq, fresh)
+        r.held_blocks = hits + fresh
+        r.committed_blocks = hits
+        self.held_total += hits + fresh
+        if self.no_evict:
+            r.footprint_blocks = footprint
+            self.completion_total += footprint
 
     def _commit_full_blocks(self, r, full_blocks):
         done = r.committed_blocks

@@ -7,6 +7,7 @@ import attrs
 from ..engine.request import SimRequest
 from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES
+from ..engine.vllm_roles import ROLE_RANKS
 from ..errors import ConfigError
 from ..kv.block_pool import BlockPool
 from ..plugins import make_plugin_manager
@@ -14,6 +15,9 @@ from ..registry import collect_registries
 from ..report import Collector
 from ..workload.lowering import build_driver
 from ..workload.prompt import Prompt
+from ..spec.topology import AggregatedTopology
+from ..spec.validate import role_path
+from .disaggregated import DisaggregatedSimulation, TransferModel, pool_view
 from .simulation import Simulation, aggregated_pool_view
 from .worker import Worker
 
@@ -42,10 +46,11 @@ def resolve_timing(registries, role_config, role, path):
                      decode_speedup_ratio=rank.decode_speedup_ratio, name=f"timing '{name}'")
 
 
-def build_workers(role_config, timer, n_workers, callbacks):
+def build_workers(role_config, timer, n_workers, callbacks, engine_cls=None):
     rank_cfg = role_config.rank
     dp = role_config.dp_size
-    engine_cls = ENGINES[rank_cfg.backend]
+    if engine_cls is None:
+        engine_cls = ENGINES[rank_cfg.backend]
     workers = []
     for w in range(n_workers):
         ranks = [engine_cls(rank_cfg, timer, BlockPool(rank_cfg.num_gpu_blocks), callbacks=callbacks,
@@ -72,7 +77,8 @@ def _request_factory(index, req):
         max_output = len(outputs) if outputs is not None else req.output_tokens
         return SimRequest(0, prompt, max_output, now_ms, request_id=req.id,
                           session_id=req.session_id, turn_index=req.turn_index,
-                          metadata=req.metadata, output_token_ids=outputs, dp_rank=req.dp_rank)
+                          metadata=req.metadata, output_token_ids=outputs, dp_rank=req.dp_rank,
+                          prefill_dp_rank=req.prefill_dp_rank)
     return make
 
 
@@ -99,6 +105,29 @@ def build_simulation(payload, *, plugin_manager=None, progress=None, on_event=No
     pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
     registries = collect_registries(pm)
     spec = payload.spec
+    if isinstance(spec.topology, AggregatedTopology):
+        return _build_aggregated(payload, registries, progress, on_event)
+    return _build_disaggregated(payload, registries, progress, on_event)
+
+
+def _common(payload, registries, timers):
+    """The collector (with the timing models' report extras), the workload driver and the
+    placement policy class."""
+    spec = payload.spec
+    placement_cls = registries.placement.get(spec.adapters.placement.provider)
+    registries.scaling.get(spec.adapters.scaling.provider)(spec.adapters.scaling.config or {})
+    collector = Collector(sla=spec.sla if spec.sla.is_set else None,
+                          record_per_request=spec.record_per_request)
+    for timer in timers:
+        for key, value in getattr(timer.model, "report_extras", dict)().items():
+            collector.add_extra(key, value)
+    driver, max_in_flight = build_driver(payload, registries,
+                                         request_factories=request_factories)
+    return collector, driver, max_in_flight, placement_cls
+
+
+def _build_aggregated(payload, registries, progress, on_event):
+    spec = payload.spec
     role = materialize_capacity(registries, spec.engine.role("aggregated"), "aggregated",
                                 "$.spec.engine")
     if role.rank is not spec.engine.role("aggregated").rank:
@@ -106,20 +135,44 @@ def build_simulation(payload, *, plugin_manager=None, progress=None, on_event=No
         spec = attrs.evolve(spec, engine=attrs.evolve(spec.engine, rank=role.rank))
         payload = attrs.evolve(payload, spec=spec)
     timer = resolve_timing(registries, role, "aggregated", "$.spec.engine")
-    placement_cls = registries.placement.get(spec.adapters.placement.provider)
-    registries.scaling.get(spec.adapters.scaling.provider)(spec.adapters.scaling.config or {})
-    n_workers = spec.topology.workers.initial_workers
-    collector = Collector(sla=spec.sla if spec.sla.is_set else None,
-                          record_per_request=spec.record_per_request)
-    for key, value in getattr(timer.model, "report_extras", dict)().items():
-        collector.add_extra(key, value)
-    driver, max_in_flight = build_driver(payload, registries,
-                                         request_factories=request_factories)
+    collector, driver, max_in_flight, placement_cls = _common(payload, registries, [timer])
     sim = Simulation(driver=driver, collector=collector,
                      gpus_per_worker=role.dp_size * role.tensor_parallel_size,
                      max_in_flight=max_in_flight, max_sim_time_ms=payload.max_sim_time_ms,
                      on_event=on_event, progress=progress)
-    workers = build_workers(role, timer, n_workers, sim.events)
+    workers = build_workers(role, timer, spec.topology.workers.initial_workers, sim.events)
     placement = placement_cls(spec.adapters.placement.config or {}, aggregated_pool_view(workers))
     sim.attach(workers, placement)
+    return sim
+
+
+def _build_disaggregated(payload, registries, progress, on_event):
+    spec = payload.spec
+    roles, timers = {}, {}
+    for stage in ("prefill", "decode"):
+        path = role_path(spec.engine, stage, "$.spec.engine")
+        roles[stage] = materialize_capacity(registries, spec.engine.role(stage), stage, path)
+        timers[stage] = resolve_timing(registries, roles[stage], stage, path)
+    # KV-relative loads read the decode pool's capacity, as a provider may have estimated it
+    spec = attrs.evolve(spec, engine=attrs.evolve(spec.engine, **roles))
+    payload = attrs.evolve(payload, spec=spec)
+    collector, driver, max_in_flight, placement_cls = _common(
+        payload, registries, [timers["prefill"], timers["decode"]])
+    prefill, decode = roles["prefill"], roles["decode"]
+    topology = spec.topology
+    sim = DisaggregatedSimulation(
+        transfer=TransferModel(prefill.rank, topology.handoff_latency_ms),
+        prefill_gpus_per_worker=prefill.dp_size * prefill.tensor_parallel_size,
+        driver=driver, collector=collector,
+        gpus_per_worker=decode.dp_size * decode.tensor_parallel_size,
+        max_in_flight=max_in_flight, max_sim_time_ms=payload.max_sim_time_ms,
+        on_event=on_event, progress=progress)
+    pools = {}
+    for stage, pool in (("prefill", topology.prefill), ("decode", topology.decode)):
+        pools[stage] = build_workers(roles[stage], timers[stage], pool.initial_workers,
+                                     sim.events, ROLE_RANKS[stage])
+    config = spec.adapters.placement.config or {}
+    sim.attach_pools(pools["prefill"], pools["decode"],
+                     placement_cls(config, pool_view("prefill", pools["prefill"])),
+                     placement_cls(config, pool_view("decode", pools["decode"])))
     return sim

@@ -26,9 +26,50 @@ def token_times(request):
 
 
 def make_record(request, status):
-    first, second, last, count = token_times(request)
-    admissions = [(at, "agg", reused, readmit) for at, reused, readmit in request.admissions]
     rank = request.rank
+    return _record(
+        request, status, request,
+        reused_input_tokens=request.max_reused,
+        first_admission_reused_input_tokens=request.first_reused,
+        admissions=[(at, "agg", reused, readmit) for at, reused, readmit in request.admissions],
+        prefill_worker_idx=None,
+        decode_worker_idx=rank.scheduler_id if rank is not None else None,
+        routing=[("agg", request.worker_idx, rank.dp_rank, rank.scheduler_id)] if rank else [],
+    )
+
+
+def make_disagg_record(handoff, status):
+    """The record of a disaggregated request: tokens from its decode copy, admissions of both
+    pools in time order (every prefill admission precedes the decode ones), the handoff's times."""
+    prefill, decode = handoff.prefill, handoff.decode
+    admissions = [(at, "prefill", reused, readmit) for at, reused, readmit in prefill.admissions]
+    rank = prefill.rank
+    routing = [("prefill", handoff.prefill_key, rank.dp_rank, rank.scheduler_id)]
+    if handoff.decode_route is not None:
+        routing.append(("decode", *handoff.decode_route))
+    max_reused = prefill.max_reused
+    if decode is not None:
+        admissions += [(at, "decode", reused, readmit) for at, reused, readmit in decode.admissions]
+        max_reused = max(max_reused, decode.max_reused)
+    return _record(
+        handoff.request, status, decode,
+        reused_input_tokens=max_reused,  # the summary's reuse: the most over both pools
+        first_admission_reused_input_tokens=prefill.first_reused,
+        admissions=admissions,
+        prefill_worker_idx=rank.scheduler_id,
+        decode_worker_idx=decode.rank.scheduler_id if decode is not None else None,
+        routing=routing,
+        source_held_ms=handoff.held_ms,
+        destination_reserved_ms=handoff.reserved_ms,
+        destination_activated_ms=handoff.activated_ms,
+        source_released_ms=handoff.released_ms,
+    )
+
+
+def _record(request, status, emitter, **fields):
+    """A record of ``request`` with the tokens ``emitter`` (its copy on the rank that produced
+    them, or None) emitted."""
+    first, second, last, count = token_times(emitter) if emitter is not None else (None, None, None, 0)
     return RequestRecord(
         uuid=request.uuid,
         request_id=request.request_id,
@@ -47,10 +88,5 @@ def make_record(request, status):
         first_token_ms=first,
         second_token_ms=second,
         last_token_ms=last,
-        reused_input_tokens=request.max_reused,
-        first_admission_reused_input_tokens=request.first_reused,
-        admissions=admissions,
-        prefill_worker_idx=None,
-        decode_worker_idx=rank.scheduler_id if rank is not None else None,
-        routing=[("agg", request.worker_idx, rank.dp_rank, rank.scheduler_id)] if rank else [],
+        **fields,
     )

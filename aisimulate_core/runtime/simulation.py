@@ -3,6 +3,9 @@
 Same-time order: pass completions, then arrivals (placed and queued at their rank), then new
 passes on every idle worker that has work. Workers never sleep: an idle worker with work starts
 a pass at once. An embedding simulator drives the clock with ``run_until`` and ``submit``.
+
+``Simulation`` also holds what the disaggregated loop (disaggregated.py) shares: the clock and
+its limits, arrival and terminal bookkeeping, and the report.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class Simulation:
                  max_in_flight=None, max_sim_time_ms=None, on_event=None, progress=None):
         self.workers = []
         self.placement = None
+        self.placements = ()
         self.driver = driver
         self.collector = collector
         self.gpus_per_worker = gpus_per_worker
@@ -64,6 +68,7 @@ class Simulation:
         """Install the deployment: workers (each with its ranks) and the placement policy."""
         self.workers = workers
         self.placement = placement
+        self.placements = (placement,)
         self._dirty = set(range(len(workers)))
 
     # ------------------------------------------------------------------ embedding API
@@ -84,6 +89,8 @@ class Simulation:
             steps += 1
             if self.progress is not None and steps % 4096 == 0:
                 self.progress(self.now_ms, self.completed, self.driver.total or self.arrived)
+        if math.isinf(t):
+            self._check_drained()
         if t_ms < self.max_sim_time_ms and not math.isinf(t_ms) and t_ms > self.now_ms:
             self.now_ms = t_ms  # the embedder's clock moved on; later submissions arrive then
         self._wall_ms += (time.perf_counter() - started) * 1000.0
@@ -95,14 +102,24 @@ class Simulation:
     def is_done(self):
         return math.isinf(self._next_time())
 
+    def _check_drained(self):
+        """Nothing is left to happen: a loop that can leave requests stranded raises here."""
+
     # ------------------------------------------------------------------ loop
     def _next_time(self):
-        t = self.queue.peek_time()
+        t = self._event_time()
         if self.max_in_flight is None or self.in_flight < self.max_in_flight:
             ready = self.driver.next_ready_ms()
             if ready < t:
                 t = ready if ready > self.now_ms else self.now_ms
         return t
+
+    def _event_time(self):
+        return self.queue.peek_time()
+
+    def _arrival_limit(self):
+        """How many requests may arrive now (the in-flight cap)."""
+        return (self.max_in_flight - self.in_flight) if self.max_in_flight is not None else 1 << 62
 
     def _step(self, t):
         self.now_ms = t
@@ -117,7 +134,7 @@ class Simulation:
                 continue  # the pass was cut short and rescheduled earlier
             worker.complete_pass()
             dirty.add(idx)
-        limit = (self.max_in_flight - self.in_flight) if self.max_in_flight is not None else 1 << 62
+        limit = self._arrival_limit()
         if limit > 0:
             for request in self.driver.pop_ready(t, limit):
                 self._place(request, t)
@@ -137,7 +154,7 @@ class Simulation:
             return math.inf  # a completion must free a slot first; truncation covers that
         return self.driver.next_ready_ms()
 
-    def _place(self, request, now_ms):
+    def _register_arrival(self, request, now_ms):
         request.uuid = self._next_uuid
         self._next_uuid += 1
         request.arrival_ms = now_ms
@@ -145,6 +162,9 @@ class Simulation:
         self.arrived += 1
         self.in_flight += 1
         self.collector.on_arrival()
+
+    def _place(self, request, now_ms):
+        self._register_arrival(request, now_ms)
         w_idx, dp_rank = self.placement.place(PlacementRequest(
             uuid=request.uuid, dp_rank=request.dp_rank, input_length=request.prompt_len,
             session_id=request.session_id))
@@ -165,11 +185,16 @@ class Simulation:
     def _on_finish(self, request, end_ms, status):
         request.terminal_ms = end_ms
         request.terminal_status = status
+        self._terminal(request, end_ms, status, make_record(request, status))
+
+    def _terminal(self, request, end_ms, status, record):
+        """Bookkeeping of a request that reached ``status`` (its record made already)."""
         self.in_flight -= 1
         if status == "completed":
             self.completed += 1
-        self.collector.on_terminal(make_record(request, status))
-        self.placement.on_terminal(request.uuid)
+        self.collector.on_terminal(record)
+        for placement in self.placements:
+            placement.on_terminal(request.uuid)
         self.driver.on_terminal(request, end_ms, status)
         if self.on_event is not None:
             self.on_event(status, end_ms, request)
@@ -183,12 +208,7 @@ class Simulation:
                 values, counts = rank.itl_gaps()
                 if values:
                     collector.add_itl_gaps(values, counts)
-        end_ms = self.now_ms
-        collector.set_worker_seconds(
-            prefill_worker_seconds=0.0,
-            decode_worker_seconds=len(self.workers) * end_ms / 1000.0,
-            prefill_gpus_per_worker=0,
-            decode_gpus_per_worker=self.gpus_per_worker)
+        collector.set_worker_seconds(**self._worker_seconds())
         ranks = [rank for worker in self.workers for rank in worker.ranks]
         collector.add_extra("kv_eviction_policy", "lru")
         collector.add_extra("committed_prefill_tokens",
@@ -197,6 +217,11 @@ class Simulation:
         if driver_extras is not None:  # e.g. the agentic driver's trajectories
             driver_extras(collector)
         return collector.finalize(wall_time_ms=self._wall_ms)
+
+    def _worker_seconds(self):
+        return dict(prefill_worker_seconds=0.0,
+                    decode_worker_seconds=len(self.workers) * self.now_ms / 1000.0,
+                    prefill_gpus_per_worker=0, decode_gpus_per_worker=self.gpus_per_worker)
 
 
 def aggregated_pool_view(workers):

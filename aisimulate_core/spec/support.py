@@ -15,12 +15,13 @@ from .topology import AggregatedTopology
 from .validate import role_path
 
 # (scope, field, accepted values). Scopes: payload (the envelope), spec, topology,
-# engine (each rank group the topology uses), rank (its EngineConfig), traffic.
+# engine (each rank group the topology uses), rank (its EngineConfig), disaggregated_rank
+# (the same, in a disaggregated topology only), traffic.
 UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("payload", "capture_performance_diagnostics", (False,)),
     ("spec", "encoder", (None,)),
-    ("topology", "kind", ("aggregated",)),
     ("rank", "backend", ("vllm", "trtllm", "sglang")),
+    ("disaggregated_rank", "backend", ("vllm", "trtllm")),  # SGLang hands off destination-first
     ("rank", "native_host_offload", (None,)),
     ("rank", "g3_offload", (None,)),
     ("rank", "state_cache", (None,)),
@@ -40,26 +41,32 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
 _MISSING = object()
 
 
-def _message(value: Any) -> str:
+_SCOPE_NOTES = {"disaggregated_rank": " in a disaggregated topology"}
+
+
+def _message(value: Any, note: str = "") -> str:
     if isinstance(value, str):
-        return f"'{value}' is not supported yet"
+        return f"'{value}' is not supported yet{note}"
     if value is None or isinstance(value, (bool, int, float)):
-        return f"{show(value)} is not supported yet"
-    return "not supported yet"
+        return f"{show(value)} is not supported yet{note}"
+    return "not supported yet" + note
 
 
 def unsupported(payload: Payload, root: str) -> list[tuple[str, str]]:
     """`(path, rule)` for every value of `payload` this release cannot simulate."""
     spec = payload.spec
     engine: ReplayEngineConfig = spec.engine
-    stages = ("aggregated",) if isinstance(spec.topology, AggregatedTopology) else ("prefill", "decode")
+    aggregated = isinstance(spec.topology, AggregatedTopology)
+    stages = ("aggregated",) if aggregated else ("prefill", "decode")
     groups = {role_path(engine, stage, root + ".engine"): engine.role(stage) for stage in stages}
+    ranks = [(path + ".rank", group.rank) for path, group in groups.items()]
     objects: dict[str, list[tuple[str, Any]]] = {
         "payload": [("$", payload)],
         "spec": [(root, spec)],
         "topology": [(root + ".topology", spec.topology)],
         "engine": list(groups.items()),
-        "rank": [(path + ".rank", group.rank) for path, group in groups.items()],
+        "rank": ranks,
+        "disaggregated_rank": [] if aggregated else ranks,
         "traffic": [("$.traffic", payload.traffic)] if payload.traffic is not None else [],
     }
     problems = []
@@ -68,7 +75,7 @@ def unsupported(payload: Payload, root: str) -> list[tuple[str, str]]:
             value = getattr(obj, field, _MISSING)
             if value is _MISSING or any(value == ok and type(value) is type(ok) for ok in accepted):
                 continue
-            problems.append((f"{path}.{field}", _message(value)))
+            problems.append((f"{path}.{field}", _message(value, _SCOPE_NOTES.get(scope, ""))))
     return problems
 
 

@@ -1,0 +1,211 @@
+"""The vLLM / TensorRT-LLM rank in the roles of a disaggregated deployment (SEMANTICS 3.3).
+
+The handoff is source-first: the prefill side computes the prompt, then the decode side reserves
+room for it, the KV moves, and the decode side takes over.
+
+Prefill role: every request is a hidden copy limited to one output token, scheduled exactly as in
+an aggregated rank but never charged decode time. When the copy completes it leaves the batch
+(its ``max_num_seqs`` slot frees) while its KV stays *held*: referenced, counted active and
+visible to prefix lookups, until the runtime releases the source.
+
+Decode role: a destination is accepted into a pending FIFO; ``retry`` reserves the prompt's blocks
+for the head (at most one per call, strictly in order) and a head that did not fit is tried
+again only once the rank's capacity generation moved (a completion, preemption or drop). The
+runtime calls ``retry`` on accept at an idle rank, at every pass completion and after every
+activation. ``activate`` materializes the transferred prompt: the request joins the queue in
+accept order and starts with zero tokens to compute; its first token is a decode step. Prompt
+work on a decode rank (recompute after a preemption) costs no time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .request import FINISHED, RUNNING, WAITING
+from .vllm import VllmRank
+
+
+class VllmPrefillRank(VllmRank):
+    charges_decode = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.held_sources = 0
+
+    def _retire(self, r, end_ms):
+        # the copy keeps its KV: no longer counted as running work of the rank, but the
+        # blocks stay referenced until release_source
+        self.running.remove(r)
+        r.status = FINISHED
+        self.held_total -= r.held_blocks
+        r.held_blocks = 0
+        if self.no_evict:
+            self.completion_total -= r.footprint_blocks
+            r.footprint_blocks = 0
+            self.kv_version += 1  # its output room is free: a waiting head may fit now
+        self.held_sources += 1
+        self.cb.on_source_held(r, end_ms)
+
+    def release_source(self, r):
+        """Free the KV of a held copy: the decode side has it, or the handoff failed."""
+        self._release(r)
+        self.held_sources -= 1
+
+    def _stalled(self, budget):
+        if not self.held_sources:
+            super()._stalled(budget)
+        # held sources fill the pool: the head waits for a release
+
+
+class VllmDecodeRank(VllmRank):
+    charges_prefill = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pending = deque()      # accepted destinations waiting for their reservation
+        self.holds = 0              # reserved destinations waiting for their KV
+        self.generation = 0         # capacity generation: gates retries of a failed head
+        self._accepted = 0
+
+    def accept(self, r):
+        """Take destination ``r`` (a copy with the full output); False when it can never fit
+        this rank (the handoff fails)."""
+        self._limit_output(r)
+        tokens = r.prompt_len
+        if self.no_evict:
+            # the whole footprint must fit (the output clamped to the pool, as at enqueue)
+            capacity = self.num_blocks * self.block_size
+            tokens += r.max_output if tokens >= capacity else min(r.max_output, capacity - tokens)
+        if -(-tokens // self.block_size) > self.num_blocks:
+            return False
+        r.waiting_order = self._accepted
+        self._accepted += 1
+        self.pending.append(r)
+        return True
+
+    def retry(self):
+        """Reserve the prompt blocks of the pending head if it fits; returns ``(request,
+        tokens to transfer when only missing blocks move)`` or None."""
+        pending = self.pending
+        if not pending:
+            return None
+        head = pending[0]
+        generation = self.generation
+        if head.last_attempt == generation or len(self.running) >= self.max_seqs:
+            head.last_attempt = generation
+            return None
+        head.last_attempt = generation
+        bs = self.block_size
+        pool = self.pool
+        blocks = -(-head.prompt_len // bs)
+        hashes = None
+        hits = footprint = 0
+        room = pool.allocatable()
+        if self.no_evict:
+            # TensorRT-LLM reserves to completion and takes only fresh blocks
+            footprint = -(-(head.prompt_len + head.out_limit) // bs)
+            available = self.num_blocks - pool.active() - (self.completion_total - self.held_total)
+            if footprint > available:
+                return None
+        elif self.caching:
+            hashes = self._lookup_hashes(head, head.prompt_len // bs)
+            hits, active_hits = pool.match_counts(hashes)
+            room -= hits - active_hits  # evicting for the fresh blocks may not take a hit
+        fresh = blocks - hits
+        if fresh > room:
+            return None
+        pending.popleft()
+        self._take_blocks(head, hashes, hits, fresh, footprint)
+        self.holds += 1
+        self.kv_version += 1
+        return head, fresh * bs
+
+    def activate(self, r):
+        """The prompt's KV has arrived: ``r`` waits to start, ahead of the first waiting request
+        accepted after it."""
+        self.holds -= 1
+        if self.caching:
+            self._commit_full_blocks(r, r.prompt_len // self.block_size)
+        r.computed = r.prompt_len
+        r.status = WAITING
+        waiting = self.waiting
+        order = r.waiting_order
+        # preempted requests went to the front: the queue need not be in accept order
+        for i, q in enumerate(waiting):
+            if q.waiting_order > order:
+                waiting.insert(i, r)
+                return
+        waiting.append(r)
+
+    def _admit_waiting(self, now_ms, budget):
+        waiting = self.waiting
+        running = self.running
+        before = len(running)
+        if self.pending:
+            # while a destination waits for room, only activated requests may start
+            for r in [r for r in waiting if r.seq >= 0]:
+                if len(running) >= self.max_seqs:
+                    break
+                if self._admit_activated(r, now_ms) and budget == 0:
+                    break
+            return len(running) - before
+        while waiting and len(running) < self.max_seqs:
+            r = waiting[0]
+            if r.seq >= 0:
+                if self._admit_activated(r, now_ms) and budget == 0:
+                    break
+            else:
+                budget = self._admit_head(now_ms, budget)
+                if budget is None:
+                    break
+        return len(running) - before
+
+    def _admit_activated(self, r, now_ms):
+        """Start an activated request: no lookup, no capacity check, zero tokens to compute.
+        Returns False when max_model_len rejects it instead."""
+        waiting = self.waiting
+        if waiting[0] is r:
+            waiting.popleft()
+        else:
+            waiting.remove(r)
+        if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
+            self._release(r)
+            r.status = FINISHED
+            self._rejected.append(r)
+            return False
+        r.status = RUNNING
+        r.pass_chunk = (0, -1, -1)
+        self.running.append(r)
+        self.partial.append(r)
+        r.admissions.append((now_ms, 0, False))
+        if r.first_reused is None:
+            r.first_reused = 0
+        return True
+
+    def _release(self, r):
+        super()._release(r)
+        self.generation += 1
+
+    def _stalled(self, budget):
+        # a head that cannot start may wait for a reservation or an activation: the runtime
+        # decides when nothing can progress any more
+        pass
+
+    def stall_reason(self, r):
+        tokens = r.prompt_len + r.generated
+        needed = -(-tokens // self.block_size)
+        if needed > self.num_blocks or (not self.chunked and tokens > self.max_batched):
+            return super().stall_reason(r)
+        return (f"its {tokens} tokens need {needed} KV blocks of "
+                f"{self.block_size} tokens, {self.num_blocks - self.pool.active()} of "
+                f"{self.num_blocks} are free and nothing left to run frees more")
+
+    def extend(self, horizon_ms, cutoff_ms, max_passes=4096):
+        pending = self.pending
+        if (pending and pending[0].last_attempt != self.generation
+                and len(self.running) < self.max_seqs):
+            return self.pass_end_ms  # the next pass end may reserve the head
+        return super().extend(horizon_ms, cutoff_ms, max_passes)
+
+
+ROLE_RANKS = {"prefill": VllmPrefillRank, "decode": VllmDecodeRank}

@@ -1,0 +1,507 @@
+"""The steppable event loop of a disaggregated deployment (SEMANTICS 3.3): a prefill pool and a
+decode pool on one clock, and the source-first KV handoff between them (vLLM, TensorRT-LLM).
+
+A request's handoff: its arrival is placed on a prefill rank as a hidden copy limited to one
+token; when that copy completes, its KV is held and a decode rank is chosen; the decode rank
+reserves room for the prompt (engine/vllm_roles.py); the KV transfer takes
+``tokens × kv_transfer_bytes_per_token / kv_transfer_bandwidth`` (the prefill role's values;
+``handoff_latency_ms`` when they are not set); on arrival the decode copy is activated and the
+source released. Activation waits for the decode worker's pass in flight to end, a release for
+the prefill worker's.
+
+At every visited time t, repeated until nothing changes:
+  1. pass completions due at t, prefill workers before decode workers, each in id order (a
+     decode rank retries a reservation at each of its pass ends, zero-duration ones included);
+  2. transfers completing at t, in the order they started;
+  3. the actions (placements, reservations, transfers, activations, releases), first in first
+     out, until none is left; one may queue others;
+  4. idle prefill workers with work start a pass, then 5. idle decode workers (a pass ending at
+     t completes at once; one that changed nothing parks its worker until the next drive);
+  6. arrivals due at t are released (they are placed in step 3 of the next round).
+
+Speed: a decode worker runs decode-only passes as one event (``VllmRank.extend``); the run is cut
+at the pass in flight whenever something reaches that worker, and at every visited time that
+is one of its pass ends, so that same-time order stays exact.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from ..errors import SimulationError
+from ..placement import PlacementRequest, PoolView, WorkerView
+from ..engine.request import SimRequest
+from .records import make_disagg_record
+from .simulation import PASS_DONE, Simulation, _GEN_MASK
+
+# actions of the handoff
+SUBMIT, RESERVE, START_TRANSFER, ACTIVATE, RELEASE_SOURCE, CANCEL_SOURCE = range(6)
+
+
+class Handoff:
+    """One request's way through both pools: its role copies and its lifecycle times."""
+
+    __slots__ = ("request", "prefill", "decode", "prefill_key", "decode_key", "decode_route",
+                 "held_ms", "reserved_ms", "activated_ms", "released_ms", "transfer_tokens",
+                 "record")
+
+    def __init__(self, request):
+        self.request = request
+        self.prefill = None          # the hidden copy on its prefill rank
+        self.decode = None           # the copy on its decode rank, once accepted there
+        self.prefill_key = -1        # worker keys (index into Simulation.workers)
+        self.decode_key = -1
+        self.decode_route = None     # (logical worker id, dp rank, scheduler id) of the decode pick
+        self.held_ms = None
+        self.reserved_ms = None
+        self.activated_ms = None
+        self.released_ms = None
+        self.transfer_tokens = 0     # fresh (missing) prompt tokens of the reservation
+        self.record = None           # the report record, once terminal
+
+
+class _RoleEvents:
+    """Routes the role ranks' callbacks to the simulation."""
+
+    __slots__ = ("sim",)
+
+    def __init__(self, sim):
+        self.sim = sim
+
+    def on_finish(self, copy, end_ms, status):
+        self.sim._finish(copy.handoff, end_ms, status)
+
+    def on_source_held(self, copy, end_ms):
+        handoff = copy.handoff
+        handoff.held_ms = end_ms
+        self.sim._held.append(handoff)
+
+
+class TransferModel:
+    """KV transfer time of a handoff, from the prefill role's rank settings."""
+
+    __slots__ = ("bytes_per_token", "bandwidth_gbps", "missing_only", "fallback_ms")
+
+    def __init__(self, prefill_rank, handoff_latency_ms):
+        self.bytes_per_token = prefill_rank.kv_transfer_bytes_per_token
+        self.bandwidth_gbps = prefill_rank.kv_transfer_bandwidth
+        self.missing_only = prefill_rank.kv_transfer_timing_mode == "destination_missing"
+        self.fallback_ms = handoff_latency_ms
+
+    def delay_ms(self, prompt_tokens, missing_tokens):
+        bandwidth = self.bandwidth_gbps
+        if self.bytes_per_token is None or bandwidth is None or bandwidth <= 0:
+            return self.fallback_ms
+        tokens = missing_tokens if self.missing_only else prompt_tokens
+        # float arithmetic in the reference's order; the time is not rounded to nanoseconds
+        return float(tokens) * float(self.bytes_per_token) / (bandwidth * 1e9) * 1000.0
+
+
+class DisaggregatedSimulation(Simulation):
+    """One disaggregated replay; built by ``build_simulation`` for a disaggregated topology."""
+
+    def __init__(self, *, transfer, prefill_gpus_per_worker, **kwargs):
+        super().__init__(**kwargs)
+        self.transfer = transfer
+        self.prefill_gpus_per_worker = prefill_gpus_per_worker
+        self.prefill_workers = []
+        self.decode_workers = []
+        self.events = _RoleEvents(self)
+        self._n_prefill = 0
+        self._actions = deque()
+        self._deferred = {}          # rank -> actions waiting for its worker's pass to end
+        self._idle = (set(), set())  # per pool: keys of idle workers that may have work
+        self._extended = set()       # keys of decode workers whose pass in flight may be extended
+        self._no_extend = False      # a parked worker progresses at every drive: keep passes single
+        self._stale = {}             # time -> pass events due then that were cut short
+        self._transfers = []         # heap of (done_ms, order, handoff)
+        self._transfer_order = 0
+        self._held = []              # handoffs whose source was held by the pass completing now
+        self._visited = []           # every time the clock stopped at (worker-seconds)
+
+    def attach_pools(self, prefill_workers, decode_workers, prefill_placement, decode_placement):
+        self.prefill_workers = prefill_workers
+        self.decode_workers = decode_workers
+        self.workers = prefill_workers + decode_workers
+        self._n_prefill = len(prefill_workers)
+        self.placement = prefill_placement
+        self.placements = (prefill_placement, decode_placement)
+
+    # ------------------------------------------------------------------ embedding API
+    def submit(self, request):
+        self._arrive(request, self.now_ms)
+
+    # ------------------------------------------------------------------ loop
+    def _next_time(self):
+        if self._actions:
+            return self.now_ms  # a submission waits for its placement
+        return super()._next_time()
+
+    def _event_time(self):
+        queue = self.queue
+        stale = self._stale
+        t = queue.peek_time()
+        while t in stale:
+            # drop cut-short completions from the head: their times are never visited
+            t, kind, ident = queue.pop()
+            if self._is_stale(ident):
+                self._unstale(t)
+            else:
+                queue.push(t, kind, ident)  # completions due together are ordered by worker
+                break
+            t = queue.peek_time()
+        if self._transfers and self._transfers[0][0] < t:
+            return self._transfers[0][0]
+        return t
+
+    def _unstale(self, t):
+        count = self._stale[t] - 1
+        if count:
+            self._stale[t] = count
+        else:
+            del self._stale[t]
+
+    def _is_stale(self, ident):
+        worker = self.workers[ident >> 32]
+        return not worker.busy or worker.generation != ident & _GEN_MASK
+
+    def _step(self, t):
+        self.now_ms = t
+        self._visited.append(t)
+        if self._extended:
+            for key in list(self._extended):
+                if self.workers[key].ranks[0].ends_pass_at(t):
+                    self._cut(key, t)  # that pass end is a visited time of its own
+        queue = self.queue
+        transfers = self._transfers
+        actions = self._actions
+        idle_prefill, idle_decode = self._idle
+        driver = self.driver
+        while True:
+            changed = False
+            if queue.peek_time() <= t or (transfers and transfers[0][0] <= t):
+                changed = self._complete_due(t)
+            if actions:
+                changed = self._run_actions(t)
+            if idle_prefill and self._drive(0, t):
+                changed = True
+            if idle_decode and self._drive(1, t):
+                changed = True
+            if driver.next_ready_ms() <= t and self._release_arrivals(t):
+                changed = True
+            if not changed:
+                break
+        if idle_prefill or idle_decode:
+            self._no_extend = self._progress_parked()
+            if self._no_extend:
+                for key in list(self._extended):
+                    self._cut(key, t)
+        else:
+            self._no_extend = False
+
+    def _complete_due(self, t):
+        """Steps 1 and 2: the pass completions and transfers due at ``t``."""
+        queue = self.queue
+        due = []
+        while queue.peek_time() <= t:
+            time, _, ident = queue.pop()
+            if self._is_stale(ident):
+                self._unstale(time)
+                continue
+            due.append(ident >> 32)
+        due.sort()  # prefill workers come first in the key order
+        for key in due:
+            self._complete(key, t)
+        transfers = self._transfers
+        done = bool(due)
+        while transfers and transfers[0][0] <= t:
+            self._actions.append((ACTIVATE, heapq.heappop(transfers)[2]))
+            done = True
+        return done
+
+    def _complete(self, key, t, immediate=False):
+        """A pass of worker ``key`` ends at ``t``; returns whether it produced a reservation or
+        a held source (its tokens and terminals are recorded through the rank callbacks)."""
+        worker = self.workers[key]
+        self._extended.discard(key)
+        held = self._held = []
+        worker.complete_pass()
+        decode = key >= self._n_prefill
+        actions = self._actions
+        produced = bool(held)
+        # each rank of the group completes in turn, idle ones included
+        for rank in worker.ranks:
+            got = rank.retry() if decode else None
+            if not immediate and self._deferred:
+                deferred = self._deferred.pop(rank, None)
+                if deferred:
+                    actions.extend(deferred)
+            for handoff in held:
+                if handoff.prefill.rank is rank:
+                    actions.append((RESERVE, handoff))
+            if got is not None:
+                self._reserved(got, t)
+                produced = True
+        self._idle[decode].add(key)
+        return produced
+
+    def _drive(self, pool, t):
+        """Steps 4/5: idle workers of ``pool`` (0 prefill, 1 decode) with work start a pass, in
+        id order, from the first again after each one that made progress."""
+        idle = self._idle[pool]
+        progressed = False
+        while idle:
+            for key in sorted(idle):
+                worker = self.workers[key]
+                if worker.busy or not worker.has_work():
+                    idle.discard(key)
+                elif self._start(key, t):
+                    progressed = True
+                    break
+            else:
+                break
+        return progressed
+
+    def _start(self, key, t):
+        worker = self.workers[key]
+        decode = key >= self._n_prefill
+        for rank in worker.ranks:
+            rank.pass_effect = False
+        horizon = self._decode_horizon(key) if decode and not self._no_extend else t
+        end = worker.start_pass(t, horizon, self.max_sim_time_ms)
+        if end is None:
+            return False
+        if end > t:
+            self.queue.push(end, PASS_DONE, (key << 32) | worker.generation)
+            self._idle[decode].discard(key)
+            if decode and worker.extendable:
+                self._extended.add(key)
+            return True
+        effect = any(rank.pass_effect for rank in worker.ranks)
+        return self._complete(key, t, immediate=True) or effect
+
+    def _decode_horizon(self, key):
+        """Where decode-only passes of worker ``key`` stop being extended: the first transfer
+        to it completes (its activation needs that pass end). A reservation, which any held
+        source may bring, cuts the extended pass when it comes: ending every run at each
+        prefill pass end would cost more than the passes a cut throws away."""
+        horizon = math.inf
+        for done_ms, _, handoff in self._transfers:
+            if done_ms < horizon and handoff.decode_key == key:
+                horizon = done_ms
+        return horizon
+
+    def _progress_parked(self):
+        """Whether an idle worker with work computed something in its effect-free pass: it does
+        more at every drive, so every pass end of the other workers must be visited."""
+        for idle in self._idle:
+            for key in idle:
+                worker = self.workers[key]
+                if not worker.busy and any(rank.partial for rank in worker.ranks):
+                    return True
+        return False
+
+    def _cut(self, key, t):
+        """End the extended pass of decode worker ``key`` at its pass in flight at ``t``."""
+        worker = self.workers[key]
+        before = worker.pass_end_ms
+        end = worker.truncate(t)
+        if end is not None:
+            self._stale[before] = self._stale.get(before, 0) + 1
+            self.queue.push(end, PASS_DONE, (key << 32) | worker.generation)
+
+    def _release_arrivals(self, t):
+        limit = self._arrival_limit()
+        if limit <= 0:
+            return False
+        arrived = False
+        for request in self.driver.pop_ready(t, limit):
+            self._arrive(request, t)
+            arrived = True
+        return arrived
+
+    def _arrive(self, request, now_ms):
+        self._register_arrival(request, now_ms)
+        self._actions.append((SUBMIT, Handoff(request)))
+        if self.on_event is not None:
+            self.on_event("arrival", now_ms, request)
+
+    # ------------------------------------------------------------------ the handoff
+    def _run_actions(self, t):
+        actions = self._actions
+        if not actions:
+            return False
+        while actions:
+            kind, handoff = actions.popleft()
+            if kind == SUBMIT:
+                self._submit_prefill(handoff)
+            elif kind == RESERVE:
+                self._reserve_destination(handoff, t)
+            elif kind == START_TRANSFER:
+                delay = self.transfer.delay_ms(handoff.request.prompt_len, handoff.transfer_tokens)
+                if delay > 0:
+                    heapq.heappush(self._transfers, (t + delay, self._transfer_order, handoff))
+                    self._transfer_order += 1
+                else:
+                    actions.append((ACTIVATE, handoff))
+            elif kind == ACTIVATE:
+                if self.workers[handoff.decode_key].busy:
+                    self._defer(handoff.decode_key, handoff.decode.rank, kind, handoff, t)
+                else:
+                    self._activate(handoff, t)
+            elif self.workers[handoff.prefill_key].busy:  # RELEASE_SOURCE, CANCEL_SOURCE
+                self._defer(handoff.prefill_key, handoff.prefill.rank, kind, handoff, t)
+            else:
+                handoff.prefill.rank.release_source(handoff.prefill)
+                self._idle[0].add(handoff.prefill_key)
+                if kind == RELEASE_SOURCE:
+                    handoff.released_ms = t
+                    if handoff.record is not None:
+                        handoff.record.source_released_ms = t
+        return True
+
+    def _defer(self, key, rank, kind, handoff, t):
+        """Run the action on ``rank`` when its worker ``key`` finishes the pass in flight (cut
+        there)."""
+        self._deferred.setdefault(rank, []).append((kind, handoff))
+        if key in self._extended:
+            self._cut(key, t)
+
+    def _submit_prefill(self, handoff):
+        request = handoff.request
+        wanted = request.prefill_dp_rank
+        w_idx, dp_rank = self.placements[0].place(PlacementRequest(
+            uuid=request.uuid, dp_rank=request.dp_rank if wanted is None else wanted,
+            input_length=request.prompt_len, session_id=request.session_id))
+        worker = self.prefill_workers[w_idx]
+        copy = self._copy(handoff, min(request.max_output, 1))
+        handoff.prefill = copy
+        handoff.prefill_key = w_idx
+        worker.ranks[_check_rank(request, dp_rank, worker)].submit(copy)
+        self._idle[0].add(w_idx)
+
+    def _reserve_destination(self, handoff, t):
+        request = handoff.request
+        w_idx, dp_rank = self.placements[1].place(PlacementRequest(
+            uuid=request.uuid, dp_rank=request.dp_rank, input_length=request.prompt_len,
+            session_id=request.session_id))
+        worker = self.decode_workers[w_idx]
+        rank = worker.ranks[_check_rank(request, dp_rank, worker)]
+        handoff.decode_route = (worker.idx, rank.dp_rank, rank.scheduler_id)
+        copy = self._copy(handoff, request.max_output)
+        if not rank.accept(copy):
+            # the decode ranks can never hold it: the request fails, its source is dropped
+            self._finish(handoff, t, "failed")
+            self._actions.append((CANCEL_SOURCE, handoff))
+            return
+        handoff.decode = copy
+        key = self._n_prefill + w_idx
+        handoff.decode_key = key
+        if worker.busy:
+            if key in self._extended:
+                self._cut(key, t)  # the next pass end retries
+        else:
+            got = rank.retry()
+            if got is not None:
+                self._reserved(got, t)
+
+    def _reserved(self, got, t):
+        copy, missing_tokens = got
+        handoff = copy.handoff
+        handoff.reserved_ms = t
+        handoff.transfer_tokens = missing_tokens
+        self._actions.append((START_TRANSFER, handoff))
+
+    def _activate(self, handoff, t):
+        handoff.activated_ms = t
+        copy = handoff.decode
+        rank = copy.rank
+        rank.activate(copy)
+        self._idle[1].add(handoff.decode_key)
+        self._actions.append((RELEASE_SOURCE, handoff))
+        got = rank.retry()
+        if got is not None:
+            self._reserved(got, t)
+
+    @staticmethod
+    def _copy(handoff, max_output):
+        """A role's copy of the request: same tokens and identity, its own engine state."""
+        request = handoff.request
+        copy = SimRequest(request.uuid, request.prompt, max_output, request.arrival_ms,
+                          request_id=request.request_id, session_id=request.session_id,
+                          output_token_ids=request.output_token_ids, dp_rank=request.dp_rank)
+        copy.handoff = handoff
+        return copy
+
+    def _finish(self, handoff, end_ms, status):
+        request = handoff.request
+        request.terminal_ms = end_ms
+        request.terminal_status = status
+        record = make_disagg_record(handoff, status)
+        handoff.record = record
+        self._terminal(request, end_ms, status, record)
+
+    # ------------------------------------------------------------------ stranded requests
+    def _check_drained(self):
+        if self.in_flight <= 0:
+            return
+        raise SimulationError(f"{self._stuck_request()}; the disaggregated replay cannot "
+                              f"progress with {self.in_flight} requests in flight")
+
+    def _stuck_request(self):
+        for pool, workers in (("prefill", self.prefill_workers), ("decode", self.decode_workers)):
+            for worker in workers:
+                for rank in worker.ranks:
+                    pending = getattr(rank, "pending", None)
+                    if pending:
+                        r = pending[0]
+                        blocks = -(-r.prompt_len // rank.block_size)
+                        return (f"request {_name(r)} can never get its KV reserved on decode "
+                                f"worker {worker.idx}: its prompt needs {blocks} KV blocks of "
+                                f"{rank.block_size} tokens, {rank.pool.allocatable()} of "
+                                f"{rank.num_blocks} are free")
+                    if rank.waiting:
+                        r = rank.waiting[0]
+                        return (f"request {_name(r)} can never be scheduled on {pool} worker "
+                                f"{worker.idx}: {rank.stall_reason(r)}")
+        return "requests are stranded between the prefill and decode pools"
+
+    # ------------------------------------------------------------------ report
+    def _worker_seconds(self):
+        """Each pool's worker count times every clock advance, summed in time order over the
+        visited times (every pass end included, also inside extended passes)."""
+        times = set(self._visited)
+        for worker in self.workers:
+            for rank in worker.ranks:
+                times.update(rank.pass_ends)
+        n_prefill = len(self.prefill_workers)
+        n_decode = len(self.decode_workers)
+        prefill = decode = 0.0
+        prev = 0.0
+        for t in sorted(times):
+            dt = t - prev
+            if dt > 0:
+                prefill += n_prefill * dt / 1000.0
+                decode += n_decode * dt / 1000.0
+            prev = t
+        return dict(prefill_worker_seconds=prefill, decode_worker_seconds=decode,
+                    prefill_gpus_per_worker=self.prefill_gpus_per_worker,
+                    decode_gpus_per_worker=self.gpus_per_worker)
+
+
+def _check_rank(request, dp_rank, worker):
+    if not 0 <= dp_rank < len(worker.ranks):
+        raise SimulationError(f"request {_name(request)}: dp_rank {dp_rank} out of range for "
+                              f"dp_size {len(worker.ranks)}")
+    return dp_rank
+
+
+def _name(r):
+    return r.request_id or f"#{r.uuid}"
+
+
+def pool_view(kind, workers):
+    return PoolView(kind=kind, workers=tuple(WorkerView(worker_id=w.idx, dp_size=len(w.ranks))
+                                             for w in workers))

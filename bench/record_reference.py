@@ -105,7 +105,8 @@ CASES += [(_n, PL + _n + ".json", True) for _n in (
     "disagg_transfer_settings_of_prefill", "disagg_role_timing", "disagg_decode_first_token",
     "disagg_decode_preemption", "disagg_decode_preemption_poly", "disagg_arrival_at_boundary",
     "disagg_osl0", "disagg_decode_capacity_failure", "disagg_trtllm_pressure",
-    "disagg_trtllm_destination_missing", "disagg_source_held_blocks_prefill", "disagg_poisson_pressure",
+    "disagg_trtllm_destination_missing", "disagg_source_held_blocks_prefill", "disagg_dp_groups",
+    "disagg_dp_groups_vllm", "disagg_activation_order", "disagg_poisson_pressure",
     "disagg_concurrency_trtllm")]
 # expected failure: a preempted decode request outgrew the decode pool; the reference aborts
 CASES.append(("disagg_decode_stall", PL + "disagg_decode_stall.json", True, "expect_error"))

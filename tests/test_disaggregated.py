@@ -22,6 +22,7 @@ CASES = [
     "disagg_decode_preemption", "disagg_decode_preemption_poly", "disagg_arrival_at_boundary",
     "disagg_osl0", "disagg_decode_capacity_failure", "disagg_trtllm_pressure",
     "disagg_trtllm_destination_missing", "disagg_source_held_blocks_prefill",
+    "disagg_activation_order", "disagg_dp_groups", "disagg_dp_groups_vllm",
     "disagg_poisson_pressure", "disagg_concurrency_trtllm",
 ]
 
@@ -226,6 +227,36 @@ def test_decode_preemption_recomputes_locally():
     # the summary's reuse takes the largest admission of either pool; the record the prefill's
     assert (rows[1]["reused_input_tokens"], rows[1]["decode_reused_input_tokens"]) == (0, 48)
     assert load_fixture("disagg_decode_preemption_poly")["summary"]["prefix_cache_reused_ratio"] == 0.6
+
+
+def test_activated_requests_wait_in_accept_order():
+    # 16 decode blocks; at 1520 the request accepted at 70 (held then) is activated while one
+    # accepted later, preempted, waits at the head of the queue: it goes in front and starts
+    rows = {(r["arrival_time_ms"], r["input_length"]): r for r in records("disagg_activation_order")}
+    early, late = rows[(50.0, 86)], rows[(60.0, 19)]
+    assert early["source_held_ms"] < late["source_held_ms"]
+    assert late["readmission_count"] == 2
+    assert early["destination_activated_ms"] == early["decode_admit_ms"] == 1520.0
+    assert late["admission_history"][3]["at_ms"] == 1535.0  # prefill, decode, decode, decode
+
+
+def test_attention_dp_ranks_complete_in_rank_order():
+    # one decode worker of two DP ranks: the two sources activated at its pass end 115.498 are
+    # released in rank order (rank 0's first), which decides what the 8-block prefill pool keeps
+    rows = {(r["arrival_time_ms"], r["input_length"]): r for r in records("disagg_dp_groups")}
+    first, second = rows[(5.0, 66)], rows[(5.0, 47)]
+    assert (first["decode_worker_idx"], second["decode_worker_idx"]) == (0, 1)
+    assert first["source_released_ms"] == second["source_released_ms"]
+    assert rows[(28.0, 20)]["reused_input_tokens"] == 16  # block [3] of the 47-token prompt
+
+
+def test_prefill_dp_rank_pins_the_prefill_scheduler():
+    spec = disaggregated(bare_spec([req(0, 32, 2, prefill_dp_rank=1), req(1, 32, 2, 1.0, prefill_dp_rank=0),
+                                    req(2, 32, 2, 2.0, prefill_dp_rank=1)]))
+    spec["engine"]["prefill"] = {"dp_size": 2, "rank": dict(spec["engine"]["rank"])}
+    rows = sorted(run_replay(json.dumps(spec)).per_request, key=lambda r: r["arrival_time_ms"])
+    assert [r["prefill_worker_idx"] for r in rows] == [1, 0, 1]
+    assert [r["decode_worker_idx"] for r in rows] == [0, 0, 0]
 
 
 def test_decode_capacity_failure():

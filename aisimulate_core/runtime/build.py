@@ -151,6 +151,10 @@ def _build_disaggregated(payload, registries, progress, on_event):
     roles, timers = {}, {}
     for stage in ("prefill", "decode"):
         path = role_path(spec.engine, stage, "$.spec.engine")
+        backend = spec.engine.role(stage).rank.backend
+        if backend not in ("vllm", "trtllm"):  # a payload loaded without the support check
+            raise ConfigError(f"{path}.rank.backend: '{backend}' is not supported yet in a "
+                              "disaggregated topology")
         roles[stage] = materialize_capacity(registries, spec.engine.role(stage), stage, path)
         timers[stage] = resolve_timing(registries, roles[stage], stage, path)
     # KV-relative loads read the decode pool's capacity, as a provider may have estimated it

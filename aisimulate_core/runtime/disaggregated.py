@@ -10,8 +10,9 @@ source released. Activation waits for the decode worker's pass in flight to end,
 the prefill worker's.
 
 At every visited time t, repeated until nothing changes:
-  1. pass completions due at t, prefill workers before decode workers, each in id order (a
-     decode rank retries a reservation at each of its pass ends, zero-duration ones included);
+  1. pass completions due at t, prefill workers before decode workers, each in id order, the
+     ranks of a DP group in rank order, idle ones included (a decode rank retries a reservation
+     at each of its pass ends, zero-duration ones included; actions waiting for the pass join);
   2. transfers completing at t, in the order they started;
   3. the actions (placements, reservations, transfers, activations, releases), first in first
      out, until none is left; one may queue others;
@@ -184,7 +185,8 @@ class DisaggregatedSimulation(Simulation):
             if queue.peek_time() <= t or (transfers and transfers[0][0] <= t):
                 changed = self._complete_due(t)
             if actions:
-                changed = self._run_actions(t)
+                self._run_actions(t)
+                changed = True
             if idle_prefill and self._drive(0, t):
                 changed = True
             if idle_decode and self._drive(1, t):
@@ -331,8 +333,6 @@ class DisaggregatedSimulation(Simulation):
     # ------------------------------------------------------------------ the handoff
     def _run_actions(self, t):
         actions = self._actions
-        if not actions:
-            return False
         while actions:
             kind, handoff = actions.popleft()
             if kind == SUBMIT:
@@ -360,7 +360,6 @@ class DisaggregatedSimulation(Simulation):
                     handoff.released_ms = t
                     if handoff.record is not None:
                         handoff.record.source_released_ms = t
-        return True
 
     def _defer(self, key, rank, kind, handoff, t):
         """Run the action on ``rank`` when its worker ``key`` finishes the pass in flight (cut

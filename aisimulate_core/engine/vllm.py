@@ -66,6 +66,7 @@ class VllmRank(RankBase):
         self._macro_ends = None      # end times of a pass extended by decode-only passes
         self._plain_decode = False   # the pass just formed only decodes open stretches
         self._rejected = []          # rejected while forming the pass; terminal at its end
+        self.pass_effect = False     # the pass just formed admits, preempts, emits or rejects
         self.pass_end_ms = 0.0
         self.preemptions = 0
         self.committed_prefill_tokens = 0

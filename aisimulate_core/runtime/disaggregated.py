@@ -37,6 +37,9 @@ from ..engine.request import SimRequest
 from .records import make_disagg_record
 from .simulation import PASS_DONE, Simulation, _GEN_MASK
 
+# rounds of same-time work after which a replay that does not advance is an error
+_MAX_ROUNDS = 1_000_000
+
 # actions of the handoff
 SUBMIT, RESERVE, START_TRANSFER, ACTIVATE, RELEASE_SOURCE, CANCEL_SOURCE = range(6)
 
@@ -180,7 +183,11 @@ class DisaggregatedSimulation(Simulation):
         actions = self._actions
         idle_prefill, idle_decode = self._idle
         driver = self.driver
+        rounds = 0
         while True:
+            rounds += 1
+            if rounds > _MAX_ROUNDS:
+                self._no_progress(t)
             changed = False
             if queue.peek_time() <= t or (transfers and transfers[0][0] <= t):
                 changed = self._complete_due(t)
@@ -254,7 +261,11 @@ class DisaggregatedSimulation(Simulation):
         id order, from the first again after each one that made progress."""
         idle = self._idle[pool]
         progressed = False
+        rounds = 0
         while idle:
+            rounds += 1
+            if rounds > _MAX_ROUNDS:
+                self._no_progress(t)
             for key in sorted(idle):
                 worker = self.workers[key]
                 if worker.busy or not worker.has_work():
@@ -448,6 +459,10 @@ class DisaggregatedSimulation(Simulation):
             return
         raise SimulationError(f"{self._stuck_request()}; the disaggregated replay cannot "
                               f"progress with {self.in_flight} requests in flight")
+
+    def _no_progress(self, t):
+        raise SimulationError(f"the disaggregated replay keeps changing state at {t} ms without "
+                              f"time advancing ({self.in_flight} requests in flight)")
 
     def _stuck_request(self):
         for pool, workers in (("prefill", self.prefill_workers), ("decode", self.decode_workers)):

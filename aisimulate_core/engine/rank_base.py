@@ -19,7 +19,10 @@ class RankBase:
         self.pass_index = 0
         self.pass_ends = array("d")
         self.itl_diff = array("q")   # difference array of gap multiplicities, per pass
-        self.extra_gaps = []         # gaps across breaks between stretches of finished requests
+        # gaps across a break between two stretches (preemption, a starved pass, prefill-only
+        # passes): (last pass before, first pass after) -> finished requests with that break;
+        # many decoders share the same break, so they are counted per pass pair
+        self.break_gaps = {}
 
     def _pass_done(self, end_ms):
         """Close the current pass at ``end_ms``; returns its index."""
@@ -42,14 +45,15 @@ class RankBase:
     def _record_itl(self, r):
         """Add a finished request's inter-token gaps: stretches via the difference array."""
         diff = self.itl_diff
-        ends = self.pass_ends
+        breaks = self.break_gaps
         prev_last = None
         for first, last in r.stretches:
             if last > first:
                 diff[first] += 1
                 diff[last] -= 1
             if prev_last is not None:
-                self.extra_gaps.append(ends[first] - ends[prev_last])
+                key = (prev_last, first)
+                breaks[key] = breaks.get(key, 0) + 1
             prev_last = last
 
     def itl_gaps(self):
@@ -59,6 +63,7 @@ class RankBase:
                                                    accumulate(self.itl_diff)) if count]
         values = [gap for gap, _ in pairs]
         counts = [count for _, count in pairs]
-        values.extend(self.extra_gaps)
-        counts.extend([1] * len(self.extra_gaps))
+        for (last, first), count in self.break_gaps.items():
+            values.append(ends[first] - ends[last])
+            counts.append(count)
         return values, counts

@@ -64,7 +64,6 @@ class SglangRank(SglangKv, RankBase):
         self._k0 = 0                 # phase-0 stamp counter of the current pass
         self._k2 = 0
         self._init_pass_history()
-        self._break_gaps = {}        # (pass of a token, pass of the next) -> requests, see _record_itl
         self._emitted_any = False    # some request emitted a token this pass
         self._done = []              # (request, status) terminal at this pass's end
         self._finishing = []         # completed this pass; they hold their KV until its end
@@ -388,31 +387,6 @@ class SglangRank(SglangKv, RankBase):
         r.status = FINISHED
         self._finishing.append(r)
         self._done.append((r, "completed"))
-
-    # ------------------------------------------------------------------ ITL
-    def _record_itl(self, r):
-        """As RankBase's, but a gap across a break (prefill passes between two decode passes,
-        or a retraction) is counted per distinct (from, to) pass pair: every decoder spanning
-        the same prefill passes has the same gap, and there are many of them."""
-        diff = self.itl_diff
-        breaks = self._break_gaps
-        prev_last = None
-        for first, last in r.stretches:
-            if last > first:
-                diff[first] += 1
-                diff[last] -= 1
-            if prev_last is not None:
-                key = (prev_last, first)
-                breaks[key] = breaks.get(key, 0) + 1
-            prev_last = last
-
-    def itl_gaps(self):
-        values, counts = RankBase.itl_gaps(self)
-        ends = self.pass_ends
-        for (last, first), count in self._break_gaps.items():
-            values.append(ends[first] - ends[last])
-            counts.append(count)
-        return values, counts
 
     # ------------------------------------------------------------------ pass completion
     def complete(self):

@@ -82,35 +82,24 @@ def _empty_hashes(count):
 
 
 def _c_seq_hashes(tokens, block_size, parent):
-    out = _empty_hashes(len(tokens) // block_size)
-    status = lib.aisim_hash_blocks(
-        ffi.from_buffer(_U32_ARRAY, tokens),
-        len(tokens),
-        block_size,
-        parent is not None,
-        parent or 0,
-        ffi.from_buffer(_U64_ARRAY, out),
-        len(out),
-    )
-    if status < 0:
-        raise status_error(status, "seq_hashes")
-    return out
+    inputs = (ffi.from_buffer(_U32_ARRAY, tokens), len(tokens))
+    return _c_chain("seq_hashes", lib.aisim_hash_blocks, inputs, len(tokens), block_size, parent)
 
 
 def _c_seq_hashes_runs(values, lengths, block_size, parent):
-    out = _empty_hashes(sum(lengths) // block_size)
-    status = lib.aisim_hash_block_runs(
-        ffi.from_buffer(_U32_ARRAY, values),
-        ffi.from_buffer(_U32_ARRAY, lengths),
-        len(values),
-        block_size,
-        parent is not None,
-        parent or 0,
-        ffi.from_buffer(_U64_ARRAY, out),
-        len(out),
-    )
+    inputs = (ffi.from_buffer(_U32_ARRAY, values), ffi.from_buffer(_U32_ARRAY, lengths),
+              len(values))
+    return _c_chain("seq_hashes_runs", lib.aisim_hash_block_runs, inputs, sum(lengths),
+                    block_size, parent)
+
+
+def _c_chain(operation, function, inputs, n_tokens, block_size, parent):
+    """Call a C hashing function: its token inputs, then the chain and output arguments."""
+    out = _empty_hashes(n_tokens // block_size)
+    status = function(*inputs, block_size, parent is not None, parent or 0,
+                      ffi.from_buffer(_U64_ARRAY, out), len(out))
     if status < 0:
-        raise status_error(status, "seq_hashes_runs")
+        raise status_error(status, operation)
     return out
 
 

@@ -26,4 +26,18 @@ class SimulationError(AisimError):
 
 
 class NativeError(AisimError):
-    """The C core returned a failure status."""
+    """The C core (or its Python twin) returned a failure status."""
+
+
+# The statuses below also keep the built-in type a caller of the core would expect, so that
+# `except ValueError` in a plugin and `except AisimError` at the boundary both work.
+class NativeArgumentError(NativeError, ValueError):
+    """AISIM_EINVAL: a bad argument (a size out of range, a span outside the hashes)."""
+
+
+class NativeMemoryError(NativeError, MemoryError):
+    """AISIM_ENOMEM: the core could not allocate what it was asked for."""
+
+
+class NativeEmptyError(NativeError, IndexError):
+    """AISIM_EEMPTY: a pop from an empty queue."""

@@ -17,7 +17,7 @@ both backends raise, so the twins fail with identical types and messages.
 
 import os
 
-from aisimulate_core.errors import NativeError
+from aisimulate_core.errors import NativeArgumentError, NativeEmptyError, NativeError, NativeMemoryError
 
 OK = 0
 NOSPACE = 1
@@ -86,13 +86,15 @@ def resolve_backend(backend=None):
 
 
 def status_error(status, operation, detail=None):
-    """The exception for a failed C status (the Python twins raise the same)."""
+    """The exception for a failed C status (the Python twins raise the same): always a
+    ``NativeError``, also an ``IndexError``/``MemoryError``/``ValueError`` where the status
+    is one of those."""
     if status == EEMPTY:
-        return IndexError(f"{operation}: {detail or 'empty'}")
+        return NativeEmptyError(f"{operation}: {detail or 'empty'}")
     if status == ENOMEM:
-        return MemoryError(f"{operation}: out of memory")
+        return NativeMemoryError(f"{operation}: out of memory{f' ({detail})' if detail else ''}")
     if status == EINVAL:
-        return ValueError(f"{operation}: {detail or 'invalid argument'}")
+        return NativeArgumentError(f"{operation}: {detail or 'invalid argument'}")
     name = STATUS_NAMES.get(status, f"status {status}")
     meaning = detail or _STATUS_MEANINGS.get(status, "unexpected status")
     return NativeError(f"{operation} failed: {meaning} ({name})")

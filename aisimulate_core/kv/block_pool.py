@@ -19,8 +19,11 @@ bool`` (the reference's atomic admission: prefix hits pinned, then k fresh
 blocks, or nothing), ``allocate_each(seqs, k_each=1) -> bool``,
 ``commit(seq, hashes, first_block, count)``, ``release(seq)``; ``check()``
 verifies every invariant. Allocation refusals return False and change
-nothing; misuse raises ValueError (bad arguments) or NativeError (unknown
-handle, hash not resident, conflicting commit).
+nothing; misuse raises NativeError: NativeArgumentError (also a ValueError)
+for bad arguments, NativeMemoryError (also a MemoryError) when the pool cannot
+be allocated, plain NativeError for an unknown handle, a hash not resident or
+a conflicting commit. ``owner`` (a rank and the JSON field of its size) names
+the pool in those messages.
 
 ``hashes`` is an ``array('Q')`` (fastest); a bytes-like object or a list of
 ints also works.
@@ -47,7 +50,7 @@ class BlockPool:
     __slots__ = ()
     backend = None
 
-    def __new__(cls, num_blocks, backend=None):
+    def __new__(cls, num_blocks, backend=None, *, owner=None):
         if cls is BlockPool:
             if resolve_backend(backend) == "c":
                 cls = CBlockPool
@@ -80,10 +83,16 @@ def check_count(operation, name, value):
         raise status_error(EINVAL, operation, f"{name} must be >= 0, got {value}")
 
 
-def check_num_blocks(num_blocks):
+def pool_operation(owner):
+    """How messages name a pool: ``BlockPool(<owner>)``, the owner being the rank and the
+    JSON field its size came from (``$.spec.engine.rank.num_gpu_blocks, worker 0 rank 1``)."""
+    return f"BlockPool({owner or ''})"
+
+
+def check_num_blocks(num_blocks, owner=None):
     if not 0 < num_blocks <= MAX_BLOCKS:
         raise status_error(
-            EINVAL, "BlockPool()", f"num_blocks must be in 1..{MAX_BLOCKS}, got {num_blocks}"
+            EINVAL, pool_operation(owner), f"num_blocks must be in 1..{MAX_BLOCKS}, got {num_blocks}"
         )
 
 
@@ -114,12 +123,12 @@ class CBlockPool(BlockPool):
     __slots__ = ("_pool", "_view")
     backend = "c"
 
-    def __init__(self, num_blocks, backend=None):
-        check_num_blocks(num_blocks)
+    def __init__(self, num_blocks, backend=None, *, owner=None):
+        check_num_blocks(num_blocks, owner)
         box = ffi.new("aisim_kv_pool **")
         status = lib.aisim_kv_new(box, num_blocks)
         if status:
-            raise status_error(status, "BlockPool()")
+            raise status_error(status, pool_operation(owner), f"{num_blocks} blocks")
         self._pool = ffi.gc(box[0], lib.aisim_kv_free)
         view = ffi.new("aisim_kv_view **")
         lib.aisim_kv_view_of(self._pool, view)

@@ -13,11 +13,13 @@ from aisimulate_core.kv.block_pool import (
     check_count,
     check_num_blocks,
     check_span,
+    pool_operation,
 )
 from aisimulate_core.native import (
     EBADSEQ,
     EHASHMISMATCH,
     EINVAL,
+    ENOMEM,
     ENOTRESIDENT,
     status_error,
 )
@@ -31,8 +33,14 @@ class PyBlockPool(BlockPool):
 
     backend = "python"
 
-    def __init__(self, num_blocks, backend=None):
-        check_num_blocks(num_blocks)
+    def __init__(self, num_blocks, backend=None, *, owner=None):
+        check_num_blocks(num_blocks, owner)
+        try:
+            self._allocate(num_blocks)
+        except MemoryError:  # the C pool's AISIM_ENOMEM
+            raise status_error(ENOMEM, pool_operation(owner), f"{num_blocks} blocks") from None
+
+    def _allocate(self, num_blocks):
         self._n = num_blocks
         self._ref = [0] * num_blocks
         self._hash = [0] * num_blocks

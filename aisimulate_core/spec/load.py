@@ -1,6 +1,7 @@
 """`load_payload`: JSON text or a parsed document to a validated `Payload`; and back."""
 
 import json
+import re
 from typing import Any
 
 import attrs
@@ -13,17 +14,59 @@ from .traffic import DEFAULT_TRACE_BLOCK_SIZE, EMBEDDED_BLOCK_SIZE_FORMATS, Synt
 from .validate import check_payload
 
 
+# A payload is about 8 levels deep; provider configs add a few. The limit keeps every later
+# recursive step (structuring, plugins, the report) far from Python's recursion limit.
+MAX_JSON_DEPTH = 64
+TOO_DEEP = f"invalid JSON: nested deeper than {MAX_JSON_DEPTH} levels"
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+
+
+def _text_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether valid JSON `raw` nests deeper than `limit`: strings and scalars are cut out
+    (in C, by regex), then each pass removes the innermost level of the bracket skeleton."""
+    skeleton = _NOT_BRACKET.sub(b"", _STRING.sub(b"", raw))
+    for _ in range(limit):
+        if not skeleton:
+            return False
+        skeleton = _INNERMOST.sub(b"", skeleton)
+    return bool(skeleton)
+
+
+def _value_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """The same rule for an already parsed document (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if type(node) is dict else node
+        for child in children:
+            if type(child) in (dict, list, tuple):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
 def parse_json(text: str | bytes | bytearray) -> Any:
-    """Parse JSON strictly (no NaN/Infinity); errors name `$`. A repeated key keeps its
-    last value."""
+    """Parse JSON strictly (no NaN/Infinity, at most `MAX_JSON_DEPTH` levels); errors name
+    `$`. A repeated key keeps its last value."""
     try:
-        return msgspec.json.decode(text)
+        value = msgspec.json.decode(text)
+    except RecursionError:
+        raise_problems([("$", TOO_DEEP)])
     except msgspec.DecodeError as fast_error:
         reason = str(fast_error)
+    else:
+        raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+        if _text_too_deep(raw):
+            raise_problems([("$", TOO_DEEP)])
+        return value
     # Parse again with the standard library only to name the line and column.
     try:
         if isinstance(text, (bytes, bytearray)):
@@ -33,6 +76,8 @@ def parse_json(text: str | bytes | bytearray) -> Any:
         reason = f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
     except (ValueError, UnicodeDecodeError) as exc:
         reason = str(exc)
+    except RecursionError:
+        reason = f"nested deeper than {MAX_JSON_DEPTH} levels"
     raise_problems([("$", f"invalid JSON: {reason}")])
 
 
@@ -53,6 +98,8 @@ def load_payload(data: str | bytes | bytearray | dict[str, Any], *, check_suppor
     does not simulate are problems too (support.py)."""
     if isinstance(data, (str, bytes, bytearray)):
         data = parse_json(data)
+    elif type(data) is dict and _value_too_deep(data):
+        raise_problems([("$", f"nested deeper than {MAX_JSON_DEPTH} levels")])
     if type(data) is not dict:
         raise_problems([("$", f"expected an object, got {show(data)}")])
 
@@ -84,4 +131,4 @@ def spec_to_dict(obj: ReplaySpec | Payload | Any) -> dict[str, Any]:
     return converter.unstructure(obj)
 
 
-__all__ = ["load_payload", "parse_json", "spec_to_dict"]
+__all__ = ["MAX_JSON_DEPTH", "load_payload", "parse_json", "spec_to_dict"]

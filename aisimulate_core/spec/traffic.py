@@ -8,6 +8,7 @@ import attrs
 
 from aisimulate_core.errors import ConfigError
 
+from .bounds import MAX_REQUESTS
 from .converter import Problem, converter, key_path, one_of, register_object, show
 from .topology import AggregatedTopology
 
@@ -200,6 +201,10 @@ def resolve_synthetic(traffic: SyntheticTraffic, spec: Any, root: str = "$.traff
         else:
             load = 1000.0 / traffic.arrival_interval_ms
         sessions = max(1, round_half_away(traffic.num_request_ratio * load))
+        turns = (traffic.turns_per_session or 4) if traffic.source_type == "synthetic-session" else 1
+        if sessions * turns > MAX_REQUESTS:
+            raise ConfigError(f"{root}.num_request_ratio: gives {sessions * turns} requests, more "
+                              f"than {MAX_REQUESTS}, got {show(traffic.num_request_ratio)}")
 
     if traffic.load_type == "poisson":
         kind, qps = "poisson_qps", traffic.request_rate

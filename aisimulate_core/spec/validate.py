@@ -8,6 +8,7 @@ reference's (`engine/config.rs` validate, `replay/spec.rs` validate, the binding
 import math
 from typing import Any
 
+from .bounds import check_deployment_bounds, check_rank_bounds, check_request_bounds, check_synthetic_bounds
 from .converter import U32_MAX, one_of, show
 from .engine import EngineConfig, ReplayEngineConfig, ReplayRoleConfig
 from .replay import Payload, ReplaySpec
@@ -123,6 +124,7 @@ def check_rank(r: EngineConfig, p: str, c: Checker) -> None:
     c.positive(p + ".kv_cache_bytes_per_token", r.kv_cache_bytes_per_token)
     c.finite_nonnegative(p + ".kv_transfer_bandwidth", r.kv_transfer_bandwidth)
     _check_offload(r, p, c)
+    check_rank_bounds(r, p, c)
     timing, tp = r.timing_model, p + ".timing_model"
     if timing.type == "fixed":
         for name in ("prefill_ms", "decode_ms"):
@@ -257,6 +259,7 @@ def check_requests(spec: ReplaySpec, p: str, c: Checker) -> None:
             elif r.prefill_dp_rank >= prefill_dp:
                 c.add(rp + ".prefill_dp_rank", f"must be < prefill dp_size ({prefill_dp}), got {r.prefill_dp_rank}")
         _check_metadata(r.metadata, rp + ".metadata", c)
+        check_request_bounds(r, rp, c)
 
 
 def check_spec(spec: ReplaySpec, p: str, c: Checker) -> None:
@@ -270,6 +273,7 @@ def check_spec(spec: ReplaySpec, p: str, c: Checker) -> None:
         _check_pool(topology.decode, p + ".topology.decode", c)
         c.finite_nonnegative(p + ".topology.handoff_latency_ms", topology.handoff_latency_ms)
     check_engine(spec.engine, topology, p + ".engine", c)
+    check_deployment_bounds(spec, role_path, p, c)
     c.nonempty(p + ".adapters.placement.provider", spec.adapters.placement.provider)
     c.nonempty(p + ".adapters.scaling.provider", spec.adapters.scaling.provider)
     c.finite_nonnegative(p + ".max_sim_time_ms", spec.max_sim_time_ms)
@@ -340,6 +344,7 @@ def check_synthetic(t: SyntheticTraffic, p: str, c: Checker) -> None:
         c.add(p + ".turns_per_session", f"must be 1 for source_type 'synthetic', got {t.turns_per_session}")
     if t.isl is not None and t.cached_prefix_tokens > t.isl:
         c.add(p + ".cached_prefix_tokens", f"must be <= isl ({t.isl}), got {t.cached_prefix_tokens}")
+    check_synthetic_bounds(t, p, c)
 
 
 def check_trace(t: TraceTraffic, p: str, c: Checker) -> None:

@@ -1,0 +1,135 @@
+"""Size bounds (aisimulate_core/spec/bounds.py) and what the reference does around them.
+
+Every case of tests/fixtures/bounds/ (see its README) was run on the reference: where it gave
+a report we give the same report, unless the fixture's `ours` names the one error line we
+give instead (and its `note` says why). Repro payloads are read in place from ../shared/repro.
+"""
+
+import json
+
+import pytest
+
+from aisimulate_core import run_replay
+from aisimulate_core.errors import AisimError, ConfigError
+from aisimulate_core.spec import load_payload
+from aisimulate_core.spec.bounds import (MAX_BLOCK_SIZE, MAX_RANKS, MAX_REQUESTS, MAX_TOKENS,
+                                         MAX_TOTAL_BLOCKS)
+from reference import ROOT, summary_mismatches
+
+FIXTURES = ROOT / "tests" / "fixtures" / "bounds"
+REPRO = ROOT.parent / "shared" / "repro"
+CASES = sorted(FIXTURES.glob("*.json"))
+
+
+def payload_of(fixture):
+    if "payload" in fixture:
+        path = ROOT / fixture["payload"]
+        if not path.exists():
+            pytest.skip(f"{fixture['payload']} is not here (../shared is beside the project)")
+        return path.read_text()
+    return json.dumps(fixture["payload_inline"])
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+def test_size_case_gives_the_recorded_outcome(path, monkeypatch):
+    fixture = json.loads(path.read_text())
+    if not REPRO.is_dir():
+        pytest.skip("../shared/repro is not beside the project")
+    payload = payload_of(fixture)
+    monkeypatch.chdir(ROOT / fixture["run_from"])
+    ours = fixture["ours"]
+    if "error" in ours:
+        with pytest.raises(AisimError) as info:
+            run_replay(payload)
+        assert type(info.value).__name__ == ours["type"]
+        assert str(info.value) == ours["error"]
+    else:
+        assert fixture["reference"]["outcome"] == "report"
+        report = run_replay(payload)
+        assert summary_mismatches(report.summary, fixture["reference"]["summary"]) == []
+
+
+def test_every_recorded_error_is_one_line():
+    for path in CASES:
+        ours = json.loads(path.read_text())["ours"]
+        assert "\n" not in ours.get("error", ""), path.name
+
+
+BASE = {
+    "spec": {"version": 1, "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}},
+             "engine": {"rank": {"backend": "vllm", "block_size": 16, "num_gpu_blocks": 1024,
+                                 "timing_model": {"type": "fixed", "prefill_ms": 10.0,
+                                                  "decode_ms": 5.0}}}},
+    "traffic": {"source_type": "synthetic", "load_type": "concurrency", "concurrency": 1,
+                "isl": 64, "osl": 4, "request_count": 1},
+}
+
+
+def problem(edit):
+    payload = json.loads(json.dumps(BASE))
+    edit(payload)
+    with pytest.raises(ConfigError) as info:
+        load_payload(payload)
+    return str(info.value)
+
+
+def rank(p):
+    return p["spec"]["engine"]["rank"]
+
+
+@pytest.mark.parametrize("edit, line", [
+    (lambda p: rank(p).update(block_size=MAX_BLOCK_SIZE + 1),
+     f"$.spec.engine.rank.block_size: must be <= {MAX_BLOCK_SIZE} (tokens per KV block), got "
+     f"{MAX_BLOCK_SIZE + 1}"),
+    (lambda p: (rank(p).update(num_gpu_blocks=MAX_TOTAL_BLOCKS // 2),
+                p["spec"]["engine"].update(dp_size=4)),
+     f"$.spec.topology.workers.initial_workers: gives {MAX_TOTAL_BLOCKS * 2} KV blocks "
+     f"(num_gpu_blocks x dp_size x initial_workers over all pools), more than {MAX_TOTAL_BLOCKS}"),
+    (lambda p: (p["spec"]["engine"].update(dp_size=256),
+                p["spec"]["topology"]["workers"].update(initial_workers=512),
+                rank(p).update(num_gpu_blocks=1)),
+     f"$.spec.topology.workers.initial_workers: gives {256 * 512} ranks (initial_workers x "
+     f"dp_size over all pools), more than {MAX_RANKS}"),
+    (lambda p: p["traffic"].update(osl=MAX_TOKENS + 1),
+     f"$.traffic.osl: must be <= {MAX_TOKENS} (tokens per request), got {MAX_TOKENS + 1}"),
+    (lambda p: p["traffic"].update(source_type="synthetic-session", turns_per_session=1000,
+                                   request_count=MAX_REQUESTS),
+     f"$.traffic.turns_per_session: times request_count gives {1000 * MAX_REQUESTS} requests, "
+     f"more than {MAX_REQUESTS}"),
+    (lambda p: p["traffic"].update(source_type="synthetic-session", turns_per_session=1000,
+                                   isl=2**20),
+     "$.traffic.turns_per_session: makes the last turn's prompt 1048579996 tokens (turns x isl "
+     f"+ (turns - 1) x osl), more than {MAX_TOKENS}"),
+    (lambda p: rank(p).update(speedup_ratio=0.5, decode_speedup_ratio=1e-12),
+     "$.spec.engine.rank.decode_speedup_ratio: times speedup_ratio (0.5) must be 0 or >= 1e-12 "
+     "(durations would overflow), got 1e-12"),
+    (lambda p: rank(p)["timing_model"].update(decode_ms=1e11) or rank(p).update(
+        speedup_ratio=1e-12),
+     "$.spec.engine.rank.timing_model.decode_ms: divided by the speed-up ratio must be "
+     "<= 1.84467e+22 ms (2^64 s), got 100000000000.0"),
+    (lambda p: p["traffic"].update(load_type="poisson", concurrency=None, request_rate=1e-13),
+     "$.traffic.request_rate: must be >= 1e-12 per second, got 1e-13"),
+])
+def test_bound_gives_one_path_qualified_line(edit, line):
+    assert problem(edit) == line
+
+
+def test_bounds_are_inclusive():
+    payload = json.loads(json.dumps(BASE))
+    rank(payload).update(block_size=MAX_BLOCK_SIZE, num_gpu_blocks=MAX_TOTAL_BLOCKS)
+    payload["traffic"].update(isl=MAX_TOKENS, osl=MAX_TOKENS, request_count=MAX_REQUESTS)
+    load_payload(payload)
+
+
+def test_a_zero_speedup_ratio_still_means_unscaled():
+    payload = json.loads(json.dumps(BASE))
+    rank(payload).update(speedup_ratio=0.0)
+    load_payload(payload)
+
+
+def test_a_derived_request_count_is_bounded_too():
+    payload = json.loads(json.dumps(BASE))
+    payload["traffic"].update(request_count=None, num_request_ratio=1e8, concurrency=1)
+    with pytest.raises(ConfigError, match=r"^\$\.traffic\.num_request_ratio: gives 100000000 "
+                                          r"requests, more than 10000000, got 100000000\.0$"):
+        run_replay(payload)

@@ -80,3 +80,35 @@ def test_out_of_memory_in_the_core_is_an_aisim_error():
     assert isinstance(error, NativeMemoryError) and isinstance(error, AisimError)
     assert isinstance(error, MemoryError)
     assert str(error) == "BlockPool(worker 3): out of memory (536870912 blocks)"
+
+
+TRACE_PAYLOAD = {
+    "spec": {"version": 1, "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}},
+             "engine": {"rank": {"block_size": 16, "num_gpu_blocks": 64,
+                                 "timing_model": {"type": "fixed", "prefill_ms": 1.0,
+                                                  "decode_ms": 1.0}}}},
+    "traffic": {"source_type": "trace", "trace_format": "mooncake", "trace_block_size": 16},
+}
+
+
+def run_trace(path):
+    payload = json.loads(json.dumps(TRACE_PAYLOAD))
+    payload["traffic"]["trace_path"] = str(path)
+    with pytest.raises(TraceError) as info:
+        run_replay(payload)
+    return str(info.value)
+
+
+def test_os_errors_on_a_trace_are_one_line_naming_the_file(tmp_path):
+    assert run_trace(tmp_path) == f"{tmp_path}: cannot read the trace file: Is a directory"
+    missing = tmp_path / "absent.jsonl.gz"
+    assert run_trace(missing) == f"{missing}: cannot read the trace file: No such file or directory"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+                    reason="root reads files whatever their mode")
+def test_an_unreadable_trace_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"input_length": 4, "output_length": 1, "hash_ids": [1]}\n')
+    path.chmod(0)
+    assert run_trace(path) == f"{path}: cannot read the trace file: Permission denied"

@@ -14,6 +14,7 @@ Plays are the connected components. The payload's ``trace_block_size`` is the bl
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Literal
 
@@ -23,8 +24,8 @@ from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.graph import AgenticNode, AgenticTrace, Dependency
 
 from .plays import assign_component_plays
-from .rows import (I32, U32, NonNegative, check_u64, decode_rows, describe, fail, first_of,
-                   nonblank, read_lines)
+from .rows import (I32, U32, NonNegative, TokenLength, check_u64, decode_line, fail, first_of,
+                   iter_lines, model_block_size)
 
 SCHEMA = "dynamo.agentic_mooncake"
 VERSION = 2
@@ -56,10 +57,10 @@ class NodeRow(msgspec.Struct, kw_only=True):
     source_play_ordinal: NonNegative | None = None
     session_id: str
     model: str
-    input_length: NonNegative | None = None
-    input_tokens: NonNegative | None = None          # alias of input_length
-    output_length: NonNegative | None = None
-    output_tokens: NonNegative | None = None         # alias of output_length
+    input_length: TokenLength | None = None
+    input_tokens: TokenLength | None = None          # alias of input_length
+    output_length: TokenLength | None = None
+    output_tokens: TokenLength | None = None         # alias of output_length
     output_token_ids: list[U32] | None = None
     hash_ids: list[NonNegative] | None = None
     not_before_ms: float
@@ -73,10 +74,10 @@ class NodeRow(msgspec.Struct, kw_only=True):
 class LegacyRow(msgspec.Struct, kw_only=True):
     request_id: str
     session_id: str | None = None
-    input_length: NonNegative | None = None
-    input_tokens: NonNegative | None = None
-    output_length: NonNegative | None = None
-    output_tokens: NonNegative | None = None
+    input_length: TokenLength | None = None
+    input_tokens: TokenLength | None = None
+    output_length: TokenLength | None = None
+    output_tokens: TokenLength | None = None
     output_token_ids: list[U32] | None = None
     hash_ids: list[NonNegative]
     timestamp: float | None = None
@@ -123,10 +124,7 @@ def graph_node(where, block_size, *, request_id, play_id, session_id, model, inp
 
 def _header(path, number, line):
     where = f"{path}:{number}"
-    try:
-        header = msgspec.json.decode(line, type=Header)
-    except msgspec.DecodeError as error:
-        fail(where, *describe(error))
+    header = decode_line(msgspec.json.Decoder(Header), where, line)
     if header.version != VERSION:
         fail(where, "version", f"must be {VERSION}, got {header.version}")
     if header.block_size == 0:
@@ -138,15 +136,15 @@ def _header(path, number, line):
     return header
 
 
-def load_v2(path, numbers, lines):
-    header = _header(path, numbers[0], lines[0])
-    numbers, lines = numbers[1:], lines[1:]
-    if not lines:
-        fail(path, "", "holds no requests after its header")
+def load_v2(path, number, line, lines):
+    """``number``/``line``: the header; ``lines`` yields the rest of the file."""
+    header = _header(path, number, line)
     block = header.block_size
+    decoder = msgspec.json.Decoder(NodeRow)
     nodes = []
-    for number, row in zip(numbers, decode_rows(path, NodeRow, numbers, lines)):
+    for number, line in lines:
         where = f"{path}:{number}"
+        row = decode_line(decoder, where, line)
         recorded = row.recorded_api_time_ms
         if recorded is not None and not (math.isfinite(recorded) and recorded >= 0.0):
             fail(where, "recorded_api_time_ms", f"must be finite and >= 0, got {recorded}")
@@ -161,7 +159,9 @@ def load_v2(path, numbers, lines):
             output_token_ids=row.output_token_ids, source_play_ordinal=row.source_play_ordinal,
             priority=row.priority, strict_priority=row.strict_priority,
             policy_class=row.policy_class))
-    return AgenticTrace.build(block, nodes, source_format=header.source.format,
+    if not nodes:
+        fail(path, "", "holds no requests after its header")
+    return AgenticTrace.build(model_block_size(block), nodes, source_format=header.source.format,
                               source_digest=header.source.digest, origin=path)
 
 
@@ -190,8 +190,12 @@ def _legacy_node(where, row, block_size):
         strict_priority=row.strict_priority, policy_class=row.policy_class)
 
 
-def load_legacy(path, numbers, lines, block_size):
-    rows = decode_rows(path, LegacyRow, numbers, lines)
+def load_legacy(path, lines, block_size):
+    decoder = msgspec.json.Decoder(LegacyRow)
+    numbers, rows = [], []
+    for number, line in lines:
+        numbers.append(number)
+        rows.append(decode_line(decoder, f"{path}:{number}", line))
     known = {row.request_id for row in rows}
     for number, row in zip(numbers, rows):
         for k, rid in enumerate(row.wait_for):  # named by the legacy field, not the graph's
@@ -202,14 +206,15 @@ def load_legacy(path, numbers, lines, block_size):
     nodes = [_legacy_node(f"{path}:{number}", row, block_size)
              for number, row in zip(numbers, rows)]
     assign_component_plays(nodes, "legacy-play")
-    return AgenticTrace.build(block_size, nodes, source_format="legacy_agentic_mooncake",
+    return AgenticTrace.build(model_block_size(block_size), nodes,
+                              source_format="legacy_agentic_mooncake",
                               source_digest=f"{path}:{len(nodes)}", origin=path)
 
 
 def _is_v2(first_line):
     try:
         value = msgspec.json.decode(first_line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False  # the row decoder reports the bad JSON with its line
     return isinstance(value, dict) and value.get("schema") == SCHEMA
 
@@ -219,12 +224,13 @@ class AgenticMooncake(TraceFormat):
 
     def load(self, paths, *, trace_block_size):
         path = paths[0]
-        numbers, lines = nonblank(read_lines(path))
-        if not lines:
+        lines = iter_lines(path)
+        first = next(lines, None)
+        if first is None:
             fail(path, "", "holds no requests")
-        if _is_v2(lines[0]):
-            return load_v2(path, numbers, lines)
-        return load_legacy(path, numbers, lines, trace_block_size or 512)
+        if _is_v2(first[1]):
+            return load_v2(path, *first, lines)
+        return load_legacy(path, itertools.chain((first,), lines), trace_block_size or 512)
 
 
 __all__ = ["AgenticMooncake", "graph_node", "load_legacy", "load_v2"]

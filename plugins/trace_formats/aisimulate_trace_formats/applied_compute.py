@@ -21,18 +21,19 @@ import msgspec
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
-from .rows import NonNegative, decode_rows, fail, nonblank, read_lines
+from .rows import (NonNegative, TokenLength, check_prompt_tokens, decode_rows, fail,
+                   model_block_size)
 
 _ARRAYS = ("assistant_response_length", "tool_call_output_length", "tool_call_latency")
 
 
 class AgentSessionRow(msgspec.Struct, kw_only=True):
     num_turns: NonNegative
-    input_prompt_length: NonNegative
-    assistant_response_length: list[NonNegative]
-    tool_call_output_length: list[NonNegative]
+    input_prompt_length: TokenLength
+    assistant_response_length: list[TokenLength]
+    tool_call_output_length: list[TokenLength]
     tool_call_latency: list[float]
-    final_assistant_response_length: NonNegative
+    final_assistant_response_length: TokenLength
 
 
 def _session(where, number, row, block_size, intern, next_id):
@@ -64,6 +65,8 @@ def _session(where, number, row, block_size, intern, next_id):
         turns.append(Turn(length, row.assistant_response_length[i], intern(raw_ids), delay_ms,
                           where=where))
         length += row.assistant_response_length[i] + row.tool_call_output_length[i]
+        check_prompt_tokens(where, f"tool_call_output_length[{i}]", length,
+                            f"the prompt of turn {i + 1}")
         grow(length)
         delay_ms = row.tool_call_latency[i] * 1000.0
     turns.append(Turn(length, row.final_assistant_response_length, intern(raw_ids), delay_ms,
@@ -77,15 +80,13 @@ class AppliedComputeAgentic(TraceFormat):
     def load(self, paths, *, trace_block_size):
         path = paths[0]
         block_size = trace_block_size or 512
-        numbers, lines = nonblank(read_lines(path))
-        if not lines:
-            fail(path, "", "holds no requests")
         intern = HashInterner()
         next_id = [1]
         sessions = [_session(f"{path}:{number}", number, row, block_size, intern, next_id)
-                    for number, row in zip(numbers, decode_rows(path, AgentSessionRow, numbers,
-                                                                lines))]
-        return Trace(block_size, sessions)
+                    for number, row in decode_rows(path, AgentSessionRow)]
+        if not sessions:
+            fail(path, "", "holds no requests")
+        return Trace(model_block_size(block_size), sessions)
 
 
 __all__ = ["AgentSessionRow", "AppliedComputeAgentic"]

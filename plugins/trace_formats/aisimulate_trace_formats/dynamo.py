@@ -16,7 +16,7 @@ from aisimulate_core.workload.formats import TraceFormat
 from .dynamo_agentic import lower_agentic
 from .dynamo_records import Entry, block_size_of, check_prompt, load_entries, output_length
 from .mooncake import MooncakeBuilder
-from .rows import fail
+from .rows import fail, model_block_size
 
 
 def lower_standard(entries, block):
@@ -40,7 +40,7 @@ class Dynamo(TraceFormat):
             mixed = next(e for e in entries if e.context is None)
             fail(mixed.where, "agent_context", "is missing, but other requests have one: a "
                  "trace is either agentic (every request) or standard (none)")
-        block = block_size_of(entries, trace_block_size)
+        block = model_block_size(block_size_of(entries, trace_block_size))
         entries.sort(key=Entry.order)
         if with_context:
             return lower_agentic(entries, tools, block)

@@ -12,7 +12,7 @@ import math
 
 import msgspec
 
-from .rows import NonNegative, check_u64, describe, fail, nonblank, read_lines
+from .rows import NonNegative, TokenLength, check_u64, decode_line, describe, fail, iter_lines
 
 SCHEMA = "dynamo.request.trace.v1"
 _SKIPPED = ("request_payload", "tool_start")
@@ -26,14 +26,14 @@ class AgentContext(msgspec.Struct, kw_only=True):
 
 class ReplayMetrics(msgspec.Struct):
     trace_block_size: NonNegative
-    input_length: NonNegative
+    input_length: TokenLength
     input_sequence_hashes: list[NonNegative]
 
 
 class RequestMetrics(msgspec.Struct, kw_only=True):
     request_id: str
     model: str | None = None
-    output_tokens: NonNegative | None = None
+    output_tokens: TokenLength | None = None
     request_received_ms: NonNegative | None = None
     total_time_ms: float | None = None
     replay: ReplayMetrics
@@ -101,12 +101,12 @@ def round_half_away(x):
     return whole + (1 if x - whole >= 0.5 else 0)
 
 
+_ANY = msgspec.json.Decoder()
+
+
 def _record(where, line):
     """The typed record of a line, or None for an event the replay skips."""
-    try:
-        value = msgspec.json.decode(line)
-    except msgspec.DecodeError as error:
-        fail(where, *describe(error))
+    value = decode_line(_ANY, where, line)
     if not isinstance(value, dict):
         return None  # the reference ignores lines that are not objects
     wrapped = isinstance(value.get("event"), dict)
@@ -121,7 +121,7 @@ def _record(where, line):
     try:
         record = msgspec.convert(event, Record)
     except msgspec.ValidationError as error:
-        fail(where, *describe(error, prefix))
+        fail(where, *describe(error, prefix, line))
     if record.schema != SCHEMA:
         fail(where, prefix + "schema", f"must be {SCHEMA!r}, got {record.schema!r}")
     return record
@@ -170,8 +170,7 @@ def _tool(where, record):
 def load_entries(paths):
     entries, tools, seen = [], [], {}
     for path in paths:
-        numbers, lines = nonblank(read_lines(path))
-        for number, line in zip(numbers, lines):
+        for number, line in iter_lines(path):
             where = f"{path}:{number}"
             record = _record(where, line)
             if record is None:

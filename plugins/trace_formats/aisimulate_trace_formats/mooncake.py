@@ -17,17 +17,17 @@ import msgspec
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
-from .rows import (I32, U32, NonNegative, check_u64, decode_rows, fail, first_of, nonblank,
-                   read_lines)
+from .rows import (I32, U32, NonNegative, TokenLength, check_prompt_tokens, check_u64, decode_rows,
+                   fail, first_of, model_block_size)
 
 
 class MooncakeRow(msgspec.Struct, kw_only=True):
     request_id: str | None = None
     session_id: str | None = None
-    input_length: NonNegative | None = None
-    input_tokens: NonNegative | None = None          # alias of input_length
-    output_length: NonNegative | None = None
-    output_tokens: NonNegative | None = None         # alias of output_length
+    input_length: TokenLength | None = None
+    input_tokens: TokenLength | None = None          # alias of input_length
+    output_length: TokenLength | None = None
+    output_tokens: TokenLength | None = None         # alias of output_length
     output_token_ids: list[U32] | None = None
     hash_ids: list[NonNegative] | None = None
     timestamp: float | None = None
@@ -42,12 +42,14 @@ class MooncakeRow(msgspec.Struct, kw_only=True):
 class MooncakeBuilder:
     """Rows -> sessions, one row at a time (also used for Dynamo's standard traces)."""
 
-    def __init__(self, block_size):
+    def __init__(self, block_size, *, accumulate_deltas=False):
         self.block_size = block_size
+        self.accumulate_deltas = accumulate_deltas
         self.intern = HashInterner()
         self.sessions = []
         self._by_id = {}
         self._last_timestamp = []
+        self._history = []           # per session: tokens its next delta turn's prompt starts with
 
     def add(self, where, ordinal, session_id, input_length, output_length, hash_ids,
             timestamp=None, delay=None, output_token_ids=None, priority=None,
@@ -62,6 +64,8 @@ class MooncakeBuilder:
         capacity = len(hash_ids) * self.block_size
         if input_length is None:
             input_length = capacity
+            check_prompt_tokens(where, "input_length", capacity, "the default (the capacity of "
+                                f"hash_ids, {len(hash_ids)} x trace_block_size {self.block_size})")
         elif input_length > capacity:
             fail(where, "input_length", f"{input_length} exceeds the capacity of hash_ids, "
                  f"{len(hash_ids)} x trace_block_size {self.block_size} = {capacity} tokens")
@@ -71,7 +75,14 @@ class MooncakeBuilder:
             index = self._by_id[key] = len(self.sessions)
             self.sessions.append(Session(key, timestamp, [], where=where))
             self._last_timestamp.append(timestamp)
+            self._history.append(0)
         session = self.sessions[index]
+        if self.accumulate_deltas:
+            # the prompt is the session's earlier inputs and outputs followed by this input
+            prompt = self._history[index] + input_length
+            check_prompt_tokens(where, "input_length", prompt, f"the prompt of session {key!r} "
+                                "(its earlier inputs and outputs plus this input)")
+            self._history[index] = prompt + output_length
         if not session.turns:
             delay_ms = 0.0 if delay is None else delay  # the core rejects a non-zero one
         elif delay is not None:
@@ -94,17 +105,15 @@ class MooncakeBuilder:
         if timestamp is not None:
             self._last_timestamp[index] = timestamp
 
-    def trace(self, *, accumulate_deltas=False):
-        return Trace(self.block_size, self.sessions, accumulate_deltas=accumulate_deltas)
+    def trace(self):
+        return Trace(model_block_size(self.block_size), self.sessions,
+                     accumulate_deltas=self.accumulate_deltas)
 
 
 def load_mooncake(path, block_size, *, accumulate_deltas=False):
-    numbers, lines = nonblank(read_lines(path))
-    if not lines:
-        fail(path, "", "holds no requests")
-    builder = MooncakeBuilder(block_size)
+    builder = MooncakeBuilder(block_size, accumulate_deltas=accumulate_deltas)
     add = builder.add
-    for number, row in zip(numbers, decode_rows(path, MooncakeRow, numbers, lines)):
+    for number, row in decode_rows(path, MooncakeRow):
         where = f"{path}:{number}"
         add(where, number, row.session_id,
             first_of(where, row, "input_length", "input_tokens"),
@@ -114,7 +123,9 @@ def load_mooncake(path, block_size, *, accumulate_deltas=False):
             delay=first_of(where, row, "delay", "delay_ms"),
             output_token_ids=row.output_token_ids, priority=row.priority,
             strict_priority=row.strict_priority, policy_class=row.policy_class)
-    return builder.trace(accumulate_deltas=accumulate_deltas)
+    if not builder.sessions:
+        fail(path, "", "holds no requests")
+    return builder.trace()
 
 
 class Mooncake(TraceFormat):

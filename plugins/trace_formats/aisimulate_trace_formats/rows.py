@@ -1,8 +1,13 @@
-"""Reading JSONL trace files and decoding their rows with msgspec.
+"""Reading JSONL trace files as a stream and decoding their rows with msgspec, one per line.
 
 Every problem becomes one ``TraceError`` naming the file, the line and the field:
-``trace.jsonl:3: output_length: expected `int`, got `str```. Files ending in ``.gz`` are
-gzip (several members allowed). Blank lines are skipped but still counted.
+``trace.jsonl:3: output_length: expected `int` <= 16777216, got 1000000000000``. Files ending
+in ``.gz`` are gzip (several members allowed), inflated as they are read. Blank lines are
+skipped but still counted.
+
+Memory stays bounded whatever the file holds: it is read in chunks, a line may hold at most
+``MAX_LINE_BYTES`` and a gzip file may inflate to at most ``MAX_INFLATED_BYTES``; token
+lengths are bounded as in the payload (``aisimulate_core.spec.bounds.MAX_TOKENS``).
 """
 
 from __future__ import annotations
@@ -15,14 +20,24 @@ from typing import Annotated
 import msgspec
 
 from aisimulate_core.errors import TraceError
+from aisimulate_core.spec.bounds import MAX_TOKENS
+from aisimulate_core.spec.converter import show
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF_FFFF)]
 I32 = Annotated[int, msgspec.Meta(ge=-0x8000_0000, le=0x7FFF_FFFF)]
+# input/output lengths: a request of more tokens could never be simulated in bounded memory
+TokenLength = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+
+CHUNK_BYTES = 1 << 20
+MAX_LINE_BYTES = 64 << 20          # a Mooncake row of 2^24 hash ids is about 150 MiB at
+                                   # block size 1; real rows are a few KiB
+MAX_INFLATED_BYTES = 4 << 30
 
 _AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
 _MISSING = re.compile(r"^Object missing required field `(.+)`$")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 
 def fail(where, field, rule):
@@ -30,35 +45,95 @@ def fail(where, field, rule):
     raise TraceError(f"{where}: {field}: {rule}" if field else f"{where}: {rule}")
 
 
-def read_lines(path):
-    """The file's lines as bytes, gunzipped when the name ends in ``.gz``."""
+def _open(path):
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _read_error(path, error):
+    if isinstance(error, (EOFError, zlib.error, gzip.BadGzipFile)):
+        return TraceError(f"{path}: not a valid gzip file: {error}")
+    reason = error.strerror or str(error)
+    return TraceError(f"{path}: cannot read the trace file: {reason}")
+
+
+def _chunks(path):
+    """The file's bytes in chunks (inflated for .gz), with every read error a TraceError."""
+    inflated = path.endswith(".gz")
+    total = 0
     try:
-        if path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                data = f.read()
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise TraceError(f"{path}: cannot read the trace file: {reason}") from None
-    except (EOFError, zlib.error) as error:
-        raise TraceError(f"{path}: not a valid gzip file: {error}") from None
-    return data.splitlines()
+        with _open(path) as f:
+            while True:
+                chunk = f.read(CHUNK_BYTES)
+                if not chunk:
+                    return
+                total += len(chunk)
+                if inflated and total > MAX_INFLATED_BYTES:
+                    raise TraceError(f"{path}: inflates to more than {MAX_INFLATED_BYTES} bytes "
+                                     f"(4 GiB), the most a gzip trace may hold")
+                yield chunk
+    except (OSError, EOFError, zlib.error) as error:
+        raise _read_error(path, error) from None
 
 
-def nonblank(lines):
-    """(1-based line numbers, lines) of the lines that hold something."""
-    numbers, rows = [], []
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            numbers.append(number)
-            rows.append(line)
-    return numbers, rows
+def _too_long(path, number):
+    return TraceError(f"{path}:{number}: line is longer than {MAX_LINE_BYTES} bytes (64 MiB), "
+                      f"the most one trace row may hold")
 
 
-def describe(error, prefix=""):
-    """``(field, rule)`` of a msgspec error; ``prefix`` is prepended to the field path."""
+def iter_lines(path):
+    """``(line number, line)`` of every non-blank line, read in chunks: a file of one endless
+    line (``/dev/zero``) fails after ``MAX_LINE_BYTES``, a gzip bomb of blank lines streams
+    through without being held."""
+    number = 0                       # lines finished so far
+    partial, partial_size = [], 0    # the line being read, across chunks
+    for chunk in _chunks(path):
+        if not partial_size and not chunk.strip():
+            number += chunk.count(b"\n")  # a run of blank lines: nothing to split
+            continue
+        lines = chunk.split(b"\n")
+        if len(lines) == 1:
+            partial.append(chunk)
+            partial_size += len(chunk)
+            if partial_size > MAX_LINE_BYTES:
+                raise _too_long(path, number + 1)
+            continue
+        if partial:
+            partial.append(lines[0])
+            lines[0] = b"".join(partial)
+        tail = lines.pop()
+        partial, partial_size = [tail], len(tail)
+        for line in lines:
+            number += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise _too_long(path, number)
+            if line.strip():
+                yield number, line
+        if partial_size > MAX_LINE_BYTES:
+            raise _too_long(path, number + 1)
+    line = b"".join(partial)
+    if line.strip():
+        yield number + 1, line
+
+
+def _value_at(line, path):
+    """The JSON value at ``path`` ("a.b[0]") in ``line``, or a marker when it cannot be found."""
+    try:
+        value = msgspec.json.decode(line)
+        for name, index in _STEP.findall("." + path if path else ""):
+            value = value[int(index)] if index else value[name]
+        return value
+    except (msgspec.DecodeError, RecursionError, LookupError, TypeError, ValueError):
+        return _NOT_FOUND
+
+
+_NOT_FOUND = object()
+
+
+def describe(error, prefix="", line=None):
+    """``(field, rule)`` of a msgspec error; ``prefix`` is prepended to the field path. With
+    ``line`` a rule that does not say what it got is followed by ``, got VALUE``."""
     text = str(error)
     if not isinstance(error, msgspec.ValidationError):
         text = text.removeprefix("JSON is malformed: ")
@@ -69,24 +144,29 @@ def describe(error, prefix=""):
     if missing:
         return prefix + ".".join(filter(None, (path, missing.group(1)))), "is required"
     message = message.replace(" | null", "")
-    return prefix + path, message[0].lower() + message[1:]
+    rule = message[0].lower() + message[1:]
+    if line is not None and rule.startswith("expected `") and ", got " not in rule:
+        value = _value_at(line, prefix + path)
+        if value is not _NOT_FOUND:
+            rule += f", got {show(value)}"
+    return prefix + path, rule
 
 
-def decode_rows(path, row_type, numbers, rows):
-    """Decode every row as ``row_type``; one msgspec call for the whole file when all are
-    valid, a second, line-by-line pass to name the first bad line when not."""
+def decode_line(decoder, where, line, prefix=""):
+    """One row decoded by ``decoder`` (a ``msgspec.json.Decoder``), or the TraceError."""
     try:
-        return msgspec.json.decode(b"[" + b",".join(rows) + b"]", type=list[row_type])
-    except msgspec.DecodeError:
-        pass
+        return decoder.decode(line)
+    except msgspec.DecodeError as error:
+        fail(where, *describe(error, prefix, line))
+    except RecursionError:
+        fail(where, "", "invalid JSON: nested too deeply")
+
+
+def decode_rows(path, row_type):
+    """``(line number, row)`` of every non-blank line decoded as ``row_type``, streamed."""
     decoder = msgspec.json.Decoder(row_type)
-    for number, row in zip(numbers, rows):
-        try:
-            decoder.decode(row)
-        except msgspec.DecodeError as error:
-            fail(f"{path}:{number}", *describe(error))
-    # a row that decodes alone but not inside the array (e.g. two values on one line)
-    fail(path, "", "cannot be decoded as one JSON value per line")
+    for number, line in iter_lines(path):
+        yield number, decode_line(decoder, f"{path}:{number}", line)
 
 
 def first_of(where, row, name, alias):
@@ -104,5 +184,19 @@ def check_u64(where, field, ids):
         fail(where, field, f"ids must fit in 64 bits, got {max(ids)}")
 
 
-__all__ = ["I32", "NonNegative", "U32", "check_u64", "decode_rows", "describe", "fail",
-           "first_of", "nonblank", "read_lines"]
+def check_prompt_tokens(where, field, tokens, what):
+    """A prompt that grows past the token bound (a session's history, an agent's context)."""
+    if tokens > MAX_TOKENS:
+        fail(where, field, f"makes {what} {tokens} tokens, more than {MAX_TOKENS}")
+
+
+def model_block_size(block_size):
+    """The block size the trace model is given: ids stand for ``block_size`` tokens, but no
+    prompt is longer than ``MAX_TOKENS``, so a larger block is the same prompt as a block of
+    ``MAX_TOKENS`` (which keeps token runs inside 32 bits: the reference accepts any u64)."""
+    return min(block_size, MAX_TOKENS)
+
+
+__all__ = ["I32", "MAX_INFLATED_BYTES", "MAX_LINE_BYTES", "NonNegative", "TokenLength", "U32",
+           "check_prompt_tokens", "check_u64", "decode_line", "decode_rows", "describe", "fail",
+           "first_of", "iter_lines", "model_block_size"]

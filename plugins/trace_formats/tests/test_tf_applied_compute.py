@@ -44,7 +44,7 @@ RULES = [
      "t.jsonl:1: tool_call_latency[0]: must be finite and >= 0, got -0.5"),
     ({k: v for k, v in ROW.items() if k != "final_assistant_response_length"},
      "t.jsonl:1: final_assistant_response_length: is required"),
-    (dict(ROW, num_turns=-1), "t.jsonl:1: num_turns: expected `int` >= 0"),
+    (dict(ROW, num_turns=-1), "t.jsonl:1: num_turns: expected `int` >= 0, got -1"),
     (dict(ROW, tool_call_latency=["1"]), "t.jsonl:1: tool_call_latency[0]: expected `float`, got `str`"),
 ]
 

@@ -77,16 +77,16 @@ RULES = [
     ('{"timestamp": 0, "input_length": 4.0, "output_length": 2, "hash_ids": [1]}',
      "t.jsonl:1: input_length: expected `int`, got `float`"),
     ('{"timestamp": 0, "input_length": 4, "output_length": -2, "hash_ids": [1]}',
-     "t.jsonl:1: output_length: expected `int` >= 0"),
+     "t.jsonl:1: output_length: expected `int` >= 0, got -2"),
     ('{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1, -1]}',
-     "t.jsonl:1: hash_ids[1]: expected `int` >= 0"),
+     "t.jsonl:1: hash_ids[1]: expected `int` >= 0, got -1"),
     ('{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [18446744073709551616]}',
      "t.jsonl:1: hash_ids: ids must fit in 64 bits, got 18446744073709551616"),
     ('{"session_id": 7, ' + ROW + "}", "t.jsonl:1: session_id: expected `str`, got `int`"),
     ("{" + ROW + ', "priority": 3000000000}',
-     "t.jsonl:1: priority: expected `int` <= 2147483647"),
+     "t.jsonl:1: priority: expected `int` <= 2147483647, got 3000000000"),
     ("{" + ROW + ', "output_token_ids": [1, 4294967296]}',
-     "t.jsonl:1: output_token_ids[1]: expected `int` <= 4294967295"),
+     "t.jsonl:1: output_token_ids[1]: expected `int` <= 4294967295, got 4294967296"),
     ("{" + ROW + ', "input_tokens": 4}', "t.jsonl:1: input_tokens: cannot be combined with input_length"),
     ("{" + ROW + ', "output_tokens": 2}',
      "t.jsonl:1: output_tokens: cannot be combined with output_length"),
@@ -133,7 +133,7 @@ def test_missing_file_and_gzip(tmp_path, monkeypatch):
     assert str(info.value) == "absent.jsonl: cannot read the trace file: No such file or directory"
     with pytest.raises(Exception) as info:
         Mooncake().load(("bad.jsonl.gz",), trace_block_size=4)
-    assert str(info.value) == "bad.jsonl.gz: cannot read the trace file: Not a gzipped file (b'no')"
+    assert str(info.value) == "bad.jsonl.gz: not a valid gzip file: Not a gzipped file (b'no')"
 
 
 def test_loads_the_conversation_trace_quickly():

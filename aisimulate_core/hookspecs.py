@@ -76,5 +76,32 @@ def aisimulate_register_scaling_policies(register: Register) -> None:
 def aisimulate_add_cli_options(parser: argparse.ArgumentParser) -> None:
     """Add options to ``aisimulate run``: ``parser`` is that subcommand's argparse parser.
 
-    Called once by the CLI after plugins are loaded and before the command line is parsed.
+    Called once by the CLI after plugins are loaded and before the command line is parsed;
+    the plugin reads the parsed values in :func:`aisimulate_configure`.
+
+    :param parser: the ``run`` subcommand's ``argparse.ArgumentParser``; prefix option
+        names with the plugin's own (``--router-temperature``) to avoid clashes.
+    """
+
+
+@hookspec
+def aisimulate_configure(options: argparse.Namespace, plugin_manager: pluggy.PluginManager) -> None:
+    """Read the parsed command line, once, before the command runs.
+
+    Called by the ``aisimulate`` command after it has parsed its arguments (for every
+    command: ``run``, ``plugins``), in registration order. This is where a plugin reads the
+    values of the options it added in :func:`aisimulate_add_cli_options` (argparse ``dest``
+    names: ``--router-temperature`` is ``options.router_temperature``) and keeps them, for
+    example on itself or on the provider classes it registers. Not called when the simulator
+    is embedded through ``run_replay`` or ``build_simulation``: there the caller configures
+    its plugin objects directly.
+
+    :param options: the parsed arguments of the command line: the core's own options, such
+        as ``options.command`` and ``options.payload``, and every plugin's. Options added to
+        ``run`` exist only when ``options.command == "run"``: read them with
+        ``getattr(options, "router_temperature", None)``.
+    :param plugin_manager: the run's plugin manager (``get_plugin(name)``, ``list_name_plugin()``).
+
+    Raising an ``AisimError`` stops the command with its message (exit 2); any other
+    exception stops it with one line naming the plugin.
     """

@@ -88,16 +88,20 @@ def make_plugin_manager(
     ``aisimulate`` or else a module to import; ``"no:NAME"`` blocks NAME like ``blocked`` does.
     With ``autoload`` every entry point of the group is loaded, one by one: one that fails is
     recorded in ``load_failures`` and the rest still load. An explicit plugin that fails raises
-    PluginError. The core built-ins are registered last, under the name ``"builtins"``.
+    PluginError. The core built-ins are registered last, under the name ``"builtins"``, which
+    cannot be blocked.
     """
     pm = AisimPluginManager()
     pm.add_hookspecs(hookspecs)
     plugins = list(plugins)
+    blocked = [*blocked, *(plugin[len(BLOCK_PREFIX) :] for plugin in plugins
+                           if isinstance(plugin, str) and plugin.startswith(BLOCK_PREFIX))]
     for name in blocked:
+        if name == BUILTINS_NAME:
+            # as pytest refuses `-p no:` for its essential plugins: without them no run works
+            raise PluginError(f"plugin '{BUILTINS_NAME}' cannot be blocked: it provides the "
+                              "core's own timing providers and scaling policy")
         pm.set_blocked(name)
-    for plugin in plugins:
-        if isinstance(plugin, str) and plugin.startswith(BLOCK_PREFIX):
-            pm.set_blocked(plugin[len(BLOCK_PREFIX) :])
     if autoload:
         _load_entry_points(pm)
     for plugin in plugins:
@@ -163,3 +167,38 @@ def _distribution_named(name: str) -> str | None:
         return _describe(importlib.metadata.distribution(name))
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def plugin_label(pm: pluggy.PluginManager, plugin_name: str) -> str:
+    """``plugin 'NAME'`` and, when known, the distribution that ships it (for messages)."""
+    distribution_of = getattr(pm, "distribution_of", None)
+    distribution = distribution_of(plugin_name) if distribution_of else None
+    return f"plugin '{plugin_name}'" + (f" from {distribution}" if distribution else "")
+
+
+def hook_implementations(pm: pluggy.PluginManager, hook_name: str) -> list[Any]:
+    """The implementations of ``hook_name`` in registration order (entry points, explicit
+    plugins, built-ins); PluginError for a hook wrapper, which these hooks do not support."""
+    implementations = getattr(pm.hook, hook_name).get_hookimpls()
+    for impl in implementations:
+        if impl.hookwrapper or impl.wrapper:
+            raise PluginError(f"plugin '{impl.plugin_name}': {hook_name} cannot be a hook wrapper")
+    return implementations
+
+
+def call_plugin(pm: pluggy.PluginManager, impl: Any, hook_name: str, **arguments: Any) -> Any:
+    """Call one implementation directly, so that a failure names the plugin that failed:
+    an AisimError passes as it is, anything else becomes a PluginError naming the plugin."""
+    try:
+        return impl.function(**{name: arguments[name] for name in impl.argnames})
+    except AisimError:
+        raise
+    except Exception as error:
+        raise PluginError(f"{plugin_label(pm, impl.plugin_name)} failed in {hook_name}: "
+                          f"{type(error).__name__}: {error}") from error
+
+
+def call_each_plugin(pm: pluggy.PluginManager, hook_name: str, **arguments: Any) -> None:
+    """Call every implementation of a hook that returns nothing, one by one (see call_plugin)."""
+    for impl in hook_implementations(pm, hook_name):
+        call_plugin(pm, impl, hook_name, **arguments)

@@ -2,18 +2,38 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any, Callable, Iterable
 
 import attrs
 import pluggy
 
-from aisimulate_core.errors import AisimError, ConfigError, PluginError, UnknownPluginError
+from aisimulate_core.errors import ConfigError, PluginError, UnknownPluginError
+from aisimulate_core.messages import escape_controls
+from aisimulate_core.plugins import call_plugin, hook_implementations
 
 
 def qualified_name(cls: Any) -> str:
     module = getattr(cls, "__module__", None)
     name = getattr(cls, "__qualname__", None) or getattr(cls, "__name__", None) or repr(cls)
     return f"{module}.{name}" if module else name
+
+
+# Providers of the distributions bundled in this repository (plugins/*), so that a core
+# installed alone can say what to install; keep in step with plugins/*/pyproject.toml and the
+# core's extras in pyproject.toml.
+BUNDLED_PROVIDERS: dict[tuple[str, str], str] = {
+    ("placement policy", "round_robin"): "aisimulate-placement",
+    **{("trace format", name): "aisimulate-trace-formats"
+       for name in ("mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic",
+                    "dynamo")},
+    ("timing provider", "aic"): "aisimulate-aic-timing",
+}
+EXTRA_OF_DISTRIBUTION = {
+    "aisimulate-placement": "placement",
+    "aisimulate-trace-formats": "trace-formats",
+    "aisimulate-aic-timing": "aic",
+}
 
 
 @attrs.frozen
@@ -24,6 +44,17 @@ class Provider:
     cls: type
     plugin: str | None = None
     distribution: str | None = None
+    kind: str = "provider"
+
+    def label(self) -> str:
+        """``placement policy 'NAME' from DISTRIBUTION VERSION`` (or ``of plugin 'P'``)."""
+        if self.distribution:
+            origin = f" from {self.distribution}"
+        elif self.plugin:
+            origin = f" of plugin '{self.plugin}'"
+        else:
+            origin = ""
+        return f"{self.kind} '{self.name}'{origin}"
 
 
 class Registry:
@@ -45,15 +76,21 @@ class Registry:
                 f"duplicate {self.kind} '{name}': provided by "
                 f"{qualified_name(existing.cls)} and {qualified_name(cls)}"
             )
-        self._providers[name] = Provider(name, cls, plugin, distribution)
+        self._providers[name] = Provider(name, cls, plugin, distribution, self.kind)
 
     def get(self, name: str) -> type:
         """The provider class registered as ``name``; UnknownPluginError lists the installed ones."""
+        return self.provider(name).cls
+
+    def provider(self, name: str) -> Provider:
+        """The registration of ``name`` (class, plugin, distribution); UnknownPluginError lists
+        the installed names and, for a bundled provider, the distribution that ships it."""
         provider = self._providers.get(name)
         if provider is None:
             installed = ", ".join(self.names()) or "(nothing)"
-            raise UnknownPluginError(f"unknown {self.kind} '{name}'; installed: {installed}")
-        return provider.cls
+            raise UnknownPluginError(f"unknown {self.kind} {show_name(name)}; installed: "
+                                     f"{installed}{where_to_get(self.kind, name)}")
+        return provider
 
     def names(self) -> list[str]:
         return sorted(self._providers)
@@ -66,6 +103,25 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._providers)
+
+
+def show_name(name: object) -> str:
+    """A provider name as a payload gave it, quoted for a one-line message."""
+    return f"'{escape_controls(name)}'" if isinstance(name, str) else escape_controls(repr(name))
+
+
+def where_to_get(kind: str, name: object) -> str:
+    """``; it is provided by ...`` for a bundled provider whose distribution is not installed,
+    else '' (an installed one was left out on purpose: blocked, or not given to the manager)."""
+    distribution = BUNDLED_PROVIDERS.get((kind, name)) if isinstance(name, str) else None
+    if distribution is None:
+        return ""
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return (f"; it is provided by the {distribution} distribution: "
+                f"pip install 'aisimulate-core[{EXTRA_OF_DISTRIBUTION[distribution]}]'")
+    return ""
 
 
 @attrs.frozen
@@ -97,20 +153,10 @@ def collect_registries(pm: pluggy.PluginManager) -> Registries:
     registries = Registries()
     distribution_of = getattr(pm, "distribution_of", None)
     for hook_name, registry in registries.by_hook().items():
-        caller: pluggy.HookCaller = getattr(pm.hook, hook_name)
-        for impl in caller.get_hookimpls():
-            if impl.hookwrapper or impl.wrapper:
-                raise PluginError(f"plugin '{impl.plugin_name}': {hook_name} cannot be a hook wrapper")
+        for impl in hook_implementations(pm, hook_name):
             distribution = distribution_of(impl.plugin_name) if distribution_of else None
             register = _register_for(registry, impl.plugin_name, distribution)
-            try:
-                impl.function(**{argname: register for argname in impl.argnames})
-            except AisimError:
-                raise
-            except Exception as error:
-                raise PluginError(
-                    f"plugin '{impl.plugin_name}' failed in {hook_name}: {type(error).__name__}: {error}"
-                ) from error
+            call_plugin(pm, impl, hook_name, register=register)
     return registries
 
 

@@ -7,16 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from aisimulate_core import run_replay
 from aisimulate_core.cli import ProgressLine, format_summary, main
-from aisimulate_core.errors import ConfigError, SimulationError
+from aisimulate_core.errors import SimulationError
 from aisimulate_core.hookspecs import hookimpl
-
-try:
-    import aisimulate_core.api as real_api
-except ImportError:
-    real_api = None
-
-needs_api = pytest.mark.skipif(real_api is None, reason="needs aisimulate_core.api")
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
@@ -36,63 +30,99 @@ SUMMARY = {
 }
 
 
-class FakeReport:
-    def __init__(self, summary=SUMMARY, per_request=None, to_json=None):
-        self.summary = summary
-        self.per_request = per_request
-        self._to_json = to_json
+def tiny_payload(request_count=4, **spec):
+    """A real payload that runs in milliseconds: one vLLM worker, fixed step times."""
+    return {
+        "spec": {
+            "version": 1,
+            "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}},
+            "engine": {"rank": {"backend": "vllm", "block_size": 16, "num_gpu_blocks": 1024,
+                                "timing_model": {"type": "fixed", "prefill_ms": 1.0, "decode_ms": 1.0}}},
+            **spec,
+        },
+        "traffic": {"source_type": "synthetic", "load_type": "concurrency", "concurrency": 2,
+                    "isl": 32, "osl": 3, "request_count": request_count},
+    }
 
-    def to_json(self):
-        if self._to_json is not None:
-            return self._to_json()
-        return json.dumps({**self.summary, "per_request": self.per_request})
+
+def with_timing(payload, provider):
+    payload["spec"]["engine"]["rank"]["timing_model"] = {"type": "external", "provider": provider, "config": {}}
+    return payload
+
+
+class ScriptedTiming:
+    """A timing provider whose prefill step runs ``ScriptedTiming.on_prefill`` (a test's fault)."""
+
+    NAME = "scripted"
+    on_prefill = None
+
+    @classmethod
+    def from_config(cls, config, context):
+        return cls()
+
+    def prefill_ms(self, batch_size, mean_isl, mean_prefix):
+        if ScriptedTiming.on_prefill is not None:
+            ScriptedTiming.on_prefill()
+        return 1.0
+
+    def decode_ms(self, batch_size, active_kv_tokens, mean_context_length, total_kv_tokens):
+        return 1.0
 
 
 @pytest.fixture
-def fake_api(monkeypatch):
-    """Install a stand-in aisimulate_core.api whose run_replay does what the test says."""
-    calls = []
+def scripted(monkeypatch):
+    """A plugin module 'scripted_timing' providing the timing 'scripted'; returns a setter for
+    what its prefill step does."""
+    plugin = types.ModuleType("scripted_timing")
 
-    def install(run_replay):
-        def recorded(payload_text, plugin_manager, progress):
-            calls.append({"payload": payload_text, "pm": plugin_manager, "progress": progress})
-            return run_replay(payload_text)
+    @hookimpl
+    def aisimulate_register_timing_providers(register):
+        register(ScriptedTiming)
 
-        module = types.ModuleType("aisimulate_core.api")
-        module.run_replay = recorded
-        monkeypatch.setitem(sys.modules, "aisimulate_core.api", module)
-        monkeypatch.setattr("aisimulate_core.api", module, raising=False)
-        return calls
+    plugin.aisimulate_register_timing_providers = aisimulate_register_timing_providers
+    monkeypatch.setitem(sys.modules, "scripted_timing", plugin)
+    monkeypatch.setattr(ScriptedTiming, "on_prefill", None)
 
-    return install
+    def set_fault(fault):
+        monkeypatch.setattr(ScriptedTiming, "on_prefill", staticmethod(fault))
 
-
-def parse_like_the_api(payload_text):
-    try:
-        json.loads(payload_text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"$: payload is not valid JSON: {error}") from None
-    return FakeReport(per_request=[{"uuid": 1, "ttft_ms": 1.5}, {"uuid": 2, "ttft_ms": 2.5}])
+    return set_fault
 
 
 @pytest.fixture
 def payload(tmp_path):
     path = tmp_path / "payload.json"
-    path.write_text('{"spec": {}}')
+    path.write_text(json.dumps(tiny_payload()))
     return path
+
+
+WALL_TIME_KEYS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
+
+
+def without_wall_time(report):
+    """The report's figures that depend on the simulation only (not on the machine's speed)."""
+    return {k: v for k, v in report.items() if k not in (*WALL_TIME_KEYS, "per_request")}
+
+
+def run_summary(payload_path):
+    """The summary table of the same payload run through the library."""
+    return format_summary(run_replay(Path(payload_path).read_text()).summary)
 
 
 def test_plugins_lists_round_robin(capsys):
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["plugin", "distribution", "hooks", "providers"]
+    assert lines[0].split() == ["plugin", "distribution", "hook", "provides"]
     (placement,) = [line for line in lines if line.startswith("placement ")]
-    assert "aisimulate-placement " in placement
-    assert "aisimulate_register_placement_policies" in placement
-    assert placement.endswith("placement policy: round_robin")
-    assert "timing provider: fixed, polynomial" in out
-    assert "scaling policy: none" in out
+    assert placement.split() == [
+        "placement", "aisimulate-placement", "0.1.0", "aisimulate_register_placement_policies",
+        "placement", "policy:", "round_robin"]
+    builtins = lines.index(next(line for line in lines if line.startswith("builtins ")))
+    assert lines[builtins].split()[-4:] == [
+        "aisimulate_register_scaling_policies", "scaling", "policy:", "none"]
+    assert lines[builtins + 1].split() == [
+        "aisimulate_register_timing_providers", "timing", "provider:", "fixed,", "polynomial"]
 
 
 def test_plugins_with_a_blocked_plugin(capsys):
@@ -159,97 +189,99 @@ def test_run_directory_as_payload(capsys, tmp_path):
     assert capsys.readouterr().err == f"aisimulate: error: cannot read payload {tmp_path}: is a directory\n"
 
 
-def test_run_malformed_json(capsys, tmp_path, fake_api):
-    if real_api is None:
-        fake_api(parse_like_the_api)
+def test_run_malformed_json(capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"spec": ')
     assert main(["run", str(bad)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith("aisimulate: error: ")
-    assert "Traceback" not in captured.err
+    assert captured.err.startswith("aisimulate: error: $: invalid JSON: ")
+    assert len(captured.err.splitlines()) == 1
 
 
-def test_run_multi_line_error(capsys, payload, fake_api):
-    def reject(payload_text):
-        raise ConfigError("$.spec.version: required\n$.spec.topology: required")
-
-    fake_api(reject)
-    assert main(["run", str(payload)]) == 2
+def test_run_multi_line_error(capsys, tmp_path):
+    broken = tiny_payload()
+    broken["spec"]["engine"]["rank"]["block_size"] = 0
+    broken["spec"]["topology"]["workers"]["initial_workers"] = 0
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(broken))
+    assert main(["run", str(path)]) == 2
     assert capsys.readouterr().err == (
-        "aisimulate: error: $.spec.version: required\naisimulate: error: $.spec.topology: required\n"
+        "aisimulate: error: $.spec.engine.rank.block_size: must be > 0, got 0\n"
+        "aisimulate: error: $.spec.topology.workers.initial_workers: must be > 0, got 0\n"
     )
 
 
-def test_run_interrupted(capsys, payload, fake_api):
-    def interrupt(payload_text):
+def test_run_interrupted_leaves_no_temporary_file(capsys, tmp_path, scripted):
+    def interrupt():
         raise KeyboardInterrupt
 
-    fake_api(interrupt)
-    assert main(["run", str(payload)]) == 130
+    scripted(interrupt)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(with_timing(tiny_payload(), "scripted")))
+    argv = ["run", str(path), "--plugin", "scripted_timing", "--output", str(tmp_path / "r.json"),
+            "--per-request", str(tmp_path / "r.jsonl")]
+    assert main(argv) == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
 
 
-def test_run_prints_summary_and_passes_the_plugin_manager(capsys, payload, fake_api):
-    calls = fake_api(parse_like_the_api)
-    assert main(["run", str(payload), "--plugin", "no:placement"]) == 0
-    (call,) = calls
-    assert call["payload"] == '{"spec": {}}'
-    assert call["pm"].is_blocked("placement")
-    assert call["progress"] is None  # stderr is not a terminal under capsys
-    assert capsys.readouterr().out == format_summary(SUMMARY)
+def test_run_prints_the_summary_of_the_run(capsys, payload):
+    assert main(["run", str(payload), "--quiet"]) == 0
+    assert capsys.readouterr().out == run_summary(payload)
 
 
-def test_run_writes_report_and_per_request_files(capsys, tmp_path, payload, fake_api):
-    fake_api(parse_like_the_api)
+def test_run_uses_the_command_line_plugins(capsys, payload):
+    assert main(["run", str(payload), "--plugin", "no:placement"]) == 2
+    assert capsys.readouterr().err == (
+        "aisimulate: error: unknown placement policy 'round_robin'; installed: (nothing)\n")
+
+
+def test_run_writes_report_and_per_request_files(capsys, tmp_path, payload):
     report, records = tmp_path / "report.json", tmp_path / "records.jsonl"
     report.write_text("old content that must be replaced")
     assert main(["run", str(payload), "--output", str(report), "--per-request", str(records)]) == 0
-    assert json.loads(report.read_text())["completed_requests"] == 9
-    assert [json.loads(line) for line in records.read_text().splitlines()] == [
-        {"uuid": 1, "ttft_ms": 1.5},
-        {"uuid": 2, "ttft_ms": 2.5},
-    ]
+    expected = run_replay(payload.read_text())
+    written = json.loads(report.read_text())
+    assert written["completed_requests"] == 4
+    assert without_wall_time(written) == without_wall_time(expected.summary)
+    assert [json.loads(line) for line in records.read_text().splitlines()] == expected.per_request
     assert sorted(p.name for p in tmp_path.iterdir()) == ["payload.json", "records.jsonl", "report.json"]
 
 
-def test_failed_write_leaves_no_file(capsys, tmp_path, payload, fake_api):
-    def broken_json():
-        raise SimulationError("report broke")
+def test_failed_run_keeps_the_previous_files_and_leaves_no_temporary(capsys, tmp_path, scripted):
+    def fail():
+        raise SimulationError("the step broke")
 
-    fake_api(lambda text: FakeReport(to_json=broken_json))
-    report = tmp_path / "report.json"
-    assert main(["run", str(payload), "--output", str(report)]) == 2
-    assert capsys.readouterr().err == "aisimulate: error: report broke\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["payload.json"]
-
-
-def test_failed_write_keeps_the_previous_file(capsys, tmp_path, payload, fake_api):
-    def broken_json():
-        raise SimulationError("report broke")
-
-    fake_api(lambda text: FakeReport(to_json=broken_json))
-    report = tmp_path / "report.json"
-    report.write_text("previous")
-    assert main(["run", str(payload), "--output", str(report)]) == 2
-    assert report.read_text() == "previous"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["payload.json", "report.json"]
+    scripted(fail)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(with_timing(tiny_payload(), "scripted")))
+    (tmp_path / "r.json").write_text("previous")
+    argv = ["run", str(path), "--plugin", "scripted_timing", "--output", str(tmp_path / "r.json"),
+            "--per-request", str(tmp_path / "r.jsonl")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "aisimulate: error: the step broke\n"
+    assert (tmp_path / "r.json").read_text() == "previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "r.json"]
 
 
-def test_output_directory_must_exist(capsys, tmp_path, payload, fake_api):
-    calls = fake_api(parse_like_the_api)
+def test_output_directory_must_exist(capsys, tmp_path, payload, scripted):
+    ran = []
+    scripted(lambda: ran.append(True))
+    payload.write_text(json.dumps(with_timing(tiny_payload(), "scripted")))
     target = tmp_path / "nowhere" / "report.json"
-    assert main(["run", str(payload), "--output", str(target)]) == 2
+    argv = ["run", str(payload), "--plugin", "scripted_timing", "--output", str(target)]
+    assert main(argv) == 2
     assert capsys.readouterr().err == (
         f"aisimulate: error: cannot write {target}: directory {target.parent} does not exist\n"
     )
-    assert calls == []
+    assert ran == []  # checked before the simulation starts
 
 
-def test_per_request_needs_records(capsys, tmp_path, payload, fake_api):
-    fake_api(lambda text: FakeReport(per_request=None))
+def test_per_request_needs_records(capsys, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(tiny_payload(record_per_request=False)))
     records = tmp_path / "records.jsonl"
-    assert main(["run", str(payload), "--per-request", str(records)]) == 2
+    assert main(["run", str(path), "--per-request", str(records)]) == 2
     assert capsys.readouterr().err == (
         "aisimulate: error: --per-request: the report has no per-request records "
         "($.spec.record_per_request is false)\n"
@@ -257,31 +289,69 @@ def test_per_request_needs_records(capsys, tmp_path, payload, fake_api):
     assert not records.exists()
 
 
-def test_run_warns_about_load_failures(capsys, payload, fake_api, monkeypatch):
+def test_run_warns_about_load_failures(capsys, payload, monkeypatch):
     class Broken:
         name, group, dist = "broken", "aisimulate", None
 
         def load(self):
             raise ImportError("boom")
 
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [Broken()])
-    fake_api(parse_like_the_api)
+    real = importlib.metadata.entry_points()
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group=None: [*real.select(group=group), Broken()])
     assert main(["run", str(payload)]) == 0
     assert capsys.readouterr().err == "aisimulate: warning: plugin 'broken' failed to load: ImportError: boom\n"
 
 
-def test_plugins_can_add_run_options(capsys, payload, fake_api, monkeypatch):
-    @hookimpl
-    def aisimulate_add_cli_options(parser):
-        parser.add_argument("--router-temperature", type=float)
+class OptionsPlugin:
+    """Adds --router-temperature to `run` and keeps the value it was given."""
 
-    plugin = types.ModuleType("options_plugin")
-    plugin.aisimulate_add_cli_options = aisimulate_add_cli_options
+    def __init__(self):
+        self.seen = []
+
+    @hookimpl
+    def aisimulate_add_cli_options(self, parser):
+        parser.add_argument("--router-temperature", type=float, default=1.0)
+
+    @hookimpl
+    def aisimulate_configure(self, options, plugin_manager):
+        self.seen.append((options.command, getattr(options, "router_temperature", None),
+                          plugin_manager.get_plugin("options_plugin") is self))
+
+
+def test_plugins_can_add_run_options_and_read_them(capsys, payload, monkeypatch):
+    plugin = OptionsPlugin()
     monkeypatch.setitem(sys.modules, "options_plugin", plugin)
-    fake_api(parse_like_the_api)
     argv = ["run", str(payload), "--plugin", "options_plugin", "--router-temperature", "0.5"]
     assert main(argv) == 0
-    assert main(["run", str(payload), "--router-temperature", "0.5"]) == 2
+    assert plugin.seen == [("run", 0.5, True)]
+    assert main(["run", str(payload), "--router-temperature", "0.5"]) == 2  # not loaded: unknown option
+
+
+def test_configure_is_called_once_for_every_command(capsys, monkeypatch):
+    plugin = OptionsPlugin()
+    monkeypatch.setitem(sys.modules, "options_plugin", plugin)
+    assert main(["plugins", "--plugin", "options_plugin"]) == 0
+    assert plugin.seen == [("plugins", None, True)]  # `run` options exist only for `run`
+
+
+def test_a_failing_configure_hook_names_its_plugin(capsys, payload, monkeypatch):
+    class Failing:
+        @hookimpl
+        def aisimulate_configure(self, options, plugin_manager):
+            raise KeyError("router")
+
+    monkeypatch.setitem(sys.modules, "failing_plugin", Failing())
+    assert main(["run", str(payload), "--plugin", "failing_plugin"]) == 2
+    assert capsys.readouterr().err == (
+        "aisimulate: error: plugin 'failing_plugin' failed in aisimulate_configure: KeyError: 'router'\n")
+
+
+def test_builtins_cannot_be_blocked(capsys, payload):
+    assert main(["run", str(payload), "--plugin", "no:builtins"]) == 2
+    assert capsys.readouterr().err == (
+        "aisimulate: error: plugin 'builtins' cannot be blocked: it provides the core's own "
+        "timing providers and scaling policy\n")
 
 
 def test_help_exits_zero(capsys):
@@ -323,7 +393,6 @@ def test_progress_line():
     assert stream.getvalue() == "\r\x1b[Kaisimulate: simulated 1.5 s, 3/10 requests done\r\x1b[K"
 
 
-@needs_api
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.json")), ids=lambda path: path.name)
 def test_run_example_end_to_end(capsys, tmp_path, example, monkeypatch):
     monkeypatch.chdir(ROOT)  # payloads name their trace files relative to the project root
@@ -333,7 +402,6 @@ def test_run_example_end_to_end(capsys, tmp_path, example, monkeypatch):
     assert json.loads(report.read_text())["completed_requests"] > 0
 
 
-@needs_api
 def test_run_malformed_json_with_the_real_api(capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("not json")

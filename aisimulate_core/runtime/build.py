@@ -9,6 +9,8 @@ from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES
 from ..engine.vllm_roles import ROLE_RANKS
 from ..errors import ConfigError
+from ..guards import (GuardedPlacement, TraceFormatLookup, call_provider, malformed,
+                      scaling_policy, timing_model)
 from ..kv.block_pool import BlockPool
 from ..plugins import make_plugin_manager
 from ..registry import collect_registries
@@ -40,8 +42,8 @@ def resolve_timing(registries, role_config, role, path):
     """Build the role's timing model from its ``timing_model`` config (a registry lookup)."""
     rank = role_config.rank
     name, config, tm_path = provider_config(rank.timing_model, path)
-    provider = registries.timing.get(name)
-    model = provider.from_config(config, TimingContext(role, tm_path, rank, role_config))
+    provider = registries.timing.provider(name)
+    model = timing_model(provider, config, TimingContext(role, tm_path, rank, role_config))
     return StepTimer(model, speedup_ratio=rank.speedup_ratio,
                      decode_speedup_ratio=rank.decode_speedup_ratio, name=f"timing '{name}'")
 
@@ -89,12 +91,15 @@ def materialize_capacity(registries, role_config, role, path):
     if role_config.num_gpu_blocks_is_explicit:
         return role_config
     name, config, tm_path = provider_config(rank.timing_model, path)
-    provider = registries.timing.get(name)
-    estimate = getattr(provider, "estimate_num_gpu_blocks", None)
+    provider = registries.timing.provider(name)
+    estimate = getattr(provider.cls, "estimate_num_gpu_blocks", None)
     if estimate is None:
         return role_config
-    blocks = estimate(config, TimingContext(role, tm_path, rank, role_config))
-    if not isinstance(blocks, int) or blocks <= 0:
+    blocks = call_provider(provider, "estimate_num_gpu_blocks()", estimate, config,
+                           TimingContext(role, tm_path, rank, role_config))
+    if isinstance(blocks, bool) or not isinstance(blocks, int):
+        raise malformed(provider, "estimate_num_gpu_blocks()", blocks, "a number of KV blocks")
+    if blocks <= 0:
         raise ConfigError(f"{path}.rank.num_gpu_blocks: timing provider '{name}' estimated "
                           f"{blocks!r} KV blocks; the model does not fit this deployment")
     return attrs.evolve(role_config, rank=attrs.evolve(rank, num_gpu_blocks=blocks))
@@ -112,18 +117,22 @@ def build_simulation(payload, *, plugin_manager=None, progress=None, on_event=No
 
 def _common(payload, registries, timers):
     """The collector (with the timing models' report extras), the workload driver and the
-    placement policy class."""
+    placement policy's registration."""
     spec = payload.spec
-    placement_cls = registries.placement.get(spec.adapters.placement.provider)
-    registries.scaling.get(spec.adapters.scaling.provider)(spec.adapters.scaling.config or {})
+    placement = registries.placement.provider(spec.adapters.placement.provider)
+    scaling_policy(registries.scaling.provider(spec.adapters.scaling.provider),
+                   spec.adapters.scaling.config or {})
     collector = Collector(sla=spec.sla if spec.sla.is_set else None,
                           record_per_request=spec.record_per_request)
     for timer in timers:
         for key, value in getattr(timer.model, "report_extras", dict)().items():
             collector.add_extra(key, value)
-    driver, max_in_flight = build_driver(payload, registries,
+    # the lowering looks trace formats up by name: it gets them guarded
+    lowering_registries = attrs.evolve(
+        registries, trace_formats=TraceFormatLookup(registries.trace_formats))
+    driver, max_in_flight = build_driver(payload, lowering_registries,
                                          request_factories=request_factories)
-    return collector, driver, max_in_flight, placement_cls
+    return collector, driver, max_in_flight, placement
 
 
 def _build_aggregated(payload, registries, progress, on_event):
@@ -135,14 +144,14 @@ def _build_aggregated(payload, registries, progress, on_event):
         spec = attrs.evolve(spec, engine=attrs.evolve(spec.engine, rank=role.rank))
         payload = attrs.evolve(payload, spec=spec)
     timer = resolve_timing(registries, role, "aggregated", "$.spec.engine")
-    collector, driver, max_in_flight, placement_cls = _common(payload, registries, [timer])
+    collector, driver, max_in_flight, placement = _common(payload, registries, [timer])
     sim = Simulation(driver=driver, collector=collector,
                      gpus_per_worker=role.dp_size * role.tensor_parallel_size,
                      max_in_flight=max_in_flight, max_sim_time_ms=payload.max_sim_time_ms,
                      on_event=on_event, progress=progress)
     workers = build_workers(role, timer, spec.topology.workers.initial_workers, sim.events)
-    placement = placement_cls(spec.adapters.placement.config or {}, aggregated_pool_view(workers))
-    sim.attach(workers, placement)
+    sim.attach(workers, GuardedPlacement(placement, spec.adapters.placement.config or {},
+                                         aggregated_pool_view(workers)))
     return sim
 
 
@@ -160,7 +169,7 @@ def _build_disaggregated(payload, registries, progress, on_event):
     # KV-relative loads read the decode pool's capacity, as a provider may have estimated it
     spec = attrs.evolve(spec, engine=attrs.evolve(spec.engine, **roles))
     payload = attrs.evolve(payload, spec=spec)
-    collector, driver, max_in_flight, placement_cls = _common(
+    collector, driver, max_in_flight, placement = _common(
         payload, registries, [timers["prefill"], timers["decode"]])
     prefill, decode = roles["prefill"], roles["decode"]
     topology = spec.topology
@@ -177,6 +186,6 @@ def _build_disaggregated(payload, registries, progress, on_event):
                                      sim.events, ROLE_RANKS[stage])
     config = spec.adapters.placement.config or {}
     sim.attach_pools(pools["prefill"], pools["decode"],
-                     placement_cls(config, pool_view("prefill", pools["prefill"])),
-                     placement_cls(config, pool_view("decode", pools["decode"])))
+                     GuardedPlacement(placement, config, pool_view("prefill", pools["prefill"])),
+                     GuardedPlacement(placement, config, pool_view("decode", pools["decode"])))
     return sim

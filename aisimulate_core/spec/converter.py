@@ -28,6 +28,7 @@ from cattrs.errors import (
 from cattrs.gen import make_dict_structure_fn
 
 from aisimulate_core.errors import ConfigError
+from aisimulate_core.messages import escape_controls
 
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
@@ -55,6 +56,7 @@ def show(value: Any, limit: int = 60) -> str:
             text = json.dumps(value, ensure_ascii=False, allow_nan=True)
         except (TypeError, ValueError):
             text = repr(value)
+    text = escape_controls(text)  # one problem stays one line whatever the value holds
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
@@ -65,7 +67,7 @@ def key_path(key: Any) -> str:
     key = str(key)
     if _IDENTIFIER.match(key):
         return "." + key
-    return "[" + json.dumps(key, ensure_ascii=False) + "]"
+    return "[" + escape_controls(json.dumps(key, ensure_ascii=False)) + "]"
 
 
 def path_sort_key(path: str) -> tuple:

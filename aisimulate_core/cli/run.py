@@ -1,0 +1,80 @@
+"""``aisimulate run PAYLOAD``: check the outputs, replay, write them, print the summary."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from pathlib import Path
+
+from aisimulate_core.cli.outputs import (CliError, RunOutputs, Target, check_targets,
+                                         resolve_target, write_stdout)
+from aisimulate_core.cli.summary import ProgressLine, format_summary
+from aisimulate_core.messages import escape_controls
+from aisimulate_core.plugins import AisimPluginManager
+
+
+def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
+    from aisimulate_core.api import run_replay
+    from aisimulate_core.spec import load_payload
+
+    payload_path = Path(args.payload)
+    payload = load_payload(read_payload(payload_path))
+    report_target = resolve_target("--output", args.output) if args.output else None
+    records_target = resolve_target("--per-request", args.per_request) if args.per_request else None
+    targets = [t for t in (report_target, records_target) if t is not None]
+    check_targets(targets, inputs_of(payload_path, payload))
+    if records_target is not None and not payload.spec.record_per_request:
+        raise CliError("--per-request: the report has no per-request records "
+                       "($.spec.record_per_request is false)")
+
+    progress = None
+    if not args.quiet and sys.stderr.isatty():
+        progress = ProgressLine(sys.stderr)
+    with RunOutputs(report_target, records_target) as outputs:
+        streamed = outputs.record_writer is not None and _streams_records(run_replay)
+        try:
+            if streamed:
+                report = run_replay(payload, plugin_manager=pm, progress=progress,
+                                    on_record=outputs.record_writer)
+            else:
+                report = run_replay(payload, plugin_manager=pm, progress=progress)
+        finally:
+            if progress is not None:
+                progress.close()
+        outputs.finish(report.to_json() if report_target is not None else None,
+                       None if streamed else report.per_request)
+    if not any(target.path is None for target in targets):  # stdout carries the data otherwise
+        write_stdout(format_summary(report.summary))
+    return 0
+
+
+def _streams_records(run_replay) -> bool:
+    # `on_record` streams each record to the file as its request ends (memory stays bounded);
+    # an api without it hands the records over in the report at the end.
+    return "on_record" in inspect.signature(run_replay).parameters
+
+
+def inputs_of(payload_path: Path, payload) -> list[tuple[str, Path]]:
+    """The files the run reads, described for messages: the payload and its trace files."""
+    inputs = [("the payload", payload_path)]
+    paths = getattr(payload.traffic, "paths", ()) if payload.traffic is not None else ()
+    inputs.extend((f"the trace file {escape_controls(str(path))}", Path(path)) for path in paths)
+    return inputs
+
+
+def read_payload(path: Path) -> str:
+    shown = escape_controls(str(path))
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"cannot read payload {shown}: no such file") from None
+    except IsADirectoryError:
+        raise CliError(f"cannot read payload {shown}: is a directory") from None
+    except OSError as error:
+        raise CliError(f"cannot read payload {shown}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise CliError(f"{shown}: not valid JSON: not UTF-8 text ({error.reason})") from None
+
+
+__all__ = ["Target", "inputs_of", "read_payload", "run_command"]

@@ -1,0 +1,194 @@
+"""Calls into providers (timing, placement, trace format, scaling) that fail as one line.
+
+A provider comes from a plugin: when it raises something other than an ``AisimError`` or
+returns a value of the wrong shape, the run stops with a ``PluginError`` naming the provider
+and the distribution that ships it, instead of a traceback from inside the runtime. The
+adapters keep the interface the runtime calls, so call sites do not change.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable
+
+from aisimulate_core.errors import AisimError, PluginError, TraceError
+from aisimulate_core.messages import escape_controls
+from aisimulate_core.registry import Provider
+
+
+def call_provider(provider: Provider, what: str, function: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)``; a non-AisimError exception becomes a PluginError
+    ``<provider label>: <what> raised <Type>: <message>``."""
+    try:
+        return function(*args, **kwargs)
+    except AisimError:
+        raise
+    except Exception as error:
+        raise PluginError(escape_controls(
+            f"{provider.label()}: {what} raised {type(error).__name__}: {error}")) from error
+
+
+def malformed(provider: Provider, what: str, value: Any, expected: str) -> PluginError:
+    from aisimulate_core.spec.converter import show
+
+    shown = show(value) if isinstance(value, (int, float, str, list, tuple, dict)) or value is None \
+        else f"a {type(value).__name__}"
+    return PluginError(f"{provider.label()}: {what} returned {shown}, expected {expected}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+# -- timing -------------------------------------------------------------------------------
+
+
+def timing_model(provider: Provider, config: Any, context: Any) -> GuardedTimingModel:
+    """The provider's model for one role, built by ``from_config`` and guarded."""
+    model = call_provider(provider, "from_config()", provider.cls.from_config, config, context)
+    if not (callable(getattr(model, "prefill_ms", None)) and callable(getattr(model, "decode_ms", None))):
+        raise malformed(provider, "from_config()", model,
+                        "a timing model with prefill_ms() and decode_ms()")
+    return GuardedTimingModel(model, provider)
+
+
+class GuardedTimingModel:
+    """A timing model whose step times are checked to be numbers (finiteness and sign are the
+    step timer's rules); other attributes (``report_extras``) are the model's own."""
+
+    __slots__ = ("model", "provider")
+
+    def __init__(self, model: Any, provider: Provider) -> None:
+        self.model = model
+        self.provider = provider
+
+    def prefill_ms(self, batch_size, mean_isl, mean_prefix):
+        value = call_provider(self.provider, "prefill_ms()", self.model.prefill_ms,
+                              batch_size, mean_isl, mean_prefix)
+        if not _is_number(value):
+            raise malformed(self.provider, "prefill_ms()", value, "a number of milliseconds")
+        return value
+
+    def decode_ms(self, batch_size, active_kv_tokens, mean_context_length, total_kv_tokens):
+        value = call_provider(self.provider, "decode_ms()", self.model.decode_ms, batch_size,
+                              active_kv_tokens, mean_context_length, total_kv_tokens)
+        if not _is_number(value):
+            raise malformed(self.provider, "decode_ms()", value, "a number of milliseconds")
+        return value
+
+    def report_extras(self) -> dict:
+        extras = getattr(self.model, "report_extras", None)
+        if extras is None:
+            return {}
+        value = call_provider(self.provider, "report_extras()", extras)
+        if not isinstance(value, dict):
+            raise malformed(self.provider, "report_extras()", value, "a dict")
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+# -- placement ----------------------------------------------------------------------------
+
+
+class GuardedPlacement:
+    """A placement policy behind the runtime's interface ``place(PlacementRequest) ->
+    (worker index, dp_rank)``: failures and answers that are not two integers, or name a
+    worker the pool does not have, become one PluginError line."""
+
+    def __init__(self, provider: Provider, config: dict, pool: Any) -> None:
+        self.provider = provider
+        self.policy = call_provider(provider, "construction", provider.cls, config, pool)
+        if not callable(getattr(self.policy, "place", None)):
+            raise malformed(provider, "construction", self.policy, "an object with place()")
+        self._n_workers = len(pool.workers)
+        self._pool_kind = pool.kind
+
+    def place(self, request: Any) -> tuple[int, int]:
+        answer = call_provider(self.provider, "place()", self.policy.place, request)
+        if type(answer) is tuple and len(answer) == 2:
+            w_idx, dp_rank = answer
+            if type(w_idx) is int and type(dp_rank) is int and 0 <= w_idx < self._n_workers:
+                return answer  # the usual case, checked at the cost of a few type tests
+        return self._checked(answer)
+
+    def _checked(self, answer: Any) -> tuple[int, int]:
+        expected = "(worker index, dp_rank) as two integers"
+        try:
+            w_idx, dp_rank = answer
+        except (TypeError, ValueError):
+            raise malformed(self.provider, "place()", answer, expected) from None
+        if not (_is_integer(w_idx) and _is_integer(dp_rank)):
+            raise malformed(self.provider, "place()", answer, expected)
+        w_idx, dp_rank = int(w_idx), int(dp_rank)
+        if not 0 <= w_idx < self._n_workers:
+            raise PluginError(f"{self.provider.label()}: place() returned worker index {w_idx}, "
+                              f"expected 0 to {self._n_workers - 1} (the {self._pool_kind} pool "
+                              f"has {self._n_workers} workers)")
+        return w_idx, dp_rank
+
+    def on_terminal(self, uuid: int) -> None:
+        call_provider(self.provider, "on_terminal()", self.policy.on_terminal, uuid)
+
+    def on_worker_added(self, worker: Any) -> None:
+        self._n_workers += 1
+        call_provider(self.provider, "on_worker_added()", self.policy.on_worker_added, worker)
+
+    def on_worker_removed(self, worker: Any) -> None:
+        self._n_workers -= 1
+        call_provider(self.provider, "on_worker_removed()", self.policy.on_worker_removed, worker)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
+
+
+# -- scaling ------------------------------------------------------------------------------
+
+
+def scaling_policy(provider: Provider, config: dict) -> Any:
+    policy = call_provider(provider, "construction", provider.cls, config)
+    if not callable(getattr(policy, "initial_tick_ms", None)):
+        raise malformed(provider, "construction", policy, "an object with initial_tick_ms()")
+    return policy
+
+
+# -- trace formats ------------------------------------------------------------------------
+
+
+class TraceFormatLookup:
+    """The trace-format registry as the workload lowering uses it (``get(name)()`` then
+    ``.load(...)``): each format comes back guarded. Everything else is the registry's."""
+
+    def __init__(self, registry: Any) -> None:
+        self._registry = registry
+
+    def get(self, name: str) -> Callable[[], GuardedTraceFormat]:
+        provider = self._registry.provider(name)
+        return lambda: GuardedTraceFormat(provider)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._registry, name)
+
+
+class GuardedTraceFormat:
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+        self.format = call_provider(provider, "construction", provider.cls)
+
+    def load(self, paths, *, trace_block_size):
+        # the lowering checks what comes back (a Trace or an AgenticTrace)
+        try:
+            return call_provider(self.provider, "load()", self.format.load, paths,
+                                   trace_block_size=trace_block_size)
+        except PluginError as error:
+            cause = error.__cause__
+            if isinstance(cause, OSError) and cause.filename is not None:
+                # an unreadable trace file is the input's problem, not the plugin's
+                raise TraceError(escape_controls(f"{cause.filename}: cannot read the trace file: "
+                                                 f"{cause.strerror or cause}")) from None
+            raise

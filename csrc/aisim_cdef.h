@@ -40,8 +40,8 @@ int aisim_eq_pop(aisim_event_queue *q);
 typedef struct aisim_kv_pool aisim_kv_pool;
 
 typedef struct aisim_kv_view {
-    uint32_t num_blocks;
-    uint32_t free;       /* blocks holding nothing */
+    uint64_t num_blocks; /* capacity (any u64: the pool is lazy) */
+    uint64_t free;       /* blocks holding nothing, untouched ones included */
     uint32_t inactive;   /* hashed, unreferenced, in the LRU list */
     uint32_t active;     /* referenced by at least one sequence */
     uint32_t cached;     /* hashed blocks resident (active or inactive) */
@@ -50,7 +50,7 @@ typedef struct aisim_kv_view {
     uint64_t evictions;    /* hashed copies evicted since creation */
 } aisim_kv_view;
 
-int aisim_kv_new(aisim_kv_pool **out, uint32_t num_blocks);
+int aisim_kv_new(aisim_kv_pool **out, uint64_t num_blocks);
 int aisim_kv_free(aisim_kv_pool *p);
 int aisim_kv_view_of(const aisim_kv_pool *p, const aisim_kv_view **out);
 /* returns the new handle (>= 0) */

@@ -15,7 +15,14 @@
  *    prompt's leaf blocks become older LRU entries than their parents and
  *    are evicted before them.
  * Physical block ids are deterministic (free stack pops the lowest id
- * first at start) so the pure-Python twin can be compared id for id. */
+ * first at start) so the pure-Python twin can be compared id for id.
+ *
+ * The pool is lazy, like the reference's: only the blocks ever handed out
+ * ("touched", ids 0..touched-1) have state. A fresh block comes from the
+ * stack of released blocks first, then from the untouched ids in ascending
+ * order, then by eviction: exactly the order of a stack that starts with
+ * every id, lowest on top. So num_blocks may be any u64 and memory grows
+ * with the blocks in use, not with the capacity. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +41,10 @@ typedef struct seq_table {
 } seq_table;
 
 struct aisim_kv_pool {
-    uint32_t n;
+    uint64_t n;        /* capacity: num_blocks */
+    uint32_t touched;  /* blocks 0..touched-1 have state; the rest are free */
+    uint32_t cap;      /* length of the per-block arrays (>= touched) */
+    uint32_t n_free;   /* released blocks on free_stack */
     uint32_t *ref;
     uint64_t *hash;
     uint8_t *state;
@@ -116,6 +126,96 @@ static void index_remove_slot(aisim_kv_pool *p, uint32_t hole)
     p->slot_block[hole] = NO_BLOCK;
 }
 
+/* A table of 2^bits slots, every primary copy re-inserted; the old one is
+ * kept on failure. */
+static int index_resize(aisim_kv_pool *p, unsigned bits)
+{
+    uint64_t slots = (uint64_t)1 << bits, i;
+    uint64_t *old_key = p->slot_key;
+    int32_t *old_block = p->slot_block;
+    uint64_t old_slots = old_block ? (uint64_t)p->slot_mask + 1 : 0;
+    uint64_t *keys = calloc(slots, sizeof *keys);
+    int32_t *blocks = malloc(slots * sizeof *blocks);
+    if (!keys || !blocks) {
+        free(keys);
+        free(blocks);
+        return AISIM_ENOMEM;
+    }
+    for (i = 0; i < slots; i++)
+        blocks[i] = NO_BLOCK;
+    p->slot_key = keys;
+    p->slot_block = blocks;
+    p->slot_mask = (uint32_t)(slots - 1);
+    p->slot_shift = 64 - bits;
+    for (i = 0; i < old_slots; i++)
+        if (old_block[i] != NO_BLOCK)
+            index_insert(p, old_key[i], old_block[i]);
+    free(old_key);
+    free(old_block);
+    return AISIM_OK;
+}
+
+static int grow_array(void **array, size_t elem, uint32_t cap)
+{
+    void *grown = realloc(*array, (size_t)cap * elem);
+    if (!grown)
+        return AISIM_ENOMEM;
+    *array = grown;
+    return AISIM_OK;
+}
+
+/* Room for `more` untouched blocks to be handed out: the per-block arrays
+ * grow by doubling, the index keeps at least two slots per block. Nothing
+ * observable changes, so a failure leaves the pool as it was. */
+static int reserve_touched(aisim_kv_pool *p, uint64_t more)
+{
+    uint64_t need = (uint64_t)p->touched + more, cap = p->cap ? p->cap : 64;
+    unsigned bits = 64 - p->slot_shift;
+    uint32_t i;
+    if (need <= p->cap)
+        return AISIM_OK;
+    if (need > (uint64_t)INT32_MAX)
+        return AISIM_ENOMEM; /* block ids are int32: the simulation holds 2^31 blocks */
+    while (cap < need)
+        cap *= 2;
+    if (cap > p->n)
+        cap = p->n;
+    if (cap > (uint64_t)INT32_MAX)
+        cap = INT32_MAX;
+    if (grow_array((void **)&p->ref, sizeof *p->ref, (uint32_t)cap) ||
+        grow_array((void **)&p->hash, sizeof *p->hash, (uint32_t)cap) ||
+        grow_array((void **)&p->state, sizeof *p->state, (uint32_t)cap) ||
+        grow_array((void **)&p->mark, sizeof *p->mark, (uint32_t)cap) ||
+        grow_array((void **)&p->lru_prev, sizeof *p->lru_prev, (uint32_t)cap) ||
+        grow_array((void **)&p->lru_next, sizeof *p->lru_next, (uint32_t)cap) ||
+        grow_array((void **)&p->dup_next, sizeof *p->dup_next, (uint32_t)cap) ||
+        grow_array((void **)&p->free_stack, sizeof *p->free_stack, (uint32_t)cap))
+        return AISIM_ENOMEM;
+    while (((uint64_t)1 << bits) < 2 * cap)
+        bits++;
+    if (bits != 64 - p->slot_shift && index_resize(p, bits))
+        return AISIM_ENOMEM;
+    for (i = p->cap; i < cap; i++) {
+        p->ref[i] = 0;
+        p->hash[i] = 0;
+        p->state[i] = BLOCK_FREE;
+        p->mark[i] = 0;
+        p->lru_prev[i] = p->lru_next[i] = p->dup_next[i] = NO_BLOCK;
+    }
+    p->cap = (uint32_t)cap;
+    return AISIM_OK;
+}
+
+/* Blocks a request for k fresh ones takes from the untouched ids. */
+static uint64_t untouched_needed(const aisim_kv_pool *p, uint64_t k)
+{
+    uint64_t untouched = p->n - p->touched;
+    if (k <= p->n_free)
+        return 0;
+    k -= p->n_free;
+    return k < untouched ? k : untouched;
+}
+
 /* ------------------------------------------------------------ LRU list */
 
 static void lru_append(aisim_kv_pool *p, int32_t b)
@@ -169,46 +269,21 @@ static void destroy(aisim_kv_pool *p)
     free(p);
 }
 
-int aisim_kv_new(aisim_kv_pool **out, uint32_t num_blocks)
+int aisim_kv_new(aisim_kv_pool **out, uint64_t num_blocks)
 {
     aisim_kv_pool *p;
-    uint32_t slots = 16, i;
-    unsigned bits = 4;
-    if (!out || num_blocks == 0 || num_blocks > (1u << 29))
+    if (!out || num_blocks == 0)
         return AISIM_EINVAL;
-    while (slots < 2 * num_blocks) {
-        slots <<= 1;
-        bits++;
-    }
     p = calloc(1, sizeof *p);
     if (!p)
         return AISIM_ENOMEM;
     p->n = num_blocks;
-    p->ref = calloc(num_blocks, sizeof *p->ref);
-    p->hash = calloc(num_blocks, sizeof *p->hash);
-    p->state = calloc(num_blocks, sizeof *p->state);
-    p->mark = calloc(num_blocks, sizeof *p->mark);
-    p->lru_prev = malloc(num_blocks * sizeof *p->lru_prev);
-    p->lru_next = malloc(num_blocks * sizeof *p->lru_next);
-    p->dup_next = malloc(num_blocks * sizeof *p->dup_next);
-    p->free_stack = malloc(num_blocks * sizeof *p->free_stack);
-    p->slot_key = calloc(slots, sizeof *p->slot_key);
-    p->slot_block = malloc(slots * sizeof *p->slot_block);
-    if (!p->ref || !p->hash || !p->state || !p->mark || !p->lru_prev || !p->lru_next ||
-        !p->dup_next || !p->free_stack || !p->slot_key || !p->slot_block) {
+    p->slot_shift = 64 - 4;
+    p->lru_head = p->lru_tail = NO_BLOCK;
+    if (index_resize(p, 4)) {
         destroy(p);
         return AISIM_ENOMEM;
     }
-    for (i = 0; i < num_blocks; i++) {
-        p->lru_prev[i] = p->lru_next[i] = p->dup_next[i] = NO_BLOCK;
-        /* top of the stack is the end: block 0 is handed out first */
-        p->free_stack[i] = (int32_t)(num_blocks - 1 - i);
-    }
-    for (i = 0; i < slots; i++)
-        p->slot_block[i] = NO_BLOCK;
-    p->slot_mask = slots - 1;
-    p->slot_shift = 64 - bits;
-    p->lru_head = p->lru_tail = NO_BLOCK;
     p->view.num_blocks = num_blocks;
     p->view.free = num_blocks;
     *out = p;
@@ -402,11 +477,16 @@ static void forget_copy(aisim_kv_pool *p, int32_t b)
     p->dup_next[b] = NO_BLOCK;
 }
 
+/* The caller made room with reserve_touched(untouched_needed(k)). */
 static int32_t take_fresh_block(aisim_kv_pool *p)
 {
     int32_t b;
-    if (p->view.free > 0) {
-        b = p->free_stack[--p->view.free];
+    if (p->n_free > 0) {
+        b = p->free_stack[--p->n_free];
+        p->view.free--;
+    } else if (p->touched < p->n) {
+        b = (int32_t)p->touched++;
+        p->view.free--;
     } else {
         b = p->lru_head;
         lru_unlink(p, b);
@@ -437,9 +517,11 @@ int aisim_kv_allocate(aisim_kv_pool *p, int32_t seq, uint32_t k)
     t = live_seq(p, seq);
     if (!t)
         return AISIM_EBADSEQ;
-    if ((uint64_t)k > (uint64_t)p->view.free + p->view.inactive)
+    if (k > p->view.free && k - p->view.free > p->view.inactive)
         return AISIM_NOSPACE;
     status = reserve_table(t, k);
+    if (!status)
+        status = reserve_touched(p, untouched_needed(p, k));
     if (status)
         return status;
     append_fresh(p, t, k);
@@ -482,6 +564,8 @@ int aisim_kv_acquire_allocate(aisim_kv_pool *p, int32_t seq, const uint64_t *has
             return AISIM_NOSPACE;
     }
     status = reserve_table(t, (uint64_t)n + k);
+    if (!status)
+        status = reserve_touched(p, untouched_needed(p, k));
     if (status)
         return status;
     acquire_resident(p, t, hashes, n);
@@ -493,14 +577,17 @@ int aisim_kv_allocate_each(aisim_kv_pool *p, const int32_t *seqs, size_t n_seqs,
                            uint32_t k_each)
 {
     size_t i;
+    uint64_t total;
     int status = AISIM_OK;
     if (!p || (!seqs && n_seqs))
         return AISIM_EINVAL;
     for (i = 0; i < n_seqs; i++)
         if (!live_seq(p, seqs[i]))
             return AISIM_EBADSEQ;
-    if (n_seqs > UINT32_MAX ||
-        (uint64_t)n_seqs * k_each > (uint64_t)p->view.free + p->view.inactive)
+    if (n_seqs > UINT32_MAX)
+        return AISIM_NOSPACE;
+    total = (uint64_t)n_seqs * k_each;
+    if (total > p->view.free && total - p->view.free > p->view.inactive)
         return AISIM_NOSPACE;
     /* Size every table before the first append so that a failed realloc
      * leaves the pool untouched; `pending` covers a handle listed twice. */
@@ -510,6 +597,8 @@ int aisim_kv_allocate_each(aisim_kv_pool *p, const int32_t *seqs, size_t n_seqs,
         status = reserve_table(&p->seqs[seqs[i]], p->seqs[seqs[i]].pending);
     for (i = 0; i < n_seqs; i++)
         p->seqs[seqs[i]].pending = 0;
+    if (!status)
+        status = reserve_touched(p, untouched_needed(p, total));
     if (status)
         return status;
     for (i = 0; i < n_seqs; i++)
@@ -577,7 +666,8 @@ int aisim_kv_release(aisim_kv_pool *p, int32_t seq)
             lru_append(p, b);
         } else {
             p->state[b] = BLOCK_FREE;
-            p->free_stack[p->view.free++] = b;
+            p->free_stack[p->n_free++] = b;
+            p->view.free++;
         }
     }
     t->len = 0;
@@ -593,14 +683,16 @@ static int check_lists(const aisim_kv_pool *p, uint32_t *seen)
 {
     uint32_t i, count = 0, steps = 0;
     int32_t b, prev = NO_BLOCK;
-    for (i = 0; i < p->view.free; i++) {
+    if (p->view.free != p->n_free + (p->n - p->touched))
+        return AISIM_ECORRUPT;
+    for (i = 0; i < p->n_free; i++) {
         b = p->free_stack[i];
-        if (b < 0 || (uint32_t)b >= p->n || seen[b]++ || p->state[b] != BLOCK_FREE ||
+        if (b < 0 || (uint32_t)b >= p->touched || seen[b]++ || p->state[b] != BLOCK_FREE ||
             p->ref[b] != 0)
             return AISIM_ECORRUPT;
     }
     for (b = p->lru_head; b != NO_BLOCK; b = p->lru_next[b]) {
-        if (b < 0 || (uint32_t)b >= p->n || ++steps > p->n)
+        if (b < 0 || (uint32_t)b >= p->touched || ++steps > p->touched)
             return AISIM_ECORRUPT;
         if (seen[b]++ || p->state[b] != BLOCK_CACHED || p->ref[b] != 0 ||
             p->lru_prev[b] != prev)
@@ -610,7 +702,7 @@ static int check_lists(const aisim_kv_pool *p, uint32_t *seen)
     }
     if (prev != p->lru_tail || count != p->view.inactive)
         return AISIM_ECORRUPT;
-    for (i = 0; i < p->n; i++) {
+    for (i = 0; i < p->touched; i++) {
         /* exactly the unreferenced blocks sit on a list; lists were typed above */
         if ((seen[i] != 0) != (p->ref[i] == 0))
             return AISIM_ECORRUPT;
@@ -634,14 +726,14 @@ static int check_index(const aisim_kv_pool *p, uint32_t *seen)
         if (find_slot(p, p->slot_key[i]) != (int64_t)i)
             return AISIM_ECORRUPT;
         for (; b != NO_BLOCK; b = p->dup_next[b]) {
-            if (b < 0 || (uint32_t)b >= p->n || ++steps > p->n || seen[b]++)
+            if (b < 0 || (uint32_t)b >= p->touched || ++steps > p->touched || seen[b]++)
                 return AISIM_ECORRUPT;
             if (p->state[b] != BLOCK_CACHED || p->hash[b] != p->slot_key[i])
                 return AISIM_ECORRUPT;
             copies++;
         }
     }
-    for (i = 0; i < p->n; i++)
+    for (i = 0; i < p->touched; i++)
         cached += p->state[i] == BLOCK_CACHED;
     if (copies != cached || cached != p->view.cached || keys > cached)
         return AISIM_ECORRUPT;
@@ -661,12 +753,12 @@ static int check_refs(const aisim_kv_pool *p, uint32_t *seen)
         live++;
         for (j = 0; j < t->len; j++) {
             int32_t b = t->blocks[j];
-            if (b < 0 || (uint32_t)b >= p->n)
+            if (b < 0 || (uint32_t)b >= p->touched)
                 return AISIM_ECORRUPT;
             seen[b]++;
         }
     }
-    for (i = 0; i < p->n; i++) {
+    for (i = 0; i < p->touched; i++) {
         if (seen[i] != p->ref[i])
             return AISIM_ECORRUPT;
         active += p->ref[i] > 0;
@@ -680,7 +772,7 @@ static int check_refs(const aisim_kv_pool *p, uint32_t *seen)
     if (active != p->view.active || live != p->view.live_seqs ||
         live + free_handles != p->n_seqs)
         return AISIM_ECORRUPT;
-    if ((uint64_t)p->view.free + p->view.inactive + p->view.active != p->n)
+    if ((uint64_t)p->n_free + p->view.inactive + p->view.active != p->touched)
         return AISIM_ECORRUPT;
     return AISIM_OK;
 }
@@ -691,16 +783,16 @@ int aisim_kv_check(const aisim_kv_pool *p)
     int status;
     if (!p)
         return AISIM_EINVAL;
-    seen = calloc(p->n, sizeof *seen);
+    seen = calloc(p->touched ? p->touched : 1, sizeof *seen);
     if (!seen)
         return AISIM_ENOMEM;
     status = check_lists(p, seen);
     if (!status) {
-        memset(seen, 0, p->n * sizeof *seen);
+        memset(seen, 0, p->touched * sizeof *seen);
         status = check_index(p, seen);
     }
     if (!status) {
-        memset(seen, 0, p->n * sizeof *seen);
+        memset(seen, 0, p->touched * sizeof *seen);
         status = check_refs(p, seen);
     }
     free(seen);

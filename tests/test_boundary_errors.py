@@ -68,11 +68,12 @@ def test_a_deep_parsed_document_is_refused_too():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_pool_size_out_of_range_is_a_native_error_naming_its_owner(backend):
     owner = "$.spec.engine.rank.num_gpu_blocks, worker 0 rank 1"
-    with pytest.raises(NativeArgumentError) as info:
-        BlockPool(2**40, backend, owner=owner)
-    assert isinstance(info.value, AisimError) and isinstance(info.value, ValueError)
-    assert str(info.value) == (f"BlockPool({owner}): num_blocks must be in 1..536870912, "
-                               f"got {2**40}")
+    for size in (0, 2**64):
+        with pytest.raises(NativeArgumentError) as info:
+            BlockPool(size, backend, owner=owner)
+        assert isinstance(info.value, AisimError) and isinstance(info.value, ValueError)
+        assert str(info.value) == (f"BlockPool({owner}): num_blocks must be in "
+                                   f"1..{2**64 - 1}, got {size}")
 
 
 def test_out_of_memory_in_the_core_is_an_aisim_error():

@@ -90,10 +90,31 @@ class Workload:
 def test_block_pool_twins_agree_on_random_operations(seed):
     rnd = random.Random(seed)
     twins = Twins(rnd.randint(4, 40))
+    run_random_operations(twins, rnd, 3000)
+    assert twins.c.evictions > 10  # the LRU path was exercised
+
+
+@pytest.mark.parametrize("num_blocks", [300, 2**40, 2**64 - 1])
+def test_lazy_pools_agree_while_they_grow(num_blocks):
+    """Pools keep state only for the blocks handed out: large capacities grow as they are
+    used (arrays and index doubling past 64 blocks), with the same ids in both twins."""
+    rnd = random.Random(num_blocks)
+    twins = Twins(num_blocks)
+    assert twins.c.free_blocks() == num_blocks
+    run_random_operations(twins, rnd, 3000, big=True)
+    seq = twins("new_seq")[1]
+    assert twins("allocate", seq, min(500, twins.c.allocatable())) == ("ok", True)
+    twins.compare_tables([seq])
+    assert max(twins.c.seq_blocks(seq)) >= 64  # grown past the first arrays
+
+
+def run_random_operations(twins, rnd, steps, big=False):
+    """Random pool operations on both twins; ``big`` allocates more per call."""
     work = Workload(rnd)
     live = {}  # seq -> its prompt chain
+    scale = 40 if big else 1
 
-    for step in range(3000):
+    for step in range(steps):
         op = rnd.random()
         seqs = list(live)
         if op < 0.12 or not seqs:
@@ -119,7 +140,7 @@ def test_block_pool_twins_agree_on_random_operations(seed):
             hit = twins("match", chain, start)[1] if start <= len(chain) else 0
             twins("acquire_allocate", seq, chain, min(start, len(chain)), hit, rnd.randint(0, 4))
         elif op < 0.55:
-            twins("allocate", rnd.choice(seqs), rnd.randint(0, 5))
+            twins("allocate", rnd.choice(seqs), rnd.randint(0, 5 * scale))
         elif op < 0.63:
             chosen = [rnd.choice(seqs) for _ in range(rnd.randint(0, 4))]
             twins("allocate_each", array("i", chosen), rnd.randint(0, 2))
@@ -145,7 +166,6 @@ def test_block_pool_twins_agree_on_random_operations(seed):
         if step % 97 == 0:
             twins.compare_tables(live)
     twins.compare_tables(live)
-    assert twins.c.evictions > 10  # the LRU path was exercised
     for seq in list(live):
         twins("release", seq)
     assert twins.c.active() == 0

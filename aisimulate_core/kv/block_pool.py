@@ -41,7 +41,9 @@ from aisimulate_core.native import (
     status_error,
 )
 
-MAX_BLOCKS = 1 << 29
+# The pools are lazy (state only for the blocks handed out), so any u64 capacity is fine:
+# the reference accepts the same range.
+MAX_BLOCKS = (1 << 64) - 1
 
 
 class BlockPool:

@@ -41,15 +41,17 @@ class PyBlockPool(BlockPool):
             raise status_error(ENOMEM, pool_operation(owner), f"{num_blocks} blocks") from None
 
     def _allocate(self, num_blocks):
+        # lazy, as in C: per-block lists hold the touched blocks 0..len-1 only; untouched ids
+        # are handed out in ascending order after the released ones
         self._n = num_blocks
-        self._ref = [0] * num_blocks
-        self._hash = [0] * num_blocks
-        self._state = [FREE] * num_blocks
-        self._lru_prev = [NO_BLOCK] * num_blocks
-        self._lru_next = [NO_BLOCK] * num_blocks
-        self._dup_next = [NO_BLOCK] * num_blocks
+        self._ref = []
+        self._hash = []
+        self._state = []
+        self._lru_prev = []
+        self._lru_next = []
+        self._dup_next = []
         self._lru_head = self._lru_tail = NO_BLOCK
-        self._free_stack = list(range(num_blocks - 1, -1, -1))
+        self._free_stack = []
         self._index = {}
         self._tables = []
         self._free_handles = []
@@ -66,10 +68,10 @@ class PyBlockPool(BlockPool):
         return self._n
 
     def allocatable(self):
-        return len(self._free_stack) + self._inactive
+        return self.free_blocks() + self._inactive
 
     def free_blocks(self):
-        return len(self._free_stack)
+        return len(self._free_stack) + self._n - len(self._ref)
 
     def inactive(self):
         return self._inactive
@@ -197,6 +199,8 @@ class PyBlockPool(BlockPool):
     def _take_fresh_block(self):
         if self._free_stack:
             block = self._free_stack.pop()
+        elif len(self._ref) < self._n:
+            block = self._touch()
         else:
             block = self._lru_head
             self._lru_unlink(block)
@@ -209,6 +213,19 @@ class PyBlockPool(BlockPool):
         self._active += 1
         return block
 
+    def _touch(self):
+        """The lowest untouched block, given its state (as the C pool's reserve_touched)."""
+        block = len(self._ref)
+        if block >= 0x7FFF_FFFF:
+            raise status_error(ENOMEM, "BlockPool", "block ids are int32")
+        self._ref.append(0)
+        self._hash.append(0)
+        self._state.append(FREE)
+        self._lru_prev.append(NO_BLOCK)
+        self._lru_next.append(NO_BLOCK)
+        self._dup_next.append(NO_BLOCK)
+        return block
+
     def _append_fresh(self, table, k):
         for _ in range(k):
             table.append(self._take_fresh_block())
@@ -217,7 +234,7 @@ class PyBlockPool(BlockPool):
         operation = "BlockPool.allocate"
         check_count(operation, "k", k)
         table = self._table(operation, seq)
-        if k > len(self._free_stack) + self._inactive:
+        if k > self.allocatable():
             return False
         self._append_fresh(table, k)
         return True
@@ -234,7 +251,7 @@ class PyBlockPool(BlockPool):
         table = self._table(operation, seq)
         if not self._all_resident(hashes, start, n):
             raise status_error(ENOTRESIDENT, f"{operation}(seq={seq})")
-        free = len(self._free_stack)
+        free = self.free_blocks()
         if k > free:
             evictable = self._inactive - self._distinct_inactive_hits(hashes, start, n)
             if k - free > evictable:
@@ -249,7 +266,7 @@ class PyBlockPool(BlockPool):
         operation = "BlockPool.allocate_each"
         check_count(operation, "k_each", k_each)
         tables = [self._table(operation, seq) for seq in seqs]
-        if len(tables) * k_each > len(self._free_stack) + self._inactive:
+        if len(tables) * k_each > self.allocatable():
             return False
         for table in tables:
             self._append_fresh(table, k_each)
@@ -319,7 +336,7 @@ class PyBlockPool(BlockPool):
             raise NativeError(f"BlockPool.check failed: {problem}")
 
     def _find_problem(self):
-        n, ref, state = self._n, self._ref, self._state
+        n, ref, state = len(self._ref), self._ref, self._state  # the touched blocks
         listed = [0] * n
         for block in self._free_stack:
             if state[block] != FREE or ref[block] or listed[block]:
@@ -361,7 +378,7 @@ class PyBlockPool(BlockPool):
         if sum(1 for r in ref if r) != self._active:
             return "active count drifted"
         if len(self._free_stack) + self._inactive + self._active != n:
-            return "free + inactive + active != num_blocks"
+            return "free + inactive + active != the blocks handed out"
         live = sum(1 for table in self._tables if table is not None)
         if live != self._live_seqs or live + len(self._free_handles) != len(self._tables):
             return "sequence handle accounting drifted"

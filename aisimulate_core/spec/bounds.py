@@ -6,6 +6,8 @@ a bound is one problem line `<path>: must be <= BOUND (<why>), got VALUE`.
 
 Limits that cost nothing to honour (`max_model_len`, `max_num_seqs`, `max_num_batched_tokens`,
 `concurrency`, `max_in_flight`) keep the reference's u64 range: it accepts 2^40 and so do we.
+So does `num_gpu_blocks`: KV pools are lazy (kv/block_pool.py), their memory grows with the
+blocks in use, not with the capacity.
 """
 
 import math
@@ -17,9 +19,6 @@ from .topology import AggregatedTopology
 
 # Tokens in one block: engines use 1..256; the vLLM engine keeps per-block-offset state.
 MAX_BLOCK_SIZE = 1 << 16
-# KV blocks over every initial rank of every pool: the pools are allocated up front at about
-# 60 bytes a block, so this keeps them under 1 GiB.
-MAX_TOTAL_BLOCKS = 1 << 24
 # Ranks (initial_workers x dp_size, summed over pools): the largest clusters have a few
 # thousand GPUs per model.
 MAX_RANKS = 1 << 16
@@ -39,7 +38,6 @@ MAX_ARRIVAL_INTERVAL_MS = 1000.0 / MIN_REQUEST_RATE
 
 BOUNDS = (
     ("block_size", MAX_BLOCK_SIZE),
-    ("num_gpu_blocks x dp_size x initial_workers (all pools)", MAX_TOTAL_BLOCKS),
     ("dp_size x initial_workers (all pools)", MAX_RANKS),
     ("isl, osl, input/output tokens and trace lengths", MAX_TOKENS),
     ("request_count (sessions x turns_per_session)", MAX_REQUESTS),
@@ -53,7 +51,6 @@ def at_most(c: Any, path: str, value: Any, bound: Any, why: str) -> None:
 
 def check_rank_bounds(r: EngineConfig, p: str, c: Any) -> None:
     at_most(c, p + ".block_size", r.block_size, MAX_BLOCK_SIZE, "tokens per KV block")
-    at_most(c, p + ".num_gpu_blocks", r.num_gpu_blocks, MAX_TOTAL_BLOCKS, "KV blocks per rank")
     ratio = r.speedup_ratio
     decode_ratio = ratio * r.decode_speedup_ratio
     if _too_small(ratio):
@@ -79,14 +76,14 @@ def _too_small(ratio: float) -> bool:
 
 
 def check_deployment_bounds(spec: Any, role_path: Any, p: str, c: Any) -> None:
-    """Ranks and KV blocks over every pool the topology starts with."""
+    """Ranks over every pool the topology starts with."""
     engine, topology = spec.engine, spec.topology
     if isinstance(topology, AggregatedTopology):
         pools = (("aggregated", topology.workers, p + ".topology.workers"),)
     else:
         pools = (("prefill", topology.prefill, p + ".topology.prefill"),
                  ("decode", topology.decode, p + ".topology.decode"))
-    ranks = blocks = 0
+    ranks = 0
     each_within = True
     for stage, pool, pool_path in pools:
         role = engine.role(stage)
@@ -94,19 +91,14 @@ def check_deployment_bounds(spec: Any, role_path: Any, p: str, c: Any) -> None:
         if role.dp_size <= U32_MAX:  # else the u32 rule reports it
             at_most(c, group + ".dp_size", role.dp_size, MAX_RANKS, "ranks per worker")
         at_most(c, pool_path + ".initial_workers", pool.initial_workers, MAX_RANKS, "workers")
-        each_within = each_within and (role.dp_size <= MAX_RANKS and pool.initial_workers <= MAX_RANKS
-                                       and role.rank.num_gpu_blocks <= MAX_TOTAL_BLOCKS)
+        each_within = each_within and role.dp_size <= MAX_RANKS and pool.initial_workers <= MAX_RANKS
         ranks += role.dp_size * pool.initial_workers
-        blocks += role.dp_size * pool.initial_workers * role.rank.num_gpu_blocks
     last = pools[-1][2] + ".initial_workers"
     if not each_within:
         return  # the field itself is reported
     if ranks > MAX_RANKS:
         c.add(last, f"gives {ranks} ranks (initial_workers x dp_size over all pools), more "
               f"than {MAX_RANKS}")
-    elif blocks > MAX_TOTAL_BLOCKS:
-        c.add(last, f"gives {blocks} KV blocks (num_gpu_blocks x dp_size x initial_workers "
-              f"over all pools), more than {MAX_TOTAL_BLOCKS}")
 
 
 def check_request_bounds(r: Any, rp: str, c: Any) -> None:
@@ -138,5 +130,5 @@ def check_synthetic_bounds(t: Any, p: str, c: Any) -> None:
 
 
 __all__ = ["BOUNDS", "MAX_BLOCK_SIZE", "MAX_RANKS", "MAX_REQUESTS", "MAX_STEP_MS", "MAX_TOKENS",
-           "MAX_TOTAL_BLOCKS", "MIN_REQUEST_RATE", "MIN_SPEEDUP_RATIO", "check_deployment_bounds",
+           "MIN_REQUEST_RATE", "MIN_SPEEDUP_RATIO", "check_deployment_bounds",
            "check_rank_bounds", "check_request_bounds", "check_synthetic_bounds"]

@@ -110,6 +110,50 @@ CASES += [(_n, PL + _n + ".json", True) for _n in (
     "disagg_concurrency_trtllm")]
 # expected failure: a preempted decode request outgrew the decode pool; the reference aborts
 CASES.append(("disagg_decode_stall", PL + "disagg_decode_stall.json", True, "expect_error"))
+# j. the reproducers of issue 8 (../shared/repro, referenced in place). "expect_hang": the reference
+# never answers; the recorder watches its clock through telemetry and records where it stopped.
+RP = "../shared/repro/"
+CASES += [
+    ("repro_hang_sglang_chunked_prefill", RP + "hang-sglang-chunked-prefill-livelock.json", False,
+     "expect_hang"),
+    ("repro_hang_sglang_clip", RP + "hang-sglang-clip-livelock.json", False, "expect_hang"),
+    ("repro_sglang_max_prefill_stall", RP + "sglang-stall-message-blames-kv-pool.json", False,
+     "expect_error"),
+    ("repro_prefill_ms_1e308", RP + "prefill-ms-1e308-overflowerror.json", False, "expect_error"),
+    ("repro_speedup_ratio_denormal", RP + "speedup-ratio-denormal-overflowerror.json", False,
+     "expect_error"),
+    # reuse above the prompt: the reference reports it too (readmissions re-hit their own blocks)
+    ("repro_reuse_ratio_above_1", RP + "reuse-ratio-above-1.json", True),
+    ("repro_reused_input_tokens_above_input_length",
+     RP + "reused-input-tokens-above-input-length.json", True),
+]
+
+HANG_S = 20.0               # how long a reference run may take before it counts as hung
+HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it
+_HANG_PROBE = """
+import json, os, sys, threading, time, runpy
+import dynamo._core as core
+samples = []
+def watch(sample):
+    samples.append((sample["sampled_at_ms"], sample["traffic"]["completed_requests"]))
+def bind(fn):
+    def run(*args, **kwargs):
+        kwargs.update(capture_telemetry=True, telemetry_sample_interval_ms=%r,
+                      telemetry_callback=watch)
+        return fn(*args, **kwargs)
+    return run
+core.run_mocker_trace_replay = bind(core.run_mocker_trace_replay)
+core.run_mocker_synthetic_trace_replay = bind(core.run_mocker_synthetic_trace_replay)
+def give_up():
+    time.sleep(%r)
+    last = samples[-1][0] if samples else None
+    print(json.dumps({"last_sample_ms": last, "completed": sum(c for _, c in samples)}))
+    sys.stdout.flush()
+    os._exit(3)
+threading.Thread(target=give_up, daemon=True).start()
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+""" % (HANG_SAMPLE_MS, HANG_S)
 
 
 def _record_key(r):
@@ -137,6 +181,27 @@ def _peer_command(payload):
             "execution_model=%r); sys.argv = sys.argv[1:]; "
             "runpy.run_path(sys.argv[0], run_name='__main__')" % model)
     return [sys.executable, "-c", shim, PEER_RUN, payload]
+
+
+def record_hang(name, payload):
+    """A case the reference never finishes: record where its clock stopped (the last telemetry
+    sample before it hung) and how many requests completed before."""
+    env = dict(os.environ, DYN_LOG="error", RUST_LOG="error")
+    proc = subprocess.run([sys.executable, "-c", _HANG_PROBE, PEER_RUN, payload], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    if proc.returncode != 3:
+        sys.stderr.write("%s: expected the reference to hang, but it exited %d\n%s\n" % (
+            name, proc.returncode, proc.stderr))
+        return False
+    seen = json.loads([ln for ln in proc.stdout.splitlines() if ln.strip()][-1])
+    hang = {"after_s": HANG_S, "sample_interval_ms": HANG_SAMPLE_MS,
+            "last_sample_ms": seen["last_sample_ms"], "completed_before": seen["completed"]}
+    with open(os.path.join(ROOT, OUT_DIR, name + ".json"), "w") as f:
+        json.dump({"payload": payload, "hang": hang}, f, indent=1)
+        f.write("\n")
+    print("%-40s hangs: clock stopped after %s ms, %s completed" % (
+        name, hang["last_sample_ms"], hang["completed_before"]))
+    return True
 
 
 def record(name, payload, per_request, expect_error=False):
@@ -180,7 +245,7 @@ def main(argv):
     if "--list" in argv:
         for case in CASES:
             print("%-40s %s%s%s" % (case[0], case[1], "  (per-request)" if case[2] else "",
-                                    "  (expect error)" if len(case) > 3 else ""))
+                                    "  (%s)" % case[3].replace("_", " ") if len(case) > 3 else ""))
         return 0
     wanted = [a for a in argv if not a.startswith("-")]
     known = {c[0] for c in CASES}
@@ -193,7 +258,11 @@ def main(argv):
     for case in CASES:
         if wanted and case[0] not in wanted:
             continue
-        ok = record(case[0], case[1], case[2], len(case) > 3 and case[3] == "expect_error") and ok
+        mode = case[3] if len(case) > 3 else None
+        if mode == "expect_hang":
+            ok = record_hang(case[0], case[1]) and ok
+        else:
+            ok = record(case[0], case[1], case[2], mode == "expect_error") and ok
     return 0 if ok else 1
 
 

@@ -15,6 +15,26 @@ from operator import sub
 class RankBase:
     """Pass history and ITL bookkeeping; engines subclass it and call the ``_pass_*`` helpers."""
 
+    # JSON path of the rank's settings, for stall messages (``$.spec.engine.rank``); the
+    # runtime sets it where it knows it, messages name no path otherwise
+    config_path = None
+    # the pass just formed would change something even if it took no time
+    pass_effect = False
+    # the pass just formed repeats the previous one with no effect, and so will every next one
+    # (a rank that detects such a fixed point sets it; ``stuck_error`` explains it)
+    stuck = False
+
+    def progressed(self):
+        """Whether the pass just formed changed state (read only for zero-time passes)."""
+        return self.pass_effect
+
+    def stuck_error(self, now_ms):
+        raise NotImplementedError
+
+    def kv_summary(self):
+        """How much KV is free, for a livelock message."""
+        return "KV use unknown"
+
     def _init_pass_history(self):
         self.pass_index = 0
         self.pass_ends = array("d")

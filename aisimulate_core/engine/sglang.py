@@ -28,10 +28,12 @@ from .request import FINISHED, PREEMPTED, RUNNING
 from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, retraction_ratio
 from .sglang_kv import SglangKv, stamp
 from .sglang_running import RunningBatch
+from .sglang_stall import head_stall_reason, request_name, starved_decoder_reason
 from .sglang_tokens import ensure_tokens, lpm_order
 
 
 class SglangRank(SglangKv, RankBase):
+    config_path = "$.spec.engine.rank"     # SGLang runs aggregated only
     def __init__(self, engine, timer, pool=None, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):
         self.worker_idx = worker_idx
@@ -54,6 +56,7 @@ class SglangRank(SglangKv, RankBase):
         self.budget = PrefillBudget(sg.max_prefill_tokens, sg.chunked_prefill_size,
                                     sg.clip_max_new_tokens, ps)
         self.ratio = RatioSchedule(sg.schedule_conservativeness)
+        self.chunk_setting = sg.chunked_prefill_size   # before a DP group splits it
         self._conservativeness = sg.schedule_conservativeness
         self.interval = engine.prefill_decode_interval
         self.rounds_left = 0
@@ -77,6 +80,9 @@ class SglangRank(SglangKv, RankBase):
         self.model_work_in_pass = False
         self._interval_idle = False
         self.grouped = False
+        self.group_size = 1
+        # a decode step that found no KV page and changed nothing (see schedule)
+        self._starved = False
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
@@ -97,6 +103,7 @@ class SglangRank(SglangKv, RankBase):
         running = self.running
         waiting = self.waiting
         self.prefill_in_pass = self.model_work_in_pass = self._interval_idle = False
+        self.stuck = False
         if not running and not waiting and not self.rounds_left:
             return None
         self._k0 = self._k2 = 0
@@ -128,6 +135,7 @@ class SglangRank(SglangKv, RankBase):
         else:
             # members always have output left: an idle deferred round is one with no decoders
             self._interval_idle = defer and not running
+            at_floor = self.ratio.value <= self.ratio.min
             decode_ms, retraction = self._decode_step()
             end_ms = now_ms + decode_ms
             if self._emitted_any:
@@ -135,6 +143,16 @@ class SglangRank(SglangKv, RankBase):
             if not running and not self._emitted_any and not self._done and not rejected \
                     and waiting and not defer and retraction is None:
                 self._stalled()
+            if self._starved:
+                # The lone decoder found no page and nothing changed. With the admission ratio
+                # at its floor (and no deferred rounds) the next pass is this one again: the
+                # reference repeats it forever; the worker raises when no rank of it can move.
+                self._starved = False
+                self.stuck = at_floor and not defer and not rejected and not self._done \
+                    and retraction is None
+        # what a zero-time pass would change (the event loop's livelock guard reads it)
+        self.pass_effect = bool(batch or self._emitted_any or self._done or rejected or defer
+                                or retraction is not None)
         self._emitted_any = False
         if self._finishing:
             for r in self._finishing:
@@ -156,6 +174,7 @@ class SglangRank(SglangKv, RankBase):
         """Attention DP (the worker calls this when ``dp_size`` > 1): SGLang splits the chunk
         budget across the group and admits more conservatively; rounds are group-wide."""
         self.grouped = True
+        self.group_size = dp_size
         self.budget.chunk_size //= dp_size
         self.ratio = RatioSchedule(self._conservativeness * 0.3)
 
@@ -186,11 +205,22 @@ class SglangRank(SglangKv, RankBase):
         return rejected
 
     def _stalled(self):
-        r = self.waiting[0]
-        name = r.request_id or f"#{r.uuid}"
-        raise SimulationError(
-            f"request {name} can never be scheduled: its {r.prompt_len + r.generated} tokens "
-            f"and output reserve do not fit the {self.total_kv_tokens}-token KV pool of a rank")
+        raise SimulationError(self.stall_reason(self.waiting[0]))
+
+    def stall_reason(self, r):
+        """Why ``r`` cannot start (or, running alone, cannot go on), naming the limit."""
+        if self.running:
+            return starved_decoder_reason(self)
+        return f"{head_stall_reason(self, r)}; request {request_name(r)} can never be scheduled"
+
+    def kv_summary(self):
+        cache = self.cache
+        return f"{cache.available() + cache.evictable_size} of {self.total_kv_tokens} KV tokens free"
+
+    def stuck_error(self, now_ms):
+        """The error of a rank whose passes repeat without effect (``stuck``) at ``now_ms``."""
+        return SimulationError(f"{starved_decoder_reason(self)} (worker {self.worker_idx} dp rank "
+                               f"{self.dp_rank}, stuck at {now_ms} ms)")
 
     # ------------------------------------------------------------------ prefill admission
     def _prefill_batch(self, now_ms):
@@ -333,6 +363,7 @@ class SglangRank(SglangKv, RankBase):
             self._retract(self._shortest_output())
             need = running.growth()
             retraction = True
+        evictable = cache.evictable_size
         if cache.available() < need:
             cache.evict(need - cache.available())
         if retraction:
@@ -345,7 +376,10 @@ class SglangRank(SglangKv, RankBase):
         total = running.sum_len
         decode_ms = self.timer.decode(n, total, total // n, self.total_kv_tokens)
         if not cache.allocate(need):
-            return 0.0, retraction        # no room even after eviction: no tokens, no time
+            # no room even after eviction: no tokens, no time; with nothing left to evict
+            # this pass changed nothing
+            self._starved = retraction is None and evictable == 0
+            return 0.0, retraction
         self._emitted_any = True
         done = running.record_decode(self.pass_index)
         if self._catch_up:

@@ -90,9 +90,19 @@ class PolynomialTiming:
         return max(-25.74 * (p * p) + 54.01 * p + 5.74, 1.0)
 
 
+# Rust's Duration holds at most 2^64 s: from_secs_f64 refuses anything at or above it (in ns)
+_MAX_NANOS_F64 = float(2**64 * 10**9)
+
+
+class DurationRangeError(ValueError):
+    """A modeled time the reference's ``Duration`` cannot hold (too big, or NaN)."""
+
+
 def _nanos(seconds):
     """Rust's ``Duration::from_secs_f64``: nearest whole nanosecond of the exact binary value."""
     scaled = seconds * 1e9
+    if not scaled < _MAX_NANOS_F64:
+        raise DurationRangeError(seconds)
     whole = math.floor(scaled)
     frac = scaled - whole
     if abs(frac - 0.5) > 1e-4:
@@ -135,6 +145,18 @@ class StepTimer:
         self._prefill_memo = {}
         self.decode_memo = {}
 
+    def _modeled(self, phase, raw_ms, ratio):
+        try:
+            return modeled_ms(raw_ms, ratio)
+        except DurationRangeError:
+            scaled = ""
+            if ratio > 0 and ratio != 1.0:
+                scaled = f" at speedup {ratio!r} (speedup_ratio x decode_speedup_ratio for decode)" \
+                    if phase == "decode" else f" at speedup_ratio {ratio!r}"
+            raise SimulationError(
+                f"{self.name}: {phase} time {raw_ms!r} ms{scaled} is out of range: a pass "
+                f"lasts less than 2^64 s") from None
+
     def prefill(self, batch_size, mean_isl, mean_prefix):
         """Modeled prefill time; 0 when nothing new is computed (fully cached prompt)."""
         if batch_size <= 0 or mean_isl <= mean_prefix:
@@ -145,7 +167,7 @@ class StepTimer:
             raw = self.model.prefill_ms(batch_size, mean_isl, mean_prefix)
             if raw is None or not math.isfinite(raw):
                 raise SimulationError(f"{self.name}: prefill time is not finite for {key}: {raw!r}")
-            value = modeled_ms(max(float(raw), 0.0), self.prefill_ratio)
+            value = self._modeled("prefill", max(float(raw), 0.0), self.prefill_ratio)
             self._prefill_memo[key] = value
         return value
 
@@ -161,7 +183,7 @@ class StepTimer:
                 raise SimulationError(f"{self.name}: decode time is not finite for {key}: {raw!r}")
             if raw < 0:
                 raise SimulationError(f"{self.name}: decode time is negative for {key}: {raw!r}")
-            value = modeled_ms(float(raw), self.decode_ratio)
+            value = self._modeled("decode", float(raw), self.decode_ratio)
             if len(self.decode_memo) < 1_000_000:
                 self.decode_memo[key] = value
         return value

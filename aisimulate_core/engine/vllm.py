@@ -433,10 +433,22 @@ class VllmRank(RankBase):
     def stall_reason(self, r):
         """Why ``r``, at the head of the queue, cannot start."""
         if not self.chunked and r.prompt_len > self.max_batched:
-            return (f"its prompt of {r.prompt_len} tokens exceeds max_num_batched_tokens "
-                    f"{self.max_batched} and chunked prefill is disabled")
-        return (f"its {r.prompt_len + r.generated} tokens need more than the {self.num_blocks} "
-                f"KV blocks of {self.block_size} tokens of a rank")
+            return (f"{self._at('max_num_batched_tokens')}its prompt of {r.prompt_len} tokens "
+                    f"exceeds max_num_batched_tokens {self.max_batched} and chunked prefill is "
+                    f"disabled")
+        return (f"{self._at('num_gpu_blocks')}its {r.prompt_len + r.generated} tokens need more "
+                f"than the {self.num_blocks} KV blocks of {self.block_size} tokens of a rank")
+
+    def _at(self, field):
+        """``$.path.field: `` of one of the rank's settings, when the path is known."""
+        return f"{self.config_path}.{field}: " if self.config_path else ""
+
+    def progressed(self):
+        # prompt chunks computed are progress too (a chunk can cost no time)
+        return self.pass_effect or self._pf_count > 0
+
+    def kv_summary(self):
+        return f"{self.pool.allocatable()} of {self.num_blocks} KV blocks free"
 
     def _reject_head(self):
         r = self.waiting.popleft()

@@ -13,13 +13,23 @@ from __future__ import annotations
 import math
 import time
 
-from ..errors import ConfigError
+from ..engine.request import SimRequest
+from ..errors import ConfigError, SimulationError
 from ..placement import PlacementRequest, PoolView, WorkerView
 from ..report import Collector
 from ..runtime.event_queue import EventQueue
+from .checks import install_checks_from_env
 from .records import make_record
 
 PASS_DONE = 0
+WAKE = 1          # a submission reached an idle worker: visit its time so that it starts a pass
+# Zero-time passes in a row at one time, none of which changed anything, after which the run is
+# a livelock. A legitimate same-time burst changes state in every pass (admits, emits, computes
+# a chunk); the few effect-free ones (SGLang's admission ratio decaying to its floor, at most
+# 600 passes; deferred prefill rounds) stay far below this.
+LIVELOCK_PASSES = 10_000
+# where an aggregated deployment's rank settings are written (stall messages name it)
+AGGREGATED_RANK_PATH = "$.spec.engine.rank"
 _GEN_MASK = 0xFFFF_FFFF
 
 
@@ -63,6 +73,10 @@ class Simulation:
         self._wall_ms = 0.0
         self._finished = False
         self.events = _RankEvents(self)
+        self._external = set()   # uuids of submitted requests: their terminals skip the driver
+        self._spin_t = -1.0      # livelock guard: the time of the last effect-free zero-time pass
+        self._spins = 0          # ... and how many came in a row there
+        install_checks_from_env(self)
 
     def attach(self, workers, placement):
         """Install the deployment: workers (each with its ranks) and the placement policy."""
@@ -70,11 +84,48 @@ class Simulation:
         self.placement = placement
         self.placements = (placement,)
         self._dirty = set(range(len(workers)))
+        for worker in workers:
+            for rank in worker.ranks:
+                if rank.config_path is None:
+                    rank.config_path = AGGREGATED_RANK_PATH
 
     # ------------------------------------------------------------------ embedding API
     def submit(self, request):
-        """Enter a request (a ``SimRequest``) now, bypassing the workload driver."""
+        """Enter a request (a ``SimRequest``) now, bypassing the workload driver.
+
+        Works before ``run``, between ``run_until`` calls and from an ``on_event`` callback; the
+        request arrives at the current clock. Its terminal is reported (events, records) but
+        not to the workload driver, which did not produce it."""
+        self._check_submission(request)
         self._place(request, self.now_ms)
+        self._external.add(request.uuid)
+        worker = self.workers[request.worker_idx]
+        if not worker.busy:
+            # nothing may be scheduled at this time: make the loop visit it
+            self.queue.push(self.now_ms, WAKE, request.worker_idx << 32)
+
+    def _check_submission(self, request):
+        """One ``SimulationError`` line for a request the runtime cannot take."""
+        if not isinstance(request, SimRequest):
+            raise SimulationError(f"submit: expected a SimRequest, got {type(request).__name__}")
+        if request.uuid in self._external or request.terminal_status is not None \
+                or request.rank is not None:
+            raise SimulationError(f"submit: request {_name(request)} was submitted already")
+        if isinstance(request.max_output, bool) or not isinstance(request.max_output, int) \
+                or request.max_output < 0:
+            raise SimulationError(f"submit: request {_name(request)}: max_output must be an "
+                                  f"integer >= 0, got {request.max_output!r}")
+        if request.prompt_len < 1:
+            raise SimulationError(f"submit: request {_name(request)}: the prompt must have at "
+                                  f"least 1 token, got {request.prompt_len}")
+        dp_size = len(self._submission_pool()[0].ranks)
+        if request.dp_rank is not None and not 0 <= request.dp_rank < dp_size:
+            raise SimulationError(f"submit: request {_name(request)}: dp_rank "
+                                  f"{request.dp_rank} out of range for dp_size {dp_size}")
+
+    def _submission_pool(self):
+        """The workers a submitted request is placed on first."""
+        return self.workers
 
     def run_until(self, t_ms):
         """Process every event at or before ``t_ms``; the clock ends at ``t_ms`` (or the cutoff)."""
@@ -127,11 +178,11 @@ class Simulation:
         workers = self.workers
         dirty = self._dirty
         while queue.peek_time() <= t:
-            _, _, ident = queue.pop()
+            _, kind, ident = queue.pop()
             idx = ident >> 32
             worker = workers[idx]
-            if not worker.busy or worker.generation != ident & _GEN_MASK:
-                continue  # the pass was cut short and rescheduled earlier
+            if kind != PASS_DONE or not worker.busy or worker.generation != ident & _GEN_MASK:
+                continue  # a wake-up, or the pass was cut short and rescheduled earlier
             worker.complete_pass()
             dirty.add(idx)
         limit = self._arrival_limit()
@@ -145,8 +196,22 @@ class Simulation:
                 if not worker.busy:
                     end = worker.start_pass(t, horizon, self.max_sim_time_ms)
                     if end is not None:
+                        if end == t:
+                            self._zero_time_pass(worker, t)
                         queue.push(end, PASS_DONE, (idx << 32) | worker.generation)
             dirty.clear()
+
+    def _zero_time_pass(self, worker, t):
+        """The livelock guard: count effect-free zero-time passes in a row at ``t``."""
+        if worker.progressed():
+            self._spins = 0
+            return
+        if t != self._spin_t:
+            self._spin_t = t
+            self._spins = 0
+        self._spins += 1
+        if self._spins >= LIVELOCK_PASSES:
+            raise livelock_error(worker, t, self._spins)
 
     def _arrival_horizon(self):
         """The earliest time a known request could arrive; passes starting later may see it."""
@@ -195,7 +260,10 @@ class Simulation:
         self.collector.on_terminal(record)
         for placement in self.placements:
             placement.on_terminal(request.uuid)
-        self.driver.on_terminal(request, end_ms, status)
+        if self._external and request.uuid in self._external:
+            self._external.discard(request.uuid)  # submitted: not the driver's request
+        else:
+            self.driver.on_terminal(request, end_ms, status)
         if self.on_event is not None:
             self.on_event(status, end_ms, request)
 
@@ -222,6 +290,20 @@ class Simulation:
         return dict(prefill_worker_seconds=0.0,
                     decode_worker_seconds=len(self.workers) * self.now_ms / 1000.0,
                     prefill_gpus_per_worker=0, decode_gpus_per_worker=self.gpus_per_worker)
+
+
+def livelock_error(worker, t, passes):
+    """The guard's error: the rank, a few of its requests, its KV and the limit it hit."""
+    busy = [rank for rank in worker.ranks if rank.waiting or rank.running] or worker.ranks
+    rank = busy[0]
+    return SimulationError(
+        f"worker {worker.idx} dp rank {rank.dp_rank} cannot progress at {t} ms: {passes} "
+        f"passes in a row took no time and changed nothing (the livelock limit); requests "
+        f"{', '.join(worker.spinning_requests()) or 'none'}; {rank.kv_summary()}")
+
+
+def _name(r):
+    return repr(r.request_id) if r.request_id else f"#{r.uuid}"
 
 
 def aggregated_pool_view(workers):

@@ -62,9 +62,39 @@ class Worker:
             for rank in active:
                 rank.pass_end_ms = end   # every rank's tokens become visible at the group end
             self._active = active
+        if end == now_ms:
+            self._check_stuck(now_ms)
         self.busy = True
         self.pass_end_ms = end
         return end
+
+    def _check_stuck(self, now_ms):
+        """A zero-time pass: when every rank in it found itself at a fixed point (no effect,
+        and the next pass the same), the clock can never move again."""
+        active = self._active
+        for rank in active:
+            if not rank.stuck:
+                return
+        raise active[0].stuck_error(now_ms)
+
+    def progressed(self):
+        """Whether the pass just formed changed anything (the loop's livelock guard asks after
+        a zero-time pass)."""
+        for rank in self._active:
+            if rank.progressed():
+                return True
+        return False
+
+    def spinning_requests(self, limit=3):
+        """A few requests of this worker's ranks, named for a livelock message."""
+        names = []
+        for rank in self.ranks:
+            for queue in (rank.running, rank.waiting):
+                for r in queue:
+                    if len(names) >= limit:
+                        return names
+                    names.append(repr(r.request_id) if r.request_id else f"#{r.uuid}")
+        return names
 
     def truncate(self, arrival_ms):
         """A request was placed here at ``arrival_ms`` while extended passes run; returns the

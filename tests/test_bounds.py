@@ -104,6 +104,16 @@ def rank(p):
         speedup_ratio=1e-12),
      "$.spec.engine.rank.timing_model.decode_ms: divided by the speed-up ratio must be "
      "<= 1.84467e+22 ms (2^64 s), got 100000000000.0"),
+    (lambda p: rank(p).update(kv_transfer_bandwidth=1e-9),
+     "$.spec.engine.rank.kv_transfer_bandwidth: must be 0 or >= 1e-06 GB/s (transfers would "
+     "overflow), got 1e-09"),
+    (lambda p: rank(p).update(kv_transfer_bytes_per_token=2**40),
+     f"$.spec.engine.rank.kv_transfer_bytes_per_token: must be <= {2**30} (bytes per token), got "
+     f"{2**40}"),
+    (lambda p: p.update(traffic={"source_type": "trace", "trace_path": "t.jsonl",
+                                 "arrival_speedup_ratio": 1e-300}),
+     "$.traffic.arrival_speedup_ratio: must be >= 1e-12 (arrival times would overflow), got "
+     "1e-300"),
     (lambda p: p["traffic"].update(load_type="poisson", concurrency=None, request_rate=1e-13),
      "$.traffic.request_rate: must be >= 1e-12 per second, got 1e-13"),
 ])

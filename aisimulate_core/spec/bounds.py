@@ -27,14 +27,20 @@ MAX_RANKS = 1 << 16
 MAX_TOKENS = 1 << 24
 # Requests of one synthetic workload; the reference fails at 10^7 (456 bytes a request).
 MAX_REQUESTS = 10_000_000
-# A step may last at most 2^64 s after scaling: the reference's Duration range.
-MAX_STEP_MS = 2.0**64 * 1000.0
+# A step, a delay or a time may be at most 2^64 s (after scaling): the reference's Duration
+# range; sums of 10^7 such stay finite.
+MAX_STEP_MS = MAX_TIME_MS = 2.0**64 * 1000.0
 # Speed-up ratios: 0 means unscaled; below this the durations of any timing model could leave
 # the Duration range.
 MIN_SPEEDUP_RATIO = 1e-12
 # Arrivals: mean gaps of at most 10^15 ms, so 10^7 of them stay inside the Duration range.
 MIN_REQUEST_RATE = 1e-12
 MAX_ARRIVAL_INTERVAL_MS = 1000.0 / MIN_REQUEST_RATE
+
+# KV transfer: at most 1 GiB per token (models need about 1 MiB) over at least 1 KB/s, so the
+# longest transfer, 2^24 tokens, stays inside the Duration range.
+MAX_BYTES_PER_TOKEN = 1 << 30
+MIN_BANDWIDTH_GB_S = 1e-6
 
 BOUNDS = (
     ("block_size", MAX_BLOCK_SIZE),
@@ -51,6 +57,12 @@ def at_most(c: Any, path: str, value: Any, bound: Any, why: str) -> None:
 
 def check_rank_bounds(r: EngineConfig, p: str, c: Any) -> None:
     at_most(c, p + ".block_size", r.block_size, MAX_BLOCK_SIZE, "tokens per KV block")
+    for name in ("kv_transfer_bytes_per_token", "kv_cache_bytes_per_token"):
+        at_most(c, f"{p}.{name}", getattr(r, name), MAX_BYTES_PER_TOKEN, "bytes per token")
+    bandwidth = r.kv_transfer_bandwidth
+    if bandwidth is not None and math.isfinite(bandwidth) and 0 < bandwidth < MIN_BANDWIDTH_GB_S:
+        c.add(p + ".kv_transfer_bandwidth", f"must be 0 or >= {MIN_BANDWIDTH_GB_S} GB/s "
+              f"(transfers would overflow), got {show(bandwidth)}")
     ratio = r.speedup_ratio
     decode_ratio = ratio * r.decode_speedup_ratio
     if _too_small(ratio):
@@ -73,6 +85,14 @@ def check_rank_bounds(r: EngineConfig, p: str, c: Any) -> None:
 
 def _too_small(ratio: float) -> bool:
     return math.isfinite(ratio) and 0 < ratio < MIN_SPEEDUP_RATIO
+
+
+# Times that only wait (startup_delay_ms, handoff_latency_ms) or cut off (max_sim_time_ms) are
+# not bounded: the reference accepts 1e308 there. Times that add up (arrivals, think delays)
+# are.
+def time_at_most(c: Any, path: str, value: float | None) -> None:
+    if value is not None and math.isfinite(value) and abs(value) > MAX_TIME_MS:
+        c.add(path, f"must be <= {MAX_TIME_MS:.6g} ms (2^64 s), got {show(value)}")
 
 
 def check_deployment_bounds(spec: Any, role_path: Any, p: str, c: Any) -> None:
@@ -102,6 +122,7 @@ def check_deployment_bounds(spec: Any, role_path: Any, p: str, c: Any) -> None:
 
 
 def check_request_bounds(r: Any, rp: str, c: Any) -> None:
+    time_at_most(c, rp + ".arrival_time_ms", r.arrival_time_ms)
     at_most(c, rp + ".input_tokens", r.input_tokens, MAX_TOKENS, "tokens per request")
     at_most(c, rp + ".output_tokens", r.output_tokens, MAX_TOKENS, "tokens per request")
 
@@ -127,8 +148,18 @@ def check_synthetic_bounds(t: Any, p: str, c: Any) -> None:
         c.add(p + ".request_rate", f"must be >= {MIN_REQUEST_RATE} per second, got {show(rate)}")
     at_most(c, p + ".arrival_interval_ms", t.arrival_interval_ms, MAX_ARRIVAL_INTERVAL_MS,
             "ms between arrivals")
+    time_at_most(c, p + ".inter_turn_delay_ms", t.inter_turn_delay_ms)
 
 
-__all__ = ["BOUNDS", "MAX_BLOCK_SIZE", "MAX_RANKS", "MAX_REQUESTS", "MAX_STEP_MS", "MAX_TOKENS",
+def check_trace_bounds(t: Any, p: str, c: Any) -> None:
+    ratio = t.arrival_speedup_ratio
+    if math.isfinite(ratio) and 0 < ratio < MIN_SPEEDUP_RATIO:
+        c.add(p + ".arrival_speedup_ratio", f"must be >= {MIN_SPEEDUP_RATIO} (arrival times would "
+              f"overflow), got {show(ratio)}")
+
+
+__all__ = ["BOUNDS", "MAX_BLOCK_SIZE", "MAX_RANKS", "MAX_REQUESTS", "MAX_STEP_MS", "MAX_TIME_MS",
+           "MAX_TOKENS",
            "MIN_REQUEST_RATE", "MIN_SPEEDUP_RATIO", "check_deployment_bounds",
-           "check_rank_bounds", "check_request_bounds", "check_synthetic_bounds"]
+           "check_rank_bounds", "check_request_bounds", "check_synthetic_bounds",
+           "check_trace_bounds"]

@@ -8,7 +8,8 @@ reference's (`engine/config.rs` validate, `replay/spec.rs` validate, the binding
 import math
 from typing import Any
 
-from .bounds import check_deployment_bounds, check_rank_bounds, check_request_bounds, check_synthetic_bounds
+from .bounds import (check_deployment_bounds, check_rank_bounds, check_request_bounds, check_synthetic_bounds,
+                     check_trace_bounds)
 from .converter import U32_MAX, one_of, show
 from .engine import EngineConfig, ReplayEngineConfig, ReplayRoleConfig
 from .replay import Payload, ReplaySpec
@@ -371,6 +372,7 @@ def check_trace(t: TraceTraffic, p: str, c: Checker) -> None:
     if fmt == "applied_compute_agentic" and t.replay_concurrency is None:
         c.add(p + ".replay_concurrency", "is required for trace_format 'applied_compute_agentic' (its sessions have no timestamps)")
     c.finite_nonnegative(p + ".max_sim_time_ms", t.max_sim_time_ms)
+    check_trace_bounds(t, p, c)
     if fmt in AGENTIC_FORMATS:
         if not (t.execution_model or "").strip():
             c.add(p + ".execution_model", f"is required for trace_format '{fmt}'")

@@ -24,7 +24,7 @@ from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.graph import AgenticNode, AgenticTrace, Dependency
 
 from .plays import assign_component_plays
-from .rows import (I32, U32, NonNegative, TokenLength, check_u64, decode_line, fail, first_of,
+from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_u64, decode_line, fail, first_of,
                    iter_lines, model_block_size)
 
 SCHEMA = "dynamo.agentic_mooncake"
@@ -47,7 +47,7 @@ class Header(msgspec.Struct):
 class DependencyRow(msgspec.Struct):
     request_id: str
     trigger: Literal["dispatch", "completion"]
-    delay_ms: float
+    delay_ms: Milliseconds
     relation: Literal["sequence", "spawn", "join", "replay_barrier"]
 
 
@@ -63,8 +63,8 @@ class NodeRow(msgspec.Struct, kw_only=True):
     output_tokens: TokenLength | None = None         # alias of output_length
     output_token_ids: list[U32] | None = None
     hash_ids: list[NonNegative] | None = None
-    not_before_ms: float
-    recorded_api_time_ms: float | None = None
+    not_before_ms: Milliseconds
+    recorded_api_time_ms: Milliseconds | None = None
     priority: I32 | None = None
     strict_priority: U32 | None = None
     policy_class: str | None = None
@@ -80,11 +80,11 @@ class LegacyRow(msgspec.Struct, kw_only=True):
     output_tokens: TokenLength | None = None
     output_token_ids: list[U32] | None = None
     hash_ids: list[NonNegative]
-    timestamp: float | None = None
-    created_time: float | None = None
-    delay: float | None = None
-    delay_ms: float | None = None
-    tool_wait_ms: float = 0.0
+    timestamp: Milliseconds | None = None
+    created_time: Milliseconds | None = None
+    delay: Milliseconds | None = None
+    delay_ms: Milliseconds | None = None
+    tool_wait_ms: Milliseconds = 0.0
     wait_for: list[str] = []
     priority: I32 | None = None
     strict_priority: U32 | None = None

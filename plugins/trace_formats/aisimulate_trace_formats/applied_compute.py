@@ -21,7 +21,7 @@ import msgspec
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
-from .rows import (NonNegative, TokenLength, check_prompt_tokens, decode_rows, fail,
+from .rows import (NonNegative, Seconds, TokenLength, check_prompt_tokens, decode_rows, fail,
                    model_block_size)
 
 _ARRAYS = ("assistant_response_length", "tool_call_output_length", "tool_call_latency")
@@ -32,7 +32,7 @@ class AgentSessionRow(msgspec.Struct, kw_only=True):
     input_prompt_length: TokenLength
     assistant_response_length: list[TokenLength]
     tool_call_output_length: list[TokenLength]
-    tool_call_latency: list[float]
+    tool_call_latency: list[Seconds]
     final_assistant_response_length: TokenLength
 
 

@@ -12,7 +12,8 @@ import math
 
 import msgspec
 
-from .rows import NonNegative, TokenLength, check_u64, decode_line, describe, fail, iter_lines
+from .rows import (Milliseconds, NonNegative, TokenLength, WholeMs, check_u64, decode_line,
+                   describe, fail, iter_lines)
 
 SCHEMA = "dynamo.request.trace.v1"
 _SKIPPED = ("request_payload", "tool_start")
@@ -34,8 +35,8 @@ class RequestMetrics(msgspec.Struct, kw_only=True):
     request_id: str
     model: str | None = None
     output_tokens: TokenLength | None = None
-    request_received_ms: NonNegative | None = None
-    total_time_ms: float | None = None
+    request_received_ms: WholeMs | None = None
+    total_time_ms: Milliseconds | None = None
     replay: ReplayMetrics
 
 
@@ -50,15 +51,15 @@ class ToolMetrics(msgspec.Struct, kw_only=True):
     tool_call_id: str
     tool_class: str
     claude: ClaudeTool | None = None
-    started_at_unix_ms: NonNegative | None = None
-    ended_at_unix_ms: NonNegative | None = None
-    duration_ms: float | None = None
+    started_at_unix_ms: WholeMs | None = None
+    ended_at_unix_ms: WholeMs | None = None
+    duration_ms: Milliseconds | None = None
 
 
 class Record(msgspec.Struct, kw_only=True):
     schema: str
     event_type: str
-    event_time_unix_ms: NonNegative
+    event_time_unix_ms: WholeMs
     agent_context: AgentContext | None = None
     request: RequestMetrics | None = None
     tool: ToolMetrics | None = None

@@ -17,7 +17,7 @@ import msgspec
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
-from .rows import (I32, U32, NonNegative, TokenLength, check_prompt_tokens, check_u64, decode_rows,
+from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64, decode_rows,
                    fail, first_of, model_block_size)
 
 
@@ -30,10 +30,10 @@ class MooncakeRow(msgspec.Struct, kw_only=True):
     output_tokens: TokenLength | None = None         # alias of output_length
     output_token_ids: list[U32] | None = None
     hash_ids: list[NonNegative] | None = None
-    timestamp: float | None = None
-    created_time: float | None = None                # alias of timestamp
-    delay: float | None = None
-    delay_ms: float | None = None                    # alias of delay
+    timestamp: Milliseconds | None = None
+    created_time: Milliseconds | None = None         # alias of timestamp
+    delay: Milliseconds | None = None
+    delay_ms: Milliseconds | None = None             # alias of delay
     priority: I32 | None = None
     strict_priority: U32 | None = None
     policy_class: str | None = None

@@ -20,7 +20,7 @@ from typing import Annotated
 import msgspec
 
 from aisimulate_core.errors import TraceError
-from aisimulate_core.spec.bounds import MAX_TOKENS
+from aisimulate_core.spec.bounds import MAX_TIME_MS, MAX_TOKENS
 from aisimulate_core.spec.converter import show
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -29,6 +29,11 @@ I32 = Annotated[int, msgspec.Meta(ge=-0x8000_0000, le=0x7FFF_FFFF)]
 # input/output lengths: a request of more tokens could never be simulated in bounded memory
 TokenLength = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+# whole milliseconds (Unix times): msgspec bounds must fit in an i64
+WholeMs = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+# times and delays: inside the reference's Duration range (2^64 s), so sums stay finite
+Milliseconds = Annotated[float, msgspec.Meta(ge=-MAX_TIME_MS, le=MAX_TIME_MS)]
+Seconds = Annotated[float, msgspec.Meta(ge=-MAX_TIME_MS / 1000, le=MAX_TIME_MS / 1000)]
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20          # a Mooncake row of 2^24 hash ids is about 150 MiB at
@@ -197,6 +202,7 @@ def model_block_size(block_size):
     return min(block_size, MAX_TOKENS)
 
 
-__all__ = ["I32", "MAX_INFLATED_BYTES", "MAX_LINE_BYTES", "NonNegative", "TokenLength", "U32",
+__all__ = ["I32", "MAX_INFLATED_BYTES", "MAX_LINE_BYTES", "Milliseconds", "NonNegative", "Seconds",
+           "TokenLength", "U32", "WholeMs",
            "check_prompt_tokens", "check_u64", "decode_line", "decode_rows", "describe", "fail",
            "first_of", "iter_lines", "model_block_size"]

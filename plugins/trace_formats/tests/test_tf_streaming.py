@@ -105,3 +105,17 @@ def test_any_u64_block_size_loads_as_the_same_prompt(tmp_path, monkeypatch, bloc
     trace = load_text(tmp_path, monkeypatch, Mooncake, "{" + ROW + "}", trace_block_size=block)
     assert trace.block_size == MAX_TOKENS
     assert turns(trace.sessions[0]) == [(4, 2, [0], 0.0)]
+
+
+def test_times_stay_inside_the_duration_range(tmp_path, monkeypatch):
+    """Times add up (a session's delays, dependency delays): each is at most 2^64 s, so every
+    sum stays finite; the reference refuses such delays too (tests/fixtures/bounds)."""
+    row = '{"session_id": "s", "delay": 1e308, ' + ROW + "}"
+    assert error_of(tmp_path, monkeypatch, Mooncake, "{" + ROW + ', "session_id": "s"}\n' + row) == (
+        "t.jsonl:2: delay: expected `float` <= 1.8446744073709552e+22, got 1e+308")
+    latency = {"num_turns": 1, "input_prompt_length": 16, "assistant_response_length": [1],
+               "tool_call_output_length": [1], "tool_call_latency": [1e300],
+               "final_assistant_response_length": 1}
+    assert error_of(tmp_path, monkeypatch, AppliedComputeAgentic, json.dumps(latency),
+                    trace_block_size=16) == (
+        "t.jsonl:1: tool_call_latency[0]: expected `float` <= 1.8446744073709552e+19, got 1e+300")

@@ -6,7 +6,8 @@ too, so the next turn re-hits the KV blocks this turn computed, outputs included
 
 Outputs are planned at setup: authored ``output_token_ids`` when the trace has them, else
 values drawn from one counter above every trace id, so they are unique per token across the
-whole run (the reference draws random u32s; only their distinctness is observable). The
+whole run (the reference draws random u32s; only their distinctness is observable). Only where
+each turn's values start is kept; a turn's array is made when it is dispatched. The
 request carries its plan as ``output_token_ids``, which makes the engine hash output blocks by
 content: the same blocks the next turn's history hashes to.
 """
@@ -28,11 +29,16 @@ class OutputPlanner:
     def __init__(self):
         self.next_value = PLANNED_OUTPUT_BASE
 
-    def plan(self, count):
+    def reserve(self, count):
+        """The first of ``count`` values planned now (``values`` gives them)."""
         start = self.next_value
         if start + count > 0xFFFF_FFFF:
             start = PLANNED_OUTPUT_BASE  # wraps only after 2**31 planned tokens
         self.next_value = start + count
+        return start
+
+    @staticmethod
+    def values(start, count):
         return array("I", range(start, start + count))
 
 

@@ -4,6 +4,11 @@ A trace prompt is runs of repeated canonical ids (one run per trace block, the l
 partial); an authored prompt is an explicit token array. Blocks filled by output tokens the
 workload did not author get hashes private to the request, so they are found again only by that
 request (after a preemption), as with the reference's unique random outputs.
+
+A prompt built from hash ids is lazy: its length is known at once, its run arrays are built
+the first time an engine reads ``values`` / ``lengths`` (to hash or expand it). A request
+rejected on its length alone (longer than ``max_model_len``, more blocks than a rank holds)
+therefore never costs memory in proportion to its length.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ from array import array
 
 from ..kv import hashing
 
+
 class Prompt:
-    __slots__ = ("length", "values", "lengths", "_hashes")
+    __slots__ = ("length", "_values", "_lengths", "_source", "_hashes")
 
     def __init__(self, values, lengths):
-        self.values = values              # array('I'): token value of each run
-        self.lengths = lengths            # array('I'): run lengths
+        self._values = values             # array('I'): token value of each run
+        self._lengths = lengths           # array('I'): run lengths
+        self._source = None
         self.length = sum(lengths)
         self._hashes = {}
 
@@ -28,13 +35,38 @@ class Prompt:
 
     @classmethod
     def from_hash_ids(cls, canonical_ids, input_length, trace_block_size):
-        """Each id stands for ``trace_block_size`` copies of itself; the prompt is cut at length."""
-        n = -(-input_length // trace_block_size)
+        """Each id stands for ``trace_block_size`` copies of itself; the prompt is cut at length.
+
+        ``canonical_ids`` is anything ``array('I', ids[:n])`` accepts (an array, a list, an
+        ``IdRanges``); it is read when the runs are first needed."""
+        prompt = cls.__new__(cls)
+        prompt._values = prompt._lengths = None
+        prompt._source = (canonical_ids, trace_block_size)
+        prompt.length = input_length
+        prompt._hashes = {}
+        return prompt
+
+    def _build_runs(self):
+        canonical_ids, block = self._source
+        length = self.length
+        n = -(-length // block)
         values = array("I", canonical_ids[:n])
-        lengths = array("I", [trace_block_size]) * n
+        lengths = array("I", [block]) * n
         if n:
-            lengths[-1] = input_length - (n - 1) * trace_block_size
-        return cls(values, lengths)
+            lengths[-1] = length - (n - 1) * block
+        self._values, self._lengths, self._source = values, lengths, None
+
+    @property
+    def values(self):
+        if self._values is None:
+            self._build_runs()
+        return self._values
+
+    @property
+    def lengths(self):
+        if self._lengths is None:
+            self._build_runs()
+        return self._lengths
 
     def block_hashes(self, block_size):
         hashes = self._hashes.get(block_size)
@@ -67,6 +99,30 @@ class Prompt:
         return hashing.seq_hashes_runs(values, lengths, block_size)
 
 
+class IdRanges:
+    """Canonical ids given as consecutive ranges ``(first, count)``, read like an array: a
+    synthetic prompt is a group prefix range then a fresh range, so it needs no id array until
+    a prompt is built from it."""
+
+    __slots__ = ("ranges",)
+
+    def __init__(self, ranges):
+        self.ranges = ranges
+
+    def __len__(self):
+        return sum(count for _, count in self.ranges)
+
+    def __getitem__(self, index):
+        if not isinstance(index, slice) or index.start not in (None, 0) or index.step is not None:
+            raise TypeError("IdRanges supports only leading slices [:n]")
+        left = len(self) if index.stop is None else max(0, index.stop)
+        out = array("I")
+        for first, count in self.ranges:
+            take = min(count, left)
+            out.extend(range(first, first + take))
+            left -= take
+        return out
+
+
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
-

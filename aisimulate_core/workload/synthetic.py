@@ -10,20 +10,27 @@ of ``isl`` tokens after ``inter_turn_delay_ms`` of think time. SEMANTICS.md says
 accumulates them as deltas; the reference release (ai-dynamo-runtime 1.6.1) does not: its
 turns keep ``input_length`` = isl and re-hit only their group prefix, and matching it is what
 the shared benchmarks check (b4).
+
+The workload is generated as the clock reaches it, never built whole: arrivals are drawn one
+at a time as the driver asks for the next session start, and a session (its group choice and
+its turns) is made when its first turn becomes ready and dropped when it ends. Both generators
+are drawn in session order, the order the reference draws its whole trace in, so every draw,
+and so every result, is the same as building the trace up front.
 """
 
 from __future__ import annotations
 
-from array import array
-
+from ..errors import ConfigError
+from .prompt import IdRanges
 from .rng import StdRng
 from .sessions import SessionDriver
-from .trace import Session, Trace, Turn
+from .trace import Session, Turn
 
 
 # The reference's generator draws group choices (and any length jitter) from StdRng(42),
 # whatever the payload says; only arrivals follow ``arrival_seed``.
 SHAPE_SEED = 42
+_ID_LIMIT = 1 << 32  # canonical ids are u32 tokens
 
 
 def _round_half_away(x):
@@ -32,55 +39,132 @@ def _round_half_away(x):
 
 
 def first_arrivals(resolved):
+    """The first-turn arrival times, drawn lazily: one exponential gap per session after the
+    first for Poisson (the arithmetic of ``StdRng.poisson_arrivals``), fixed gaps for a
+    constant rate, all at 0 for a burst."""
     n = resolved.session_count
     kind = resolved.arrival_kind
     if kind == "poisson_qps":
         rng = StdRng(resolved.arrival_seed)
-        return rng.poisson_arrivals(n, 1000.0 / resolved.arrival_qps)
-    if kind == "constant_qps":
+        mean_gap = 1000.0 / resolved.arrival_qps
+        t = 0.0
+        for i in range(n):
+            if i:
+                t += rng.exponential_ms(mean_gap)
+            yield t
+    elif kind == "constant_qps":
         gap = 1000.0 / resolved.arrival_qps
-        times = []
         t = 0.0
         for _ in range(n):
-            times.append(t)
+            yield t
             t += gap
-        return times
-    return [0.0] * n
+    else:
+        for _ in range(n):
+            yield 0.0
 
 
-def synthetic_trace(resolved):
-    """The synthetic trace. Hash ids need only be distinct where blocks differ: shared block j
-    of group g is ``g * shared + j``; fresh blocks count up after all groups."""
-    block = resolved.block_size
-    rng = StdRng(SHAPE_SEED)
-    arrivals = first_arrivals(resolved)
-    n_blocks = -(-resolved.isl // block)
-    grouped = resolved.shared_prefix_ratio > 0 and resolved.num_prefix_groups > 0
-    shared = 0
-    if grouped:
-        shared = min(n_blocks, _round_half_away(n_blocks * resolved.shared_prefix_ratio))
-    fresh = resolved.num_prefix_groups * shared
-    own = n_blocks - shared
-    delay = resolved.inter_turn_delay_ms or 0.0
-    sessions = []
-    for i in range(resolved.session_count):
-        prefix = array("I")
-        if grouped:
-            base = rng.gen_range(0, resolved.num_prefix_groups) * shared
-            prefix = array("I", range(base, base + shared))
+class SyntheticSessions:
+    """The synthetic trace's sessions, made on demand in session order.
+
+    Hash ids need only be distinct where blocks differ: shared block j of group g is
+    ``g * shared + j``; fresh blocks count up after all groups, ``own`` per turn in
+    session/turn order, so a turn's fresh range follows from its position alone.
+
+    Ids are u32 tokens. Past 2**32 the fresh count wraps back to the first fresh id: a reused
+    id can only meet blocks made more than 2**32 fresh blocks earlier, which no KV pool (at
+    most 2**29 blocks) still holds, so a run cannot tell; runs that do not wrap are unchanged.
+    """
+
+    __slots__ = ("resolved", "count", "turns", "_rng", "_grouped", "_shared", "_own",
+                 "_fresh_base", "_delay", "_made", "_live")
+
+    def __init__(self, resolved):
+        self.resolved = resolved
+        self.count = resolved.session_count
+        self.turns = resolved.turns
+        self._rng = StdRng(SHAPE_SEED)
+        n_blocks = -(-resolved.isl // resolved.block_size)
+        self._grouped = resolved.shared_prefix_ratio > 0 and resolved.num_prefix_groups > 0
+        shared = 0
+        if self._grouped:
+            shared = min(n_blocks, _round_half_away(n_blocks * resolved.shared_prefix_ratio))
+        self._shared = shared
+        self._own = n_blocks - shared
+        self._fresh_base = resolved.num_prefix_groups * shared
+        if self._fresh_base + self._own > _ID_LIMIT:
+            raise ConfigError(
+                f"$.traffic.num_prefix_groups: {resolved.num_prefix_groups} groups of {shared} "
+                f"shared blocks and {self._own} fresh blocks a turn need more than 2^32 hash "
+                f"ids, got {self._fresh_base + self._own}")
+        self._delay = resolved.inter_turn_delay_ms or 0.0
+        self._made = 0       # sessions made so far (the shape generator has drawn for these)
+        self._live = {}      # index -> Session, for sessions not yet ended
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        session = self._live.get(index)
+        if session is None:
+            if not 0 <= index < self.count or index < self._made:
+                raise IndexError(f"synthetic session {index} is not live")
+            while self._made <= index:   # in session order: the shape draws stay in order
+                self._live[self._made] = self._make(self._made)
+                self._made += 1
+            session = self._live[index]
+        return session
+
+    def release(self, index):
+        """The session ended: forget it."""
+        self._live.pop(index, None)
+
+    def start_order(self):
+        """(start_ms, index) of every session, in ready order (starts never decrease)."""
+        return zip(first_arrivals(self.resolved), range(self.count))
+
+    def _fresh_ranges(self, offset, count):
+        """The ids of ``count`` fresh blocks from the ``offset``-th fresh block on (wrapped)."""
+        base = self._fresh_base
+        span = _ID_LIMIT - base
+        start = offset % span
+        if start + count <= span:
+            return ((base + start, count),)
+        head = span - start
+        return ((base + start, head), *self._fresh_ranges(offset + head, count - head))
+
+    def _make(self, index):
+        resolved = self.resolved
+        shared, own = self._shared, self._own
+        prefix = ()
+        if self._grouped:
+            prefix = ((self._rng.gen_range(0, resolved.num_prefix_groups) * shared, shared),)
+        first = index * self.turns * own      # offset of the session's first fresh id
         turns = []
-        for t in range(resolved.turns):
-            # 4 bytes an id: at SGLang's 1-token pages a prompt has one id per token
-            ids = prefix + array("I", range(fresh, fresh + own))
-            turns.append(Turn(resolved.isl, resolved.osl, ids, delay if t else 0.0))
-            fresh += own
-        sessions.append(Session(f"session_{i}", arrivals[i], turns))
-    return Trace(block, sessions)
+        for t in range(self.turns):
+            ids = IdRanges((*prefix, *self._fresh_ranges(first + t * own, own)))
+            turns.append(Turn(resolved.isl, resolved.osl, ids, self._delay if t else 0.0))
+        return Session(f"session_{index}", None, turns)
+
+
+class SyntheticTrace:
+    """The ``Trace`` shape the session driver reads, over sessions made on demand."""
+
+    __slots__ = ("block_size", "sessions")
+
+    accumulate_deltas = False
+
+    def __init__(self, resolved):
+        self.block_size = resolved.block_size
+        self.sessions = SyntheticSessions(resolved)
+
+    @property
+    def total_turns(self):
+        return self.sessions.count * self.sessions.turns
 
 
 def synthetic_driver(resolved):
     # the reference's records name the session unless every session is one turn without a
     # prefix group
     grouped = resolved.shared_prefix_ratio > 0 and resolved.num_prefix_groups > 0
-    return SessionDriver(synthetic_trace(resolved), max_sessions=resolved.max_in_flight,
+    return SessionDriver(SyntheticTrace(resolved), max_sessions=resolved.max_in_flight,
                          session_metadata=grouped or resolved.turns > 1)

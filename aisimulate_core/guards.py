@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from aisimulate_core.errors import AisimError, PluginError, TraceError
 from aisimulate_core.messages import escape_controls
+from aisimulate_core.plugins import BUILTINS_NAME
 from aisimulate_core.registry import Provider
 
 
@@ -24,8 +25,12 @@ def call_provider(provider: Provider, what: str, function: Callable, *args: Any,
     except AisimError:
         raise
     except Exception as error:
-        raise PluginError(escape_controls(
-            f"{provider.label()}: {what} raised {type(error).__name__}: {error}")) from error
+        raise raised(provider, what, error) from error
+
+
+def raised(provider: Provider, what: str, error: Exception) -> PluginError:
+    return PluginError(escape_controls(
+        f"{provider.label()}: {what} raised {type(error).__name__}: {error}"))
 
 
 def malformed(provider: Provider, what: str, value: Any, expected: str) -> PluginError:
@@ -47,12 +52,15 @@ def _is_integer(value: Any) -> bool:
 # -- timing -------------------------------------------------------------------------------
 
 
-def timing_model(provider: Provider, config: Any, context: Any) -> GuardedTimingModel:
-    """The provider's model for one role, built by ``from_config`` and guarded."""
+def timing_model(provider: Provider, config: Any, context: Any) -> Any:
+    """The provider's model for one role, built by ``from_config``; guarded unless it is one
+    of the core's own (tested with the core, and called on every engine pass)."""
     model = call_provider(provider, "from_config()", provider.cls.from_config, config, context)
     if not (callable(getattr(model, "prefill_ms", None)) and callable(getattr(model, "decode_ms", None))):
         raise malformed(provider, "from_config()", model,
                         "a timing model with prefill_ms() and decode_ms()")
+    if provider.plugin == BUILTINS_NAME:
+        return model
     return GuardedTimingModel(model, provider)
 
 
@@ -66,17 +74,27 @@ class GuardedTimingModel:
         self.model = model
         self.provider = provider
 
+    # the try blocks are inline, not through call_provider: these run once per engine pass
     def prefill_ms(self, batch_size, mean_isl, mean_prefix):
-        value = call_provider(self.provider, "prefill_ms()", self.model.prefill_ms,
-                              batch_size, mean_isl, mean_prefix)
-        if not _is_number(value):
+        try:
+            value = self.model.prefill_ms(batch_size, mean_isl, mean_prefix)
+        except AisimError:
+            raise
+        except Exception as error:
+            raise raised(self.provider, "prefill_ms()", error) from error
+        if type(value) is not float and not _is_number(value):
             raise malformed(self.provider, "prefill_ms()", value, "a number of milliseconds")
         return value
 
     def decode_ms(self, batch_size, active_kv_tokens, mean_context_length, total_kv_tokens):
-        value = call_provider(self.provider, "decode_ms()", self.model.decode_ms, batch_size,
-                              active_kv_tokens, mean_context_length, total_kv_tokens)
-        if not _is_number(value):
+        try:
+            value = self.model.decode_ms(batch_size, active_kv_tokens, mean_context_length,
+                                         total_kv_tokens)
+        except AisimError:
+            raise
+        except Exception as error:
+            raise raised(self.provider, "decode_ms()", error) from error
+        if type(value) is not float and not _is_number(value):
             raise malformed(self.provider, "decode_ms()", value, "a number of milliseconds")
         return value
 
@@ -110,7 +128,12 @@ class GuardedPlacement:
         self._pool_kind = pool.kind
 
     def place(self, request: Any) -> tuple[int, int]:
-        answer = call_provider(self.provider, "place()", self.policy.place, request)
+        try:  # inline, not through call_provider: this runs once per request
+            answer = self.policy.place(request)
+        except AisimError:
+            raise
+        except Exception as error:
+            raise raised(self.provider, "place()", error) from error
         if type(answer) is tuple and len(answer) == 2:
             w_idx, dp_rank = answer
             if type(w_idx) is int and type(dp_rank) is int and 0 <= w_idx < self._n_workers:
@@ -133,7 +156,12 @@ class GuardedPlacement:
         return w_idx, dp_rank
 
     def on_terminal(self, uuid: int) -> None:
-        call_provider(self.provider, "on_terminal()", self.policy.on_terminal, uuid)
+        try:
+            self.policy.on_terminal(uuid)
+        except AisimError:
+            raise
+        except Exception as error:
+            raise raised(self.provider, "on_terminal()", error) from error
 
     def on_worker_added(self, worker: Any) -> None:
         self._n_workers += 1

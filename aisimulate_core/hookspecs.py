@@ -9,7 +9,10 @@ Distributions publish plugins through the entry-point group ``aisimulate``::
 The ``aisimulate_register_*`` hooks receive ``register`` and call it with provider classes; each
 class carries a ``NAME`` (str), the name a payload uses to select it. Register hooks are called
 once per plugin manager, when the providers of a run are resolved (``collect_registries``);
-providers are then called directly, never through a hook.
+providers are then called directly, never through a hook. A provider that raises anything
+but an ``AisimError``, or returns a value of the wrong shape, stops the run with one
+``PluginError`` line naming the provider and the distribution that ships it
+(``placement policy 'x' from my-dist 1.0: place() raised KeyError: 3``).
 """
 
 from __future__ import annotations

@@ -70,7 +70,11 @@ class PlacementPolicy:
         """The scheduler for ``request``: ``(index into the pool's workers, dp_rank)``.
 
         Called once per request as it arrives at the pool. A ``dp_rank`` the pool cannot serve
-        is a ConfigError ("request <uuid>: dp_rank 3 out of range for dp_size 2").
+        is a ConfigError ("request <uuid>: dp_rank 3 out of range for dp_size 2"). The runtime
+        calls the policy through ``aisimulate_core.guards.GuardedPlacement``: an exception
+        other than an ``AisimError``, an answer that is not two integers, or a worker index
+        outside the pool stops the run with one PluginError line naming the policy and its
+        distribution.
         """
         raise NotImplementedError(f"{type(self).__name__}.place")
 

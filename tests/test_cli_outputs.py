@@ -209,3 +209,14 @@ def test_streamed_records_equal_the_report_records(tmp_path, payload):
     records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert len(records) == report["completed_requests"] == 4
     assert without_wall_time(report)["completed_requests"] == 4
+
+
+def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path):
+    (tmp_path / "p.json").write_text(json.dumps(tiny_payload(request_count=2000)))
+    proc = subprocess.Popen([sys.executable, "-m", "aisimulate_core", "run", "p.json", "--per-request", "-"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read()
+    assert (proc.wait(), err) == (141, "")  # as a process ended by SIGPIPE, without a traceback
+    assert names(tmp_path) == ["p.json"]

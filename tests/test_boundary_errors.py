@@ -113,3 +113,12 @@ def test_an_unreadable_trace_is_one_line_naming_the_file(tmp_path):
     path.write_text('{"input_length": 4, "output_length": 1, "hash_ids": [1]}\n')
     path.chmod(0)
     assert run_trace(path) == f"{path}: cannot read the trace file: Permission denied"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_run_time_pool_errors_name_the_owner_too(backend):
+    pool = BlockPool(8, backend, owner="worker 2 rank 0")
+    with pytest.raises(AisimError) as info:
+        pool.release(5)
+    assert str(info.value) == ("BlockPool[worker 2 rank 0].release(seq=5) failed: unknown or "
+                               "released sequence handle (AISIM_EBADSEQ)")

@@ -51,6 +51,11 @@ class BlockPool:
 
     __slots__ = ()
     backend = None
+    _label = "BlockPool"
+
+    def _named(self, operation):
+        """``operation`` ("BlockPool.release") with the pool's owner, for error messages."""
+        return self._label + operation[len("BlockPool"):]
 
     def __new__(cls, num_blocks, backend=None, *, owner=None):
         if cls is BlockPool:
@@ -83,6 +88,11 @@ def check_span(operation, total, start, count):
 def check_count(operation, name, value):
     if value < 0:
         raise status_error(EINVAL, operation, f"{name} must be >= 0, got {value}")
+
+
+def pool_label(owner):
+    """``BlockPool`` or ``BlockPool[<owner>]``: how run-time errors name the pool."""
+    return "BlockPool" if owner is None else f"BlockPool[{owner}]"
 
 
 def pool_operation(owner):
@@ -122,11 +132,12 @@ def _handle_buffer(seqs):
 class CBlockPool(BlockPool):
     """The pool in C; counters are read from the view struct the C side keeps current."""
 
-    __slots__ = ("_pool", "_view")
+    __slots__ = ("_pool", "_view", "_label")
     backend = "c"
 
     def __init__(self, num_blocks, backend=None, *, owner=None):
         check_num_blocks(num_blocks, owner)
+        self._label = pool_label(owner)
         box = ffi.new("aisim_kv_pool **")
         status = lib.aisim_kv_new(box, num_blocks)
         if status:
@@ -170,19 +181,19 @@ class CBlockPool(BlockPool):
     def new_seq(self):
         seq = lib.aisim_kv_new_seq(self._pool)
         if seq < 0:
-            raise status_error(seq, "BlockPool.new_seq")
+            raise status_error(seq, f"{self._label}.new_seq")
         return seq
 
     def seq_len(self, seq):
         length = lib.aisim_kv_seq_len(self._pool, seq)
         if length < 0:
-            raise status_error(length, f"BlockPool.seq_len(seq={seq})")
+            raise status_error(length, f"{self._label}.seq_len(seq={seq})")
         return length
 
     def seq_blocks(self, seq):
         length = lib.aisim_kv_seq_len(self._pool, seq)
         if length < 0:
-            raise status_error(length, f"BlockPool.seq_blocks(seq={seq})")
+            raise status_error(length, f"{self._label}.seq_blocks(seq={seq})")
         out = ffi.new("int32_t[]", length)
         lib.aisim_kv_seq_blocks(self._pool, seq, out, length)
         return list(out)
@@ -196,7 +207,7 @@ class CBlockPool(BlockPool):
             buffer += start
         count = lib.aisim_kv_match(self._pool, buffer, total - start)
         if count < 0:
-            raise status_error(count, "BlockPool.match")
+            raise status_error(count, f"{self._label}.match")
         return count
 
     def match_counts(self, hashes, start=0):
@@ -209,7 +220,7 @@ class CBlockPool(BlockPool):
             check_span("BlockPool.acquire", total, start, n)
         status = lib.aisim_kv_acquire(self._pool, seq, buffer + start if start else buffer, n)
         if status:
-            raise status_error(status, f"BlockPool.acquire(seq={seq})")
+            raise status_error(status, f"{self._label}.acquire(seq={seq})")
 
     # ---------------------------------------------------------- allocation
 
@@ -220,7 +231,7 @@ class CBlockPool(BlockPool):
         if status == NOSPACE:
             return False
         if status:
-            raise status_error(status, f"BlockPool.allocate(seq={seq})")
+            raise status_error(status, f"{self._label}.allocate(seq={seq})")
         return True
 
     def acquire_allocate(self, seq, hashes, start, n, k):
@@ -234,7 +245,7 @@ class CBlockPool(BlockPool):
         if status == NOSPACE:
             return False
         if status:
-            raise status_error(status, f"BlockPool.acquire_allocate(seq={seq})")
+            raise status_error(status, f"{self._label}.acquire_allocate(seq={seq})")
         return True
 
     def allocate_each(self, seqs, k_each=1):
@@ -247,9 +258,9 @@ class CBlockPool(BlockPool):
             return False
         if status == EBADSEQ:
             bad = next(seq for seq in seqs if lib.aisim_kv_seq_len(self._pool, seq) < 0)
-            raise status_error(status, f"{operation}(seq={bad})")
+            raise status_error(status, f"{self._named(operation)}(seq={bad})")
         if status:
-            raise status_error(status, operation)
+            raise status_error(status, self._named(operation))
         return True
 
     # -------------------------------------------------------------- commit
@@ -266,21 +277,21 @@ class CBlockPool(BlockPool):
             length = lib.aisim_kv_seq_len(self._pool, seq)
             raise status_error(
                 status,
-                f"{operation}(seq={seq})",
+                f"{self._named(operation)}(seq={seq})",
                 f"blocks [{first_block}, {first_block + count}) exceed the table of {length}",
             )
         if status:
-            raise status_error(status, f"{operation}(seq={seq})")
+            raise status_error(status, f"{self._named(operation)}(seq={seq})")
 
     # ------------------------------------------------------------- release
 
     def release(self, seq):
         status = lib.aisim_kv_release(self._pool, seq)
         if status:
-            raise status_error(status, f"BlockPool.release(seq={seq})")
+            raise status_error(status, f"{self._label}.release(seq={seq})")
 
     def check(self):
         """Raise NativeError if counters, lists, index or references disagree."""
         status = lib.aisim_kv_check(self._pool)
         if status:
-            raise status_error(status, "BlockPool.check")
+            raise status_error(status, f"{self._label}.check")

@@ -13,6 +13,7 @@ from aisimulate_core.kv.block_pool import (
     check_count,
     check_num_blocks,
     check_span,
+    pool_label,
     pool_operation,
 )
 from aisimulate_core.native import (
@@ -35,6 +36,7 @@ class PyBlockPool(BlockPool):
 
     def __init__(self, num_blocks, backend=None, *, owner=None):
         check_num_blocks(num_blocks, owner)
+        self._label = pool_label(owner)
         try:
             self._allocate(num_blocks)
         except MemoryError:  # the C pool's AISIM_ENOMEM
@@ -93,7 +95,7 @@ class PyBlockPool(BlockPool):
             table = tables[seq]
             if table is not None:
                 return table
-        raise status_error(EBADSEQ, f"{operation}(seq={seq})")
+        raise status_error(EBADSEQ, f"{self._named(operation)}(seq={seq})")
 
     def new_seq(self):
         if self._free_handles:
@@ -147,7 +149,7 @@ class PyBlockPool(BlockPool):
         check_span(operation, len(hashes), start, n)
         table = self._table(operation, seq)
         if not self._all_resident(hashes, start, n):
-            raise status_error(ENOTRESIDENT, f"{operation}(seq={seq})")
+            raise status_error(ENOTRESIDENT, f"{self._named(operation)}(seq={seq})")
         index = self._index
         for i in range(start, start + n):
             self._take_ref(table, index[hashes[i]])
@@ -217,7 +219,7 @@ class PyBlockPool(BlockPool):
         """The lowest untouched block, given its state (as the C pool's reserve_touched)."""
         block = len(self._ref)
         if block >= 0x7FFF_FFFF:
-            raise status_error(ENOMEM, "BlockPool", "block ids are int32")
+            raise status_error(ENOMEM, f"{self._label}.allocate", "block ids are int32")
         self._ref.append(0)
         self._hash.append(0)
         self._state.append(FREE)
@@ -250,7 +252,7 @@ class PyBlockPool(BlockPool):
         check_count(operation, "k", k)
         table = self._table(operation, seq)
         if not self._all_resident(hashes, start, n):
-            raise status_error(ENOTRESIDENT, f"{operation}(seq={seq})")
+            raise status_error(ENOTRESIDENT, f"{self._named(operation)}(seq={seq})")
         free = self.free_blocks()
         if k > free:
             evictable = self._inactive - self._distinct_inactive_hits(hashes, start, n)
@@ -282,14 +284,14 @@ class PyBlockPool(BlockPool):
         if first_block + count > len(table):
             raise status_error(
                 EINVAL,
-                f"{operation}(seq={seq})",
+                f"{self._named(operation)}(seq={seq})",
                 f"blocks [{first_block}, {first_block + count}) exceed the table of {len(table)}",
             )
         state, block_hash = self._state, self._hash
         for i in range(first_block, first_block + count):
             block = table[i]
             if state[block] == CACHED and block_hash[block] != hashes[i]:
-                raise status_error(EHASHMISMATCH, f"{operation}(seq={seq})")
+                raise status_error(EHASHMISMATCH, f"{self._named(operation)}(seq={seq})")
         index, dup_next = self._index, self._dup_next
         for i in range(first_block, first_block + count):
             block = table[i]

@@ -220,3 +220,15 @@ def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path):
     err = proc.stderr.read()
     assert (proc.wait(), err) == (141, "")  # as a process ended by SIGPIPE, without a traceback
     assert names(tmp_path) == ["p.json"]
+
+
+def test_dev_stdout_into_a_file_writes_that_file_in_place(tmp_path, payload):
+    out = tmp_path / "out.json"
+    with open(out, "w") as stdout:
+        inode = os.fstat(stdout.fileno()).st_ino
+        result = subprocess.run([sys.executable, "-m", "aisimulate_core", "run", str(payload),
+                                 "--quiet", "--output", "/dev/stdout"],
+                                stdout=stdout, stderr=subprocess.PIPE, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert out.stat().st_ino == inode  # written through the descriptor, not replaced
+    assert json.loads(out.read_text())["completed_requests"] == 4  # the report alone, no table

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import stat
 import sys
@@ -68,12 +69,39 @@ def resolve_target(option: str, given: str) -> Target:
         raise CliError(f"cannot write {shown}: {error.strerror or error}") from None
     if status is not None and stat.S_ISDIR(status.st_mode):
         raise CliError(f"cannot write {shown}: is a directory")
-    if status is not None and not stat.S_ISREG(status.st_mode):
+    if status is not None and (not stat.S_ISREG(status.st_mode) or _names_a_descriptor(given)):
+        # a device, a pipe, or /dev/stdout and its kin even when they lead to a regular file
+        # (replacing that file would leave the descriptor on the old one)
         return Target(option, given, Path(given), in_place=True)
     real = Path(os.path.realpath(given))
     if not real.parent.is_dir():
         raise CliError(f"cannot write {shown}: directory {escape_controls(str(real.parent))} does not exist")
     return Target(option, given, real, in_place=False)
+
+
+_DESCRIPTOR = re.compile(r"/(?:proc/(?:self|\d+)/fd|dev/fd)/\d+\Z")
+
+
+def _names_a_descriptor(given: str) -> bool:
+    """Whether ``given`` or a link on its way is an open descriptor (/dev/stdout is a link to
+    /proc/self/fd/1)."""
+    path = os.path.abspath(given)
+    for _ in range(40):  # the kernel's own limit on links followed
+        if _DESCRIPTOR.match(path):
+            return True
+        if not os.path.islink(path):
+            return False
+        path = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+    return False
+
+
+def writes_stdout(target: Target) -> bool:
+    """Whether the target is standard output, by ``-`` or by another name of it."""
+    if target.path is None:
+        return True
+    stdout_inode, _, _ = _identity(Target(target.option, STDOUT, None, True))
+    inode, _, _ = _identity(target)
+    return inode is not None and inode == stdout_inode
 
 
 def _identity(target_or_path: Target | Path) -> tuple[tuple[int, int] | None, str | None, bool]:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from aisimulate_core.cli.outputs import (CliError, RunOutputs, Target, check_targets,
-                                         resolve_target, write_stdout)
+                                         resolve_target, write_stdout, writes_stdout)
 from aisimulate_core.cli.summary import ProgressLine, format_summary
 from aisimulate_core.messages import escape_controls
 from aisimulate_core.plugins import AisimPluginManager
@@ -44,7 +44,7 @@ def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
                 progress.close()
         outputs.finish(report.to_json() if report_target is not None else None,
                        None if streamed else report.per_request)
-    if not any(target.path is None for target in targets):  # stdout carries the data otherwise
+    if not any(writes_stdout(target) for target in targets):  # else stdout carries the data
         write_stdout(format_summary(report.summary))
     return 0
 

@@ -79,3 +79,8 @@ class SimRequest:
     @property
     def seq_len(self):
         return self.prompt_len + self.generated
+
+
+def request_name(r):
+    """How messages name a request: its authored id quoted, else ``#uuid``."""
+    return repr(r.request_id) if r.request_id else f"#{r.uuid}"

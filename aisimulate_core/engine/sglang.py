@@ -24,11 +24,11 @@ from collections import deque
 from ..errors import ConfigError, SimulationError
 from ..kv.radix_cache import RadixCache
 from .rank_base import RankBase
-from .request import FINISHED, PREEMPTED, RUNNING
+from .request import FINISHED, PREEMPTED, RUNNING, request_name
 from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, retraction_ratio
 from .sglang_kv import SglangKv, stamp
 from .sglang_running import RunningBatch
-from .sglang_stall import head_stall_reason, request_name, starved_decoder_reason
+from .sglang_stall import fit_reason, head_stall_reason, starved_decoder_reason
 from .sglang_tokens import ensure_tokens, lpm_order
 
 
@@ -212,6 +212,10 @@ class SglangRank(SglangKv, RankBase):
         if self.running:
             return starved_decoder_reason(self)
         return f"{head_stall_reason(self, r)}; request {request_name(r)} can never be scheduled"
+
+    def fit_error(self, r):
+        """Why ``r`` can never be admitted here (checked when an embedder submits it), or None."""
+        return fit_reason(self, r)
 
     def kv_summary(self):
         cache = self.cache

@@ -9,11 +9,8 @@ empty pass forever on the second; the rank raises ``SimulationError`` with these
 
 from __future__ import annotations
 
+from .request import request_name
 from .sglang_tokens import ensure_tokens
-
-
-def request_name(r):
-    return repr(r.request_id) if r.request_id else f"#{r.uuid}"
 
 
 def _pages(tokens, ps):
@@ -60,9 +57,26 @@ def head_stall_reason(rank, r):
     held = sum(q.held_blocks - q.committed_blocks for q in rank.waiting
                if q.seq is not None and q is not r)
     others = f", {held} of them held by partly prefilled requests" if held else ""
-    return (f"{_pool(rank)} cannot hold request {request_name(r)}: {charged} prompt tokens "
-            f"plus an output reserve of {reserve} (at most {path}.sglang.clip_max_new_tokens "
-            f"= {budget.clip}){others}")
+    return _pool_too_small(rank, r, charged, reserve) + others
+
+
+def _pool_too_small(rank, r, prompt_tokens, reserve):
+    return (f"{_pool(rank)} cannot hold request {request_name(r)}: {prompt_tokens} prompt tokens "
+            f"plus an output reserve of {reserve} (at most {rank.config_path}.sglang."
+            f"clip_max_new_tokens = {rank.budget.clip})")
+
+
+def fit_reason(rank, r):
+    """Why a new request can never be admitted on an empty ``rank``, or None: admission needs
+    its whole prompt pages plus its clipped output reserve below the pool size."""
+    out = r.max_output
+    if rank.max_model_len is not None:
+        out = min(out, max(rank.max_model_len - r.prompt_len, 0))
+    reserve = min(out, rank.budget.clip)
+    pages = _pages(r.prompt_len, rank.page_size)
+    if pages + reserve < rank.total_kv_tokens:
+        return None
+    return _pool_too_small(rank, r, pages, reserve)
 
 
 def starved_decoder_reason(rank):

@@ -19,7 +19,7 @@ from collections import deque
 
 from ..errors import SimulationError
 from .rank_base import RankBase
-from .request import FINISHED, PREEMPTED, RUNNING
+from .request import FINISHED, PREEMPTED, RUNNING, request_name
 
 
 class VllmRank(RankBase):
@@ -446,6 +446,20 @@ class VllmRank(RankBase):
     def progressed(self):
         # prompt chunks computed are progress too (a chunk can cost no time)
         return self.pass_effect or self._pf_count > 0
+
+    def fit_error(self, r):
+        """Why ``r`` can never be admitted here (checked when an embedder submits it), or None;
+        traffic that large is rejected at admission, as the reference does."""
+        blocks = -(-r.prompt_len // self.block_size)
+        if self.no_evict:
+            never = r.prompt_len >= self.num_blocks * self.block_size
+        else:
+            never = blocks > self.num_blocks
+        if not never:
+            return None
+        return (f"{self._at('num_gpu_blocks')}the prompt of request {request_name(r)} "
+                f"({r.prompt_len} tokens) needs {blocks} KV blocks of {self.block_size} tokens, "
+                f"a rank has {self.num_blocks}")
 
     def kv_summary(self):
         return f"{self.pool.allocatable()} of {self.num_blocks} KV blocks free"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 
+from ..engine.request import request_name
 from ..errors import NativeError, SimulationError
 
 ENV = "AISIMULATE_CHECK"
@@ -68,10 +69,10 @@ class InvariantChecker:
     def check_terminal(self, request, end_ms, status):
         uuid = request.uuid
         if uuid in self.terminal:
-            raise SimulationError(f"invariant: request {_name(request)} reached '{status}' at "
+            raise SimulationError(f"invariant: request {request_name(request)} reached '{status}' at "
                                   f"{end_ms} ms after it had ended '{self.terminal[uuid]}'")
         if end_ms < request.arrival_ms:
-            raise SimulationError(f"invariant: request {_name(request)} ended at {end_ms} ms, "
+            raise SimulationError(f"invariant: request {request_name(request)} ended at {end_ms} ms, "
                                   f"before its arrival at {request.arrival_ms} ms")
         self.terminal[uuid] = status
 
@@ -133,7 +134,3 @@ def check_radix_rank(rank, worker):
 def _kv_error(rank, worker, detail):
     return SimulationError(f"invariant: KV blocks of worker {worker.idx} dp rank {rank.dp_rank} "
                            f"are not conserved: {detail}")
-
-
-def _name(r):
-    return repr(r.request_id) if r.request_id else f"#{r.uuid}"

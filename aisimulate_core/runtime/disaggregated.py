@@ -135,7 +135,12 @@ class DisaggregatedSimulation(Simulation):
 
     # ------------------------------------------------------------------ embedding API
     def submit(self, request):
+        self._check_submission(request)
         self._arrive(request, self.now_ms)
+        self._external.add(request.uuid)
+
+    def _submission_pool(self):
+        return self.prefill_workers
 
     # ------------------------------------------------------------------ loop
     def _next_time(self):

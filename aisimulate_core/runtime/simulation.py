@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..engine.request import SimRequest
+from ..engine.request import SimRequest, request_name
 from ..errors import ConfigError, SimulationError
 from ..placement import PlacementRequest, PoolView, WorkerView
 from ..report import Collector
@@ -105,23 +105,29 @@ class Simulation:
             self.queue.push(self.now_ms, WAKE, request.worker_idx << 32)
 
     def _check_submission(self, request):
-        """One ``SimulationError`` line for a request the runtime cannot take."""
+        """One ``SimulationError`` line for a request the runtime cannot take; nothing of the
+        simulation changes then."""
         if not isinstance(request, SimRequest):
             raise SimulationError(f"submit: expected a SimRequest, got {type(request).__name__}")
+        name = f"submit: request {request_name(request)}"
         if request.uuid in self._external or request.terminal_status is not None \
                 or request.rank is not None:
-            raise SimulationError(f"submit: request {_name(request)} was submitted already")
-        if isinstance(request.max_output, bool) or not isinstance(request.max_output, int) \
-                or request.max_output < 0:
-            raise SimulationError(f"submit: request {_name(request)}: max_output must be an "
-                                  f"integer >= 0, got {request.max_output!r}")
+            raise SimulationError(f"{name} was submitted already")
+        out = request.max_output
+        if isinstance(out, bool) or not isinstance(out, int) or out < 0:
+            raise SimulationError(f"{name}: max_output must be an integer >= 0, got {out!r}")
         if request.prompt_len < 1:
-            raise SimulationError(f"submit: request {_name(request)}: the prompt must have at "
-                                  f"least 1 token, got {request.prompt_len}")
+            raise SimulationError(f"{name}: the prompt must have at least 1 token, got "
+                                  f"{request.prompt_len}")
+        rank = self._submission_pool()[0].ranks[0]
         dp_size = len(self._submission_pool()[0].ranks)
         if request.dp_rank is not None and not 0 <= request.dp_rank < dp_size:
-            raise SimulationError(f"submit: request {_name(request)}: dp_rank "
-                                  f"{request.dp_rank} out of range for dp_size {dp_size}")
+            raise SimulationError(f"{name}: dp_rank {request.dp_rank} out of range for dp_size "
+                                  f"{dp_size}")
+        reason = rank.fit_error(request)
+        if reason is not None:
+            raise SimulationError(f"submit: {reason}; request {request_name(request)} can never "
+                                  f"be scheduled")
 
     def _submission_pool(self):
         """The workers a submitted request is placed on first."""
@@ -300,10 +306,6 @@ def livelock_error(worker, t, passes):
         f"worker {worker.idx} dp rank {rank.dp_rank} cannot progress at {t} ms: {passes} "
         f"passes in a row took no time and changed nothing (the livelock limit); requests "
         f"{', '.join(worker.spinning_requests()) or 'none'}; {rank.kv_summary()}")
-
-
-def _name(r):
-    return repr(r.request_id) if r.request_id else f"#{r.uuid}"
 
 
 def aggregated_pool_view(workers):

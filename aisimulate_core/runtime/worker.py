@@ -9,6 +9,8 @@ a grouped pass every rank, idle ones included, hears whether any rank prefilled 
 
 from __future__ import annotations
 
+from ..engine.request import request_name
+
 
 class Worker:
     __slots__ = ("idx", "ranks", "busy", "_active", "pass_end_ms", "generation", "extendable", "_round_ranks")
@@ -93,7 +95,7 @@ class Worker:
                 for r in queue:
                     if len(names) >= limit:
                         return names
-                    names.append(repr(r.request_id) if r.request_id else f"#{r.uuid}")
+                    names.append(request_name(r))
         return names
 
     def truncate(self, arrival_ms):

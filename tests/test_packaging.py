@@ -18,11 +18,20 @@ ROOT = Path(__file__).resolve().parent.parent
 JUNK = (".so", ".o", ".pyc", ".tmp", "_native.c")
 
 
+UNTRACKED = {".git", ".venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis"}
+
+
 def project_files():
-    """The files of the checkout that git tracks (or would: new files not ignored)."""
+    """The files of the checkout that git tracks (or would: new files not ignored); outside
+    a git checkout, every file but the build products."""
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return [name for name in listed.splitlines() if (ROOT / name).is_file()]
+                            cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode == 0:
+        return [name for name in listed.stdout.splitlines() if (ROOT / name).is_file()]
+    return [str(path.relative_to(ROOT)) for path in ROOT.rglob("*")
+            if path.is_file() and not path.name.endswith(JUNK)
+            and not any(part in UNTRACKED or part.endswith(".egg-info")
+                        for part in path.relative_to(ROOT).parts)]
 
 
 def copy_of_the_checkout(destination):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from aisimulate_core import run_replay
 from aisimulate_core.cli import main
 from aisimulate_core.cli.outputs import RunOutputs, resolve_target
 from test_cli import run_summary, tiny_payload, without_wall_time
@@ -85,7 +86,8 @@ def test_dash_writes_the_records_to_stdout(capsys, tmp_path, payload):
     report = tmp_path / "r.json"
     assert main(["run", str(payload), "--output", str(report), "--per-request", "-"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["uuid"] for r in records] == [r["uuid"] for r in json.loads(report.read_text())["per_request"]]
+    assert records == run_replay(payload.read_text()).per_request
+    assert json.loads(report.read_text())["completed_requests"] == 4
 
 
 def test_dash_for_both_outputs_is_refused(capsys, payload):

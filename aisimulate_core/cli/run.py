@@ -7,8 +7,8 @@ import inspect
 import sys
 from pathlib import Path
 
-from aisimulate_core.cli.outputs import (CliError, RunOutputs, Target, check_targets,
-                                         resolve_target, write_stdout, writes_stdout)
+from aisimulate_core.cli.outputs import (CliError, RunOutputs, check_targets, resolve_target,
+                                         write_stdout, writes_stdout)
 from aisimulate_core.cli.summary import ProgressLine, format_summary
 from aisimulate_core.messages import escape_controls
 from aisimulate_core.plugins import AisimPluginManager
@@ -76,5 +76,3 @@ def read_payload(path: Path) -> str:
     except UnicodeDecodeError as error:
         raise CliError(f"{shown}: not valid JSON: not UTF-8 text ({error.reason})") from None
 
-
-__all__ = ["Target", "inputs_of", "read_payload", "run_command"]

@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench asan clean
 
 $(STAMP): requirements-dev.txt pyproject.toml setup.py $(wildcard csrc/*) $(wildcard plugins/*/pyproject.toml)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+
+# the C core under AddressSanitizer and UBSan (build/asan/), with the native and parity tests
+asan: $(STAMP)
+	bench/asan.sh $(abspath $(PY))
 
 clean:
 	rm -rf $(VENV) build *.egg-info aisimulate_core/_native*.so

@@ -14,6 +14,7 @@ import pluggy
 
 from aisimulate_core import hookspecs
 from aisimulate_core.errors import AisimError, PluginError
+from aisimulate_core.messages import escape_controls
 
 ENTRY_POINT_GROUP = "aisimulate"
 BUILTINS_NAME = "builtins"
@@ -35,7 +36,7 @@ class LoadFailure:
             reason = str(self.error)
         else:
             reason = f"{type(self.error).__name__}: {self.error}"
-        return f"plugin '{self.name}'{source} failed to load: {reason}"
+        return escape_controls(f"plugin '{self.name}'{source} failed to load: {reason}")
 
 
 class AisimPluginManager(pluggy.PluginManager):
@@ -147,7 +148,8 @@ def _register_named(pm: AisimPluginManager, name: str) -> None:
         else:
             plugin = importlib.import_module(name)
     except Exception as error:
-        raise PluginError(f"cannot load plugin '{name}': {type(error).__name__}: {error}") from error
+        raise PluginError(escape_controls(
+            f"cannot load plugin '{name}': {type(error).__name__}: {error}")) from error
     if entry_point is not None:
         distribution = _describe(getattr(entry_point, "dist", None))
     else:
@@ -194,8 +196,8 @@ def call_plugin(pm: pluggy.PluginManager, impl: Any, hook_name: str, **arguments
     except AisimError:
         raise
     except Exception as error:
-        raise PluginError(f"{plugin_label(pm, impl.plugin_name)} failed in {hook_name}: "
-                          f"{type(error).__name__}: {error}") from error
+        raise PluginError(escape_controls(f"{plugin_label(pm, impl.plugin_name)} failed in "
+                                          f"{hook_name}: {type(error).__name__}: {error}")) from error
 
 
 def call_each_plugin(pm: pluggy.PluginManager, hook_name: str, **arguments: Any) -> None:

@@ -110,3 +110,21 @@ def test_version_lists_only_loaded_plugins(capsys):
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith("plugin ")] == [
         "plugin trace_formats: aisimulate-trace-formats 0.1.0"]
+
+
+def test_a_plugin_failure_with_a_multi_line_reason_is_one_line(capsys, monkeypatch):
+    import types
+
+    from aisimulate_core.hookspecs import hookimpl
+
+    @hookimpl
+    def aisimulate_add_cli_options(parser):
+        raise RuntimeError("first\nsecond")
+
+    plugin = types.ModuleType("two_line_plugin")
+    plugin.aisimulate_add_cli_options = aisimulate_add_cli_options
+    monkeypatch.setitem(sys.modules, "two_line_plugin", plugin)
+    assert main(["plugins", "--plugin", "two_line_plugin"]) == 2
+    assert capsys.readouterr().err == (
+        "aisimulate: error: plugin 'two_line_plugin' failed in aisimulate_add_cli_options: "
+        "RuntimeError: first\\nsecond\n")

@@ -44,14 +44,6 @@ MAX_ARRIVAL_INTERVAL_MS = 1000.0 / MIN_REQUEST_RATE
 MAX_BYTES_PER_TOKEN = 1 << 30
 MIN_BANDWIDTH_GB_S = 1e-6
 
-BOUNDS = (
-    ("block_size", MAX_BLOCK_SIZE),
-    ("block_size x dp_size x initial_workers (vLLM/TRT-LLM pools)", MAX_BLOCK_OFFSETS),
-    ("dp_size x initial_workers (all pools)", MAX_RANKS),
-    ("isl, osl, input/output tokens and trace lengths", MAX_TOKENS),
-    ("request_count (sessions x turns_per_session)", MAX_REQUESTS),
-)
-
 
 def at_most(c: Any, path: str, value: Any, bound: Any, why: str) -> None:
     if value is not None and value > bound:
@@ -167,7 +159,7 @@ def check_trace_bounds(t: Any, p: str, c: Any) -> None:
               f"overflow), got {show(ratio)}")
 
 
-__all__ = ["BOUNDS", "MAX_BLOCK_OFFSETS", "MAX_BLOCK_SIZE", "MAX_RANKS", "MAX_REQUESTS", "MAX_STEP_MS", "MAX_TIME_MS",
+__all__ = ["MAX_BLOCK_OFFSETS", "MAX_BLOCK_SIZE", "MAX_RANKS", "MAX_REQUESTS", "MAX_STEP_MS", "MAX_TIME_MS",
            "MAX_TOKENS",
            "MIN_REQUEST_RATE", "MIN_SPEEDUP_RATIO", "check_deployment_bounds",
            "check_rank_bounds", "check_request_bounds", "check_synthetic_bounds",

@@ -33,7 +33,6 @@ def install_checks_from_env(sim):
 class InvariantChecker:
     def __init__(self, sim):
         self.sim = sim
-        self.last_t = -math.inf
         self.terminal = {}       # uuid -> the status it ended with
 
     def install(self):
@@ -41,14 +40,13 @@ class InvariantChecker:
         step, terminal, run_until = sim._step, sim._terminal, sim.run_until
 
         def checked_step(t):
-            if t < self.last_t:
-                raise SimulationError(f"invariant: the clock went back from {self.last_t} ms "
-                                      f"to {t} ms")
+            now = sim.now_ms
+            if t < now:
+                raise SimulationError(f"invariant: the clock went back from {now} ms to {t} ms")
             step(t)
-            if sim.now_ms < t:
+            if sim.now_ms != t:
                 raise SimulationError(f"invariant: a step at {t} ms left the clock at "
                                       f"{sim.now_ms} ms")
-            self.last_t = t
             self.check_kv()
 
         def checked_terminal(request, end_ms, status, record):
@@ -107,9 +105,15 @@ def check_block_rank(rank, worker):
     # decode destination); a reservation in transfer is in no queue, so it is skipped then
     held = sum(r.held_blocks for r in rank.running)
     held += sum(r.held_blocks for r in rank.waiting if r.seq >= 0)
-    if not getattr(rank, "holds", 0) and held != rank.held_total:
+    if getattr(rank, "holds", 0) or getattr(rank, "held_sources", 0):
+        return   # blocks of reservations in transfer / held sources are in no queue
+    if held != rank.held_total:
         raise _kv_error(rank, worker, f"its requests hold {held} blocks, the rank counts "
                                       f"{rank.held_total}")
+    if active > held:
+        # every block in use belongs to some request (shared prefix blocks to several)
+        raise _kv_error(rank, worker, f"{active} blocks are in use but its requests hold only "
+                                      f"{held}")
 
 
 def check_radix_rank(rank, worker):

@@ -11,6 +11,7 @@ import json
 import math
 
 from reference import HOST_KEYS
+from strategies import requests_of_row
 
 TERMINAL = ("completed", "rejected", "canceled", "failed")
 # distributions built exactly (order statistics) and from a DDSketch (0.1 % relative error)
@@ -36,7 +37,7 @@ def expected_requests(payload, rows):
         return len(spec.get("requests", ())), cutoff is None
     if traffic["source_type"] == "trace":
         cutoff = cutoff if cutoff is not None else traffic.get("max_sim_time_ms")
-        return len(rows), cutoff is None
+        return sum(requests_of_row(traffic, row) for row in rows), cutoff is None
     turns = traffic.get("turns_per_session", 4) if traffic["source_type"] == "synthetic-session" else 1
     return traffic["request_count"] * turns, cutoff is None
 

@@ -8,6 +8,7 @@ rejection and preemption are common rather than rare.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 
@@ -136,11 +137,41 @@ def mooncake_rows(draw, max_rows=8):
 
 
 @st.composite
+def applied_compute_rows(draw, max_rows=4):
+    """Valid ``applied_compute_agentic`` rows: one agent session per row, ``num_turns`` + 1
+    requests whose prompts grow by each response and tool output."""
+    rows = []
+    for _ in range(draw(st.integers(1, max_rows))):
+        turns = draw(st.integers(0, 2))
+        lengths = st.lists(st.integers(0, 16), min_size=turns, max_size=turns)
+        rows.append({
+            "num_turns": turns, "input_prompt_length": draw(st.integers(1, 64)),
+            "assistant_response_length": draw(lengths),
+            "tool_call_output_length": draw(lengths),
+            "tool_call_latency": draw(st.lists(st.sampled_from((0.0, 0.002, 0.01)),
+                                               min_size=turns, max_size=turns)),
+            "final_assistant_response_length": draw(st.integers(0, 16)),
+        })
+    return rows
+
+
+def requests_of_row(traffic, row):
+    """How many requests one trace row makes."""
+    if traffic["trace_format"] == "applied_compute_agentic":
+        return row["num_turns"] + 1
+    return 1
+
+
+@st.composite
 def trace_traffic(draw, disaggregated=False):
     # mooncake-delta needs an aggregated topology: rarely break that rule
     delta = draw(st.integers(0, 1 if not disaggregated else 7)) == 1
     traffic = {"source_type": "trace", "trace_format": TRACE_FORMATS[delta],
                "trace_block_size": 16}
+    if draw(st.integers(0, 3)) == 0:  # agent sessions: a closed loop by definition
+        traffic["trace_format"] = "applied_compute_agentic"
+        traffic["replay_concurrency"] = draw(st.integers(1, 3))
+        return traffic
     choice = draw(st.sampled_from(("timestamps", "concurrency", "speedup", "cutoff")))
     if choice == "concurrency":
         traffic["replay_concurrency"] = draw(st.integers(1, 3))
@@ -196,7 +227,9 @@ def cases(draw):
         payload, rows = spec, None
     elif kind == "trace":
         traffic = draw(trace_traffic(disaggregated))
-        payload, rows = {"spec": spec, "traffic": traffic}, draw(mooncake_rows())
+        agentic = traffic["trace_format"] == "applied_compute_agentic"
+        rows = draw(applied_compute_rows() if agentic else mooncake_rows())
+        payload = {"spec": spec, "traffic": traffic}
     else:
         payload, rows = {"spec": spec, "traffic": draw(synthetic_traffic())}, None
     if draw(st.booleans()):
@@ -220,6 +253,10 @@ def largest_request_tokens(payload, rows):
     traffic = payload["traffic"]
     if rows is None:
         return traffic["isl"] * traffic.get("turns_per_session", 1) + traffic["osl"]
+    if traffic["trace_format"] == "applied_compute_agentic":
+        return max(row["input_prompt_length"] + sum(row["assistant_response_length"])
+                   + sum(row["tool_call_output_length"]) + row["final_assistant_response_length"]
+                   for row in rows)
     sessions = {}
     for index, row in enumerate(rows):
         tokens = row.get("input_length", len(row["hash_ids"]) * 16) + row["output_length"]
@@ -388,6 +425,22 @@ def trace_lines(draw, rows):
         else:
             lines[index] = ""
     return lines
+
+
+@st.composite
+def trace_files(draw, lines):
+    """``(suffix, bytes, intact)`` of a trace file holding ``lines``: plain, gzip, or a
+    broken gzip (cut short, or plain text under a .gz name)."""
+    text = ("\n".join(lines) + "\n").encode()
+    kind = draw(st.sampled_from(("plain", "plain", "gzip", "gzip-truncated", "gzip-garbage")))
+    if kind == "plain":
+        return ".jsonl", text, True
+    packed = gzip.compress(text, mtime=0)
+    if kind == "gzip-truncated":
+        return ".jsonl.gz", packed[: draw(st.integers(0, len(packed) - 1))], False
+    if kind == "gzip-garbage":
+        return ".jsonl.gz", text, False
+    return ".jsonl.gz", packed, True
 
 
 def finite(x):

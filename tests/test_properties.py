@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from aisimulate_core import AisimError, run_replay, run_replay_json
 from report_invariants import check_report, comparable, expected_requests
-from strategies import broken_json_texts, cases, mooncake_rows, mutated, trace_lines
+from strategies import broken_json_texts, cases, mutated, trace_files, trace_lines
 
 settings.register_profile(
     "ci", derandomize=True, database=None, deadline=None, print_blob=True,
@@ -246,9 +246,13 @@ def test_bad_payloads_give_a_report_or_one_clear_error(tmp_path):
 
 @st.composite
 def trace_cases(draw):
-    payload, _ = draw(cases().filter(lambda case: case[1] is not None))
-    rows = draw(mooncake_rows())
-    return payload, draw(trace_lines(rows)), rows
+    """A payload reading a trace, and the trace's rows (mooncake or applied_compute
+    agent sessions), some lines broken, as a plain or gzip file (maybe a broken one)."""
+    payload, rows = draw(cases().filter(lambda case: case[1] is not None))
+    lines = draw(trace_lines(rows))
+    suffix, data, readable = draw(trace_files(lines))
+    intact = readable and lines == [json.dumps(row) for row in rows]
+    return payload, suffix, data, rows if intact else None
 
 
 def test_trace_rows_give_a_report_or_one_trace_error(tmp_path):
@@ -257,22 +261,24 @@ def test_trace_rows_give_a_report_or_one_trace_error(tmp_path):
     @examples(200)
     @given(trace_cases())
     def run(case):
-        payload, lines, rows = case
-        path = tmp_path / "rows.jsonl"
-        path.write_text("\n".join(lines) + "\n")
+        payload, suffix, data, rows = case
+        path = tmp_path / ("rows" + suffix)
+        path.write_bytes(data)
         payload = json.loads(json.dumps(payload))
         payload["traffic"]["trace_path"] = str(path)
         kind, result = outcome(run_replay, payload)
         seen[kind] += 1
         if kind == "report":
-            intact = lines == [json.dumps(row) for row in rows]
-            check_report(result.to_dict(), payload, rows if intact else None)
+            # rows None: lines were broken, so only the payload-independent counts hold
+            check_report(result.to_dict(), payload, rows)
         elif str(result).startswith(str(path)):
             seen["names the file"] += 1
+        seen[payload["traffic"]["trace_format"] + " " + kind] += 1
 
     run()
-    assert seen["error"] > 0 and seen["report"] > 0, seen
     assert seen["names the file"] > 0, seen
+    for name in ("mooncake", "mooncake-delta", "applied_compute_agentic"):
+        assert seen[f"{name} error"] > 0 and seen[f"{name} report"] > 0, seen
 
 
 def test_expected_requests_counts_turns_rows_and_requests():
@@ -281,8 +287,12 @@ def test_expected_requests_counts_turns_rows_and_requests():
                                          "turns_per_session": 2}}
     assert expected_requests(synthetic, None) == (6, True)
     assert expected_requests({"requests": [{}, {}]}, None) == (2, True)
-    trace = {"spec": {}, "traffic": {"source_type": "trace", "max_sim_time_ms": 5.0}}
+    trace = {"spec": {}, "traffic": {"source_type": "trace", "trace_format": "mooncake",
+                                     "max_sim_time_ms": 5.0}}
     assert expected_requests(trace, [{}, {}, {}]) == (3, False)
+    agents = {"spec": {}, "traffic": {"source_type": "trace",
+                                      "trace_format": "applied_compute_agentic"}}
+    assert expected_requests(agents, [{"num_turns": 2}, {"num_turns": 0}]) == (4, True)
 
 
 # -- the invariants are not vacuous ---------------------------------------------------------------

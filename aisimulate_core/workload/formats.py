@@ -15,7 +15,13 @@ method; the core instantiates it without arguments once per run::
 or None for formats that embed their own block size (``dynamo``, ``weka``).
 
 ``load`` parses and checks the rows: a bad row raises ``TraceError`` naming the file, the
-line and the field ("trace.jsonl:3: output_length: is required"). It returns the core's model
+line and the field ("trace.jsonl:3: output_length: is required"), and so does a file that
+cannot be read ("trace.jsonl: cannot read the trace file: Permission denied"). Nothing else
+may escape: the core reports a TraceError as one line. Read files as a stream (a row at a
+time, never the whole file; the bundled formats cap a line at 64 MiB and a gzip file at
+4 GiB inflated) and check every length against ``aisimulate_core.spec.bounds.MAX_TOKENS``
+and every time against ``MAX_TIME_MS`` at load, so that no row can exhaust memory or
+overflow later. It returns the core's model
 (``workload.trace.Trace`` of sessions and turns, or ``workload.graph.AgenticTrace``) and does
 nothing else: the core validates the model, normalizes starts, applies the speed-up and
 chooses the driver.

@@ -8,9 +8,11 @@ contract: see ``summary_keys``.
 
 from __future__ import annotations
 
+import heapq
 import math
 import uuid as _uuid
-from typing import Any, Iterable
+from array import array
+from typing import Any, Callable, Iterable
 
 import attrs
 import msgspec
@@ -199,16 +201,23 @@ class Report:
 
 
 class Collector:
-    """Accumulates what the summary needs; ``finalize`` builds the report once."""
+    """Accumulates what the summary needs; ``finalize`` builds the report once.
+
+    Memory does not grow with the records a run makes, only with its samples: each completed
+    request leaves its TTFT, E2E, TTST and TPOT as 8-byte doubles (``_Totals``), in the
+    summary's order. Records are kept only when asked for: all of them in memory
+    (``record_per_request``), or handed to a sink as they settle (``stream_records_to``).
+    """
 
     def __init__(self, *, sla: Any = None, record_per_request: bool,
                  report_start_ms: float = 0.0) -> None:
-        self._sla = _Sla.from_obj(sla)
-        self._record_per_request = record_per_request
+        self._totals = _Totals(_Sla.from_obj(sla), report_start_ms)
         self._report_start_ms = report_start_ms
         self._num_requests = 0
-        self._completed: list[RequestRecord] = []
-        self._records: list[RequestRecord] = []
+        self._order = _ArrivalOrder(self._settled)
+        self._authored: list[RequestRecord] = []   # completed ones with a request id
+        self._records: list[RequestRecord] | None = [] if record_per_request else None
+        self._stream: _RecordStream | None = None
         self._fallback_committed_prefill = 0
         # gap (ms) -> number of token gaps of that length; the sketch and moments are built
         # from it in finalize, so recording a pass costs one dict update per distinct gap
@@ -217,19 +226,40 @@ class Collector:
         self._gpus_per_worker = (0, 0)
         self._extras: dict[str, Any] = {}
 
+    def stream_records_to(self, sink: Callable[[dict], Any]) -> None:
+        """Hand each per-request record dict to ``sink`` instead of keeping it (call before the
+        run; the report's ``per_request`` is then None).
+
+        Records reach the sink in the report's order (``_record_order``), each once every
+        record before it is known: the runtime numbers requests in arrival order, so a record
+        waits only for requests that arrived no later than it and are still in flight, and for
+        the other requests of its arrival instant. Records with an authored ``request_id``,
+        which the report puts last, come when the report is finalized.
+        """
+        self._records = None
+        self._stream = _RecordStream(sink)
+
     # -- events ---------------------------------------------------------------------------------
 
     def on_arrival(self, count: int = 1) -> None:
         self._num_requests += count
 
     def on_terminal(self, rec: RequestRecord) -> None:
-        if self._record_per_request:
+        if self._records is not None:
             self._records.append(rec)
-        if not _admitted(rec):
-            return
-        self._fallback_committed_prefill += max(0, rec.input_length - rec.reused_input_tokens)
-        if rec.terminal_status == "completed":
-            self._completed.append(rec)
+        if _admitted(rec):
+            self._fallback_committed_prefill += max(0, rec.input_length - rec.reused_input_tokens)
+        self._order.push(rec)
+
+    def _settled(self, rec: RequestRecord) -> None:
+        """``rec`` comes next in uuid order."""
+        if _admitted(rec) and rec.terminal_status == "completed":
+            if rec.request_id is None:
+                self._totals.add(rec)
+            else:
+                self._authored.append(rec)  # summed after the others, in id order
+        if self._stream is not None:
+            self._stream.settled(rec)
 
     def add_itl_gaps(self, gaps_ms, counts) -> None:
         """Record ``counts[i]`` token gaps of ``gaps_ms[i]`` ms (completed, admitted requests)."""
@@ -273,46 +303,21 @@ class Collector:
     # -- report ---------------------------------------------------------------------------------
 
     def finalize(self, *, wall_time_ms: float, report_end_ms: float | None = None) -> Report:
-        start = self._report_start_ms
-        sla = self._sla
+        if self._stream is not None:
+            self._stream.close()
+        self._order.flush()  # records behind a request that never ended (a cutoff)
+        totals = self._totals
         # the reference walks requests by (authored id, None first; uuid): the order only
         # matters for the last bits of the sequential sums behind the means
-        done = sorted(self._completed, key=_summary_order)
-
-        duration_ms = _nonneg(report_end_ms - start) if report_end_ms is not None else 0.0
-        input_tokens = output_tokens = reused = first_reused = 0
-        good = good_tokens = 0
-        ttfts: list[float] = []
-        ttsts: list[float] = []
-        tpots: list[float] = []
-        e2es: list[float] = []
-        for rec in done:
-            input_tokens += rec.input_length
-            output_tokens += rec.output_length
-            reused += rec.reused_input_tokens
-            first_reused += rec.first_admission_reused_input_tokens or 0
-            duration_ms = max(duration_ms, _nonneg(rec.terminal_time_ms - start))
-            if rec.first_token_ms is None or rec.last_token_ms is None:
-                if sla is not None and sla.is_good_without_tokens(
-                        _nonneg(rec.terminal_time_ms - rec.arrival_time_ms)):
-                    good += 1
-                continue
-            ttft = _nonneg(rec.first_token_ms - rec.arrival_time_ms)
-            e2e = _nonneg(rec.last_token_ms - rec.arrival_time_ms)
-            ttfts.append(ttft)
-            e2es.append(e2e)
-            if sla is not None and sla.is_good(ttft, e2e, rec.output_length):
-                good += 1
-                good_tokens += rec.output_length
-            ttst = _ttst(rec)
-            if ttst is not None:
-                ttsts.append(ttst)
-            tpot = _mean_tpot(rec)
-            if tpot is not None:
-                tpots.append(tpot)
-
+        for rec in sorted(self._authored, key=_summary_order):
+            totals.add(rec)
+        self._authored = []
+        duration_ms = totals.duration_ms
+        if report_end_ms is not None:
+            duration_ms = max(_nonneg(report_end_ms - self._report_start_ms), duration_ms)
         itl, rate_per_user = self._token_distributions()
-        completed = len(done)
+        completed = totals.completed
+        input_tokens, output_tokens = totals.input_tokens, totals.output_tokens
         duration_s = max(duration_ms / 1000.0, 1e-9)
         prefill_ws, decode_ws = self._worker_seconds
         prefill_gpw, decode_gpw = self._gpus_per_worker
@@ -346,25 +351,26 @@ class Collector:
             processed_tokens_per_s=processed / wall_time_ms * 1000.0 if wall_ok else 0.0,
             processed_output_tokens_per_s=(
                 output_tokens / wall_time_ms * 1000.0 if wall_ok else 0.0),
-            prefix_cache_reused_ratio=reused / input_tokens if input_tokens else 0.0,
+            prefix_cache_reused_ratio=totals.reused / input_tokens if input_tokens else 0.0,
             first_admission_prefix_cache_reused_ratio=(
-                first_reused / input_tokens if input_tokens else 0.0),
-            num_ttft_samples=len(ttfts),
-            num_tpot_samples=len(tpots),
-            num_e2e_latency_samples=len(e2es),
+                totals.first_reused / input_tokens if input_tokens else 0.0),
+            num_ttft_samples=len(totals.ttft),
+            num_tpot_samples=len(totals.tpot),
+            num_e2e_latency_samples=len(totals.e2e),
         )
+        sla = totals.sla
         if sla is not None:
             values.update(
-                goodput_completed_requests=good,
-                goodput_request_throughput_rps=good / duration_s,
-                goodput_output_throughput_tok_s=good_tokens / duration_s,
+                goodput_completed_requests=totals.good,
+                goodput_request_throughput_rps=totals.good / duration_s,
+                goodput_output_throughput_tok_s=totals.good_tokens / duration_s,
             )
         dists: list[tuple[list[str], DistributionStats]] = [
-            (_dist_keys("ttft"), exact_stats(ttfts)),
-            (_dist_keys("ttst"), exact_stats(ttsts)),
-            (_dist_keys("tpot"), exact_stats(tpots)),
+            (_dist_keys("ttft"), exact_stats(totals.ttft)),
+            (_dist_keys("ttst"), exact_stats(totals.ttst)),
+            (_dist_keys("tpot"), exact_stats(totals.tpot)),
             (_dist_keys("itl"), itl.stats()),
-            (_dist_keys("e2e_latency"), exact_stats(e2es)),
+            (_dist_keys("e2e_latency"), exact_stats(totals.e2e)),
             (_dist_keys("output_token_throughput_per_user", ""), rate_per_user.stats()),
         ]
         for keys, stats in dists:
@@ -374,10 +380,132 @@ class Collector:
         summary = {key: values[key] for key in order}
 
         per_request = None
-        if self._record_per_request:
+        if self._records is not None:
             records = sorted(self._records, key=_record_order)
             per_request = [per_request_record(rec) for rec in records]
+        elif self._stream is not None:
+            self._stream.flush()
         return Report(summary=summary, per_request=per_request)
+
+
+class _Totals:
+    """What the summary keeps of completed, admitted requests, added in the summary's order:
+    counts and token sums, the latest terminal, goodput, and each latency sample as a double
+    (the means are sequential sums in that order, the percentiles exact order statistics)."""
+
+    __slots__ = ("sla", "start_ms", "completed", "input_tokens", "output_tokens", "reused",
+                 "first_reused", "duration_ms", "good", "good_tokens", "ttft", "ttst", "tpot",
+                 "e2e")
+
+    def __init__(self, sla: _Sla | None, start_ms: float) -> None:
+        self.sla = sla
+        self.start_ms = start_ms
+        self.completed = self.input_tokens = self.output_tokens = 0
+        self.reused = self.first_reused = self.good = self.good_tokens = 0
+        self.duration_ms = 0.0
+        self.ttft, self.ttst, self.tpot, self.e2e = (array("d") for _ in range(4))
+
+    def add(self, rec: RequestRecord) -> None:
+        sla = self.sla
+        self.completed += 1
+        self.input_tokens += rec.input_length
+        self.output_tokens += rec.output_length
+        self.reused += rec.reused_input_tokens
+        self.first_reused += rec.first_admission_reused_input_tokens or 0
+        self.duration_ms = max(self.duration_ms, _nonneg(rec.terminal_time_ms - self.start_ms))
+        if rec.first_token_ms is None or rec.last_token_ms is None:
+            if sla is not None and sla.is_good_without_tokens(
+                    _nonneg(rec.terminal_time_ms - rec.arrival_time_ms)):
+                self.good += 1
+            return
+        ttft = _nonneg(rec.first_token_ms - rec.arrival_time_ms)
+        e2e = _nonneg(rec.last_token_ms - rec.arrival_time_ms)
+        self.ttft.append(ttft)
+        self.e2e.append(e2e)
+        if sla is not None and sla.is_good(ttft, e2e, rec.output_length):
+            self.good += 1
+            self.good_tokens += rec.output_length
+        ttst = _ttst(rec)
+        if ttst is not None:
+            self.ttst.append(ttst)
+        tpot = _mean_tpot(rec)
+        if tpot is not None:
+            self.tpot.append(tpot)
+
+
+class _ArrivalOrder:
+    """Terminal records handed on in uuid order, which is arrival order: the runtime numbers
+    requests 1, 2, 3, ... as they arrive.
+
+    A record waits while a request numbered before it is in flight, so what waits is what
+    finished out of order: bounded by the requests in flight, not by the run. Records numbered
+    otherwise (hand-made, or replayed reference records) wait until ``flush``, which hands
+    them on in uuid order (ties in the order they came).
+    """
+
+    __slots__ = ("next_uuid", "waiting", "take")
+
+    def __init__(self, take: Callable[[RequestRecord], None]) -> None:
+        self.next_uuid = 1
+        self.waiting: dict[Any, list[RequestRecord]] = {}
+        self.take = take
+
+    def push(self, rec: RequestRecord) -> None:
+        uuid = rec.uuid
+        if uuid != self.next_uuid:
+            self.waiting.setdefault(uuid, []).append(rec)
+            return
+        take = self.take
+        waiting = self.waiting
+        take(rec)
+        uuid += 1
+        while uuid in waiting:
+            for later in waiting.pop(uuid):
+                take(later)
+            uuid += 1
+        self.next_uuid = uuid
+
+    def flush(self) -> None:
+        waiting = self.waiting
+        self.waiting = {}
+        for uuid in sorted(waiting):
+            for rec in waiting[uuid]:
+                self.take(rec)
+
+
+class _RecordStream:
+    """Per-request records to a sink in the report's order.
+
+    Records come in uuid (= arrival) order, so any record still to come arrived no earlier
+    than the last one that came; a record that arrived strictly before that is in its final
+    place. Those wait in a heap keyed as the report sorts until then.
+    """
+
+    __slots__ = ("sink", "heap", "count", "running")
+
+    def __init__(self, sink: Callable[[dict], Any]) -> None:
+        self.sink = sink
+        self.heap: list = []
+        self.count = 0
+        self.running = True
+
+    def settled(self, rec: RequestRecord) -> None:
+        heap = self.heap
+        heapq.heappush(heap, (_record_order(rec), self.count, rec))
+        self.count += 1
+        if self.running:
+            frontier = (False, "", rec.arrival_time_ms)
+            while heap and heap[0][0] < frontier:
+                self.sink(per_request_record(heapq.heappop(heap)[2]))
+
+    def close(self) -> None:
+        """The run is over: what settles from now on (in any order) is only sorted in."""
+        self.running = False
+
+    def flush(self) -> None:
+        heap = self.heap
+        while heap:
+            self.sink(per_request_record(heapq.heappop(heap)[2]))
 
 
 def _summary_order(rec: RequestRecord):

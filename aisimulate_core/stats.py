@@ -17,8 +17,10 @@ exceed the bin limit.
 
 from __future__ import annotations
 
+import heapq
 import math
-from typing import Iterable, NamedTuple, Sequence
+from array import array
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 RELATIVE_ACCURACY = 0.001
 MAX_BINS = 32_768
@@ -101,13 +103,58 @@ def percentile(values: Sequence[float], pct: float) -> float:
 
 def exact_stats(values: Sequence[float]) -> DistributionStats:
     """Exact summary of ``values`` in their given order (the order only affects the mean's and
-    std's last bits, through the sequential sum)."""
+    std's last bits, through the sequential sum). ``values`` may be a list or an ``array('d')``;
+    a large array is sorted in runs (``SortedRuns``), with the same result."""
     if not values:
         return EMPTY_STATS
-    ordered = sorted(values)
+    ordered = SortedRuns(values)
     n = len(ordered)
-    picks = [ordered[rank_index(n, pct)] for pct in PERCENTILES]
-    return DistributionStats(mean(values), ordered[0], ordered[-1], *picks, population_std(ordered))
+    low, high, *picks = ordered.select([0, n - 1] + [rank_index(n, pct) for pct in PERCENTILES])
+    return DistributionStats(mean(values), low, high, *picks, population_std(ordered))
+
+
+SORT_RUN = 1 << 20
+
+
+class SortedRuns:
+    """``values`` in ascending order, sorted ``SORT_RUN`` at a time and merged when read.
+
+    Sorting a whole array at once would hold every value as a Python float (32 bytes each,
+    beside the array's 8); runs bound that to one run. A run is an ``array('d')`` copy, so the
+    caller's values keep their order. Reading gives the same sequence as ``sorted(values)``.
+    """
+
+    __slots__ = ("runs", "length")
+
+    def __init__(self, values: Sequence[float]) -> None:
+        self.length = n = len(values)
+        if n <= SORT_RUN:
+            self.runs = [sorted(values)]
+        else:
+            self.runs = [array("d", sorted(values[i:i + SORT_RUN])) for i in range(0, n, SORT_RUN)]
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self) -> Iterator[float]:
+        if len(self.runs) == 1:
+            return iter(self.runs[0])
+        return heapq.merge(*self.runs)
+
+    def select(self, indices: list[int]) -> list[float]:
+        """The values at these positions of the ascending order."""
+        if len(self.runs) == 1:
+            run = self.runs[0]
+            return [run[i] for i in indices]
+        wanted = set(indices)
+        found = {}
+        last = max(wanted)
+        for index, value in enumerate(self):
+            if index in wanted:
+                found[index] = value
+                if index == last:
+                    break
+        return [found[i] for i in indices]
 
 
 # --------------------------------------------------------------------------------------------

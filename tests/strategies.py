@@ -183,8 +183,9 @@ def trace_traffic(draw, disaggregated=False):
 
 
 @st.composite
-def inline_requests(draw, max_requests=8):
-    """A bare spec's ``requests``: token ids from a tiny vocabulary so prompts share prefixes."""
+def inline_requests(draw, dp_size=1, max_requests=8):
+    """A bare spec's ``requests``: token ids from a tiny vocabulary so prompts share
+    prefixes; some pinned to a DP rank, some with a priority."""
     requests = []
     for index in range(draw(st.integers(1, max_requests))):
         request = {"id": f"q{index}",
@@ -198,6 +199,10 @@ def inline_requests(draw, max_requests=8):
             request["input_token_ids"] = ids
         else:
             request["input_tokens"] = draw(st.one_of(st.integers(1, 16), st.integers(1, 160)))
+        if draw(st.integers(0, 3)) == 0:
+            request["dp_rank"] = draw(st.integers(0, dp_size - 1))
+        if draw(st.integers(0, 3)) == 0:
+            request["metadata"] = {"priority": draw(st.integers(0, 2))}
         requests.append(request)
     return requests
 
@@ -212,18 +217,22 @@ def cases(draw):
     """
     backend = draw(st.sampled_from(BACKENDS))
     # SGLang has no disaggregated topology (a ConfigError): rarely ask for one
-    disaggregated = draw(st.integers(0, 3 if backend != "sglang" else 15)) == 0
+    disaggregated = draw(st.integers(0, 2 if backend != "sglang" else 15)) == 0
     engine, topology = draw(engines_and_topologies(backend, disaggregated))
     spec = {"version": 1, "topology": topology, "engine": engine, "record_per_request": True}
     sla = draw(st.sampled_from((None, {"ttft_ms": 50.0}, {"ttft_ms": 20.0, "itl_ms": 5.0},
                                 {"e2e_ms": 100.0})))
     if sla is not None:
         spec["sla"] = sla
-    kind = draw(st.sampled_from(("synthetic", "trace", "requests")))
+    kind = draw(st.sampled_from(("synthetic", "trace", "requests", "pressure")))
+    if kind == "pressure":
+        return draw(decode_pressure(spec)), None
     if kind == "requests":
-        spec["requests"] = draw(inline_requests())
+        spec["requests"] = draw(inline_requests(engine["dp_size"]))
         if draw(st.booleans()):
             spec["max_in_flight"] = draw(st.integers(1, 3))
+        elif draw(st.integers(0, 3)) == 0:
+            spec["max_sim_time_ms"] = draw(st.sampled_from((0.0, 30.0)))
         payload, rows = spec, None
     elif kind == "trace":
         traffic = draw(trace_traffic(disaggregated))
@@ -239,6 +248,21 @@ def cases(draw):
         for rank in _ranks(engine):
             rank["num_gpu_blocks"] = -(-largest // rank["block_size"]) + draw(st.integers(0, 3))
     return payload, rows
+
+
+@st.composite
+def decode_pressure(draw, spec):
+    """Short prompts with long outputs, admitted together on a pool that holds about one
+    and a half of them: decode outgrows the pool, so requests are preempted (vLLM),
+    retracted (SGLang) or held back (TRT-LLM reserves the whole output)."""
+    isl, osl = draw(st.integers(1, 16)), draw(st.integers(24, 64))
+    for rank in _ranks(spec["engine"]):
+        rank["num_gpu_blocks"] = -(-(isl + osl) * 3 // (2 * rank["block_size"]))
+        rank["max_num_seqs"] = 8
+        rank.pop("max_model_len", None)
+    traffic = {"source_type": "synthetic", "load_type": "concurrency", "isl": isl, "osl": osl,
+               "concurrency": draw(st.integers(2, 4)), "request_count": draw(st.integers(2, 6))}
+    return {"spec": spec, "traffic": traffic}
 
 
 def _ranks(engine):

@@ -121,19 +121,24 @@ def _with_trace(case, directory):
 # SGLang admitted a request on an output reserve clipped by clip_max_new_tokens; when decode
 # then could not get a KV page it repeated a zero-time pass forever (ISSUE8 item 1; the
 # reference 1.6.1 hangs too). Shrunk by hypothesis: 1 + 3 tokens on a 3-token pool.
-SGLANG_CLIP_LIVELOCK = {
-    "spec": {"version": 1,
-             "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}},
-             "engine": {"rank": {"backend": "sglang", "block_size": 1, "num_gpu_blocks": 3,
-                                 "max_num_seqs": 1, "max_num_batched_tokens": 8,
-                                 "enable_prefix_caching": False,
-                                 "timing_model": {"type": "polynomial"},
-                                 "sglang": {"max_prefill_tokens": 16, "chunked_prefill_size": 1,
-                                            "clip_max_new_tokens": 1,
-                                            "schedule_conservativeness": 0.0}}}},
-    "traffic": {"source_type": "synthetic", "load_type": "concurrency", "concurrency": 1,
-                "isl": 1, "osl": 3, "request_count": 1},
-}
+def sglang_clipped(*, kv_tokens, max_num_seqs, chunk, max_prefill, isl, osl, requests):
+    """One SGLang rank of page size 1 whose output reserve is clipped to one token, under
+    `requests` concurrent requests of `isl` + `osl` tokens."""
+    sglang = {"max_prefill_tokens": max_prefill, "chunked_prefill_size": chunk,
+              "clip_max_new_tokens": 1, "schedule_conservativeness": 0.0}
+    rank = {"backend": "sglang", "block_size": 1, "num_gpu_blocks": kv_tokens,
+            "max_num_seqs": max_num_seqs, "max_num_batched_tokens": 8,
+            "enable_prefix_caching": False, "timing_model": {"type": "polynomial"},
+            "sglang": sglang}
+    return {"spec": {"version": 1, "engine": {"rank": rank},
+                     "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}}},
+            "traffic": {"source_type": "synthetic", "load_type": "concurrency",
+                        "concurrency": requests, "isl": isl, "osl": osl,
+                        "request_count": requests}}
+
+
+SGLANG_CLIP_LIVELOCK = sglang_clipped(kv_tokens=3, max_num_seqs=1, chunk=1, max_prefill=16,
+                                      isl=1, osl=3, requests=1)
 
 
 def test_sglang_clipped_reserve_under_kv_pressure_stops_with_the_limit():
@@ -146,19 +151,8 @@ def test_sglang_clipped_reserve_under_kv_pressure_stops_with_the_limit():
 # schedule_conservativeness 0, two requests of 1 + 24 tokens on a 38-token pool. The reference
 # hangs; ours stops, but through the event loop's livelock guard, not through the engine's
 # own stop naming the limit and its JSON path (ISSUE8 item 1). Shrunk by hypothesis.
-SGLANG_CLIPPED_PAIR = {
-    "spec": {"version": 1,
-             "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}},
-             "engine": {"rank": {"backend": "sglang", "block_size": 1, "num_gpu_blocks": 38,
-                                 "max_num_seqs": 8, "max_num_batched_tokens": 8,
-                                 "enable_prefix_caching": False,
-                                 "timing_model": {"type": "polynomial"},
-                                 "sglang": {"max_prefill_tokens": 256, "chunked_prefill_size": 2,
-                                            "clip_max_new_tokens": 1,
-                                            "schedule_conservativeness": 0.0}}}},
-    "traffic": {"source_type": "synthetic", "load_type": "concurrency", "concurrency": 2,
-                "isl": 1, "osl": 24, "request_count": 2},
-}
+SGLANG_CLIPPED_PAIR = sglang_clipped(kv_tokens=38, max_num_seqs=8, chunk=2, max_prefill=256,
+                                     isl=1, osl=24, requests=2)
 
 
 def in_sglang_clipped_livelock(payload):

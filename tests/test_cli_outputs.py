@@ -15,7 +15,7 @@ import pytest
 from aisimulate_core import run_replay
 from aisimulate_core.cli import main
 from aisimulate_core.cli.outputs import RunOutputs, resolve_target
-from test_cli import run_summary, tiny_payload, without_wall_time
+from test_cli import run_summary, scripted, tiny_payload, without_wall_time  # noqa: F401 (fixture)
 
 TRACE_ROW = '{"request_id":"r0","timestamp":0,"input_length":16,"output_length":4,"hash_ids":[1]}\n'
 
@@ -136,17 +136,13 @@ def report_and_records(tmp_path):
             resolve_target("--per-request", str(tmp_path / "r.jsonl")))
 
 
-def test_an_interruption_while_writing_the_records_changes_nothing(tmp_path):
+def test_an_interruption_during_the_run_changes_nothing(tmp_path):
     (tmp_path / "r.json").write_text("old report")
     (tmp_path / "r.jsonl").write_text("old records")
-
-    def records():
-        yield {"uuid": 1}
-        raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
         with RunOutputs(*report_and_records(tmp_path)) as outputs:
-            outputs.finish('{"new": "report"}', records())
+            outputs.record_writer({"uuid": 1})  # records stream in as requests end
+            raise KeyboardInterrupt
     assert (tmp_path / "r.json").read_text() == "old report"
     assert (tmp_path / "r.jsonl").read_text() == "old records"
     assert names(tmp_path) == ["r.json", "r.jsonl"]
@@ -156,11 +152,26 @@ def test_records_that_cannot_be_committed_keep_the_previous_report(tmp_path):
     (tmp_path / "r.json").write_text("old report")
     with pytest.raises(Exception) as error:
         with RunOutputs(*report_and_records(tmp_path)) as outputs:
+            outputs.record_writer({"uuid": 1})
             (tmp_path / "r.jsonl").mkdir()  # a directory took the records' name: no rename
-            outputs.finish('{"new": "report"}', [{"uuid": 1}])
+            outputs.finish('{"new": "report"}')
     assert str(error.value) == f"cannot write {tmp_path / 'r.jsonl'}: Is a directory"
     assert (tmp_path / "r.json").read_text() == "old report"
     assert names(tmp_path) == ["r.json", "r.jsonl"]
+
+
+def test_the_report_is_committed_after_its_records(tmp_path):
+    (tmp_path / "r.jsonl").write_text("old records")
+    with pytest.raises(Exception) as error:
+        with RunOutputs(*report_and_records(tmp_path)) as outputs:
+            outputs.record_writer({"uuid": 1})
+            (tmp_path / "r.json").mkdir()  # the report cannot be renamed into place
+            outputs.finish('{"new": "report"}')
+    assert str(error.value) == f"cannot write {tmp_path / 'r.json'}: Is a directory"
+    # never a report without its records: these records are new, and no report was written
+    assert (tmp_path / "r.jsonl").read_text() == '{"uuid":1}\n'
+    assert names(tmp_path) == ["r.json", "r.jsonl"]
+    assert names(tmp_path / "r.json") == []
 
 
 def run_cli(*args, **kwargs):
@@ -234,3 +245,32 @@ def test_dev_stdout_into_a_file_writes_that_file_in_place(tmp_path, payload):
     assert (result.returncode, result.stderr) == (0, "")
     assert out.stat().st_ino == inode  # written through the descriptor, not replaced
     assert json.loads(out.read_text())["completed_requests"] == 4  # the report alone, no table
+
+
+def test_records_reach_the_file_during_the_run(tmp_path, scripted):
+    from test_cli import with_timing
+
+    sizes = []
+
+    def size_of_the_temporary_file():
+        (temp,) = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        sizes.append(temp.stat().st_size)
+
+    scripted(size_of_the_temporary_file)
+    # one request after the other, each with its own prompt length: every prefill is a new
+    # step time to ask the provider for (the step timer remembers the ones it has seen)
+    (tmp_path / "t.jsonl").write_text("".join(
+        json.dumps({"timestamp": 100 * i, "input_length": 17 + i, "output_length": 2,
+                    "hash_ids": [4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3]}) + "\n" for i in range(30)))
+    payload = with_timing(tiny_payload(), "scripted")
+    payload["traffic"] = {"source_type": "trace", "trace_format": "mooncake",
+                          "trace_path": str(tmp_path / "t.jsonl"), "trace_block_size": 16}
+    (tmp_path / "p.json").write_text(json.dumps(payload))
+    argv = ["run", str(tmp_path / "p.json"), "--quiet", "--plugin", "scripted_timing",
+            "--per-request", str(tmp_path / "r.jsonl")]
+    assert main(argv) == 0
+    # each prefill step looked at the temporary file: it grew with the records of the requests
+    # done before (in steps of the write buffer), they were not kept to the end of the run
+    assert sizes[0] == 0 and sizes == sorted(sizes)
+    assert sizes[-1] >= 8192
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 30

@@ -244,10 +244,6 @@ class RecordWriter:
         self._out.write(self._encode(record).decode("utf-8") + "\n")
         self.count += 1
 
-    def write_all(self, records: Iterable[dict[str, Any]]) -> None:
-        for record in records:
-            self(record)
-
 
 class RunOutputs:
     """The report and per-request outputs of one run, opened before it and committed together.
@@ -289,13 +285,11 @@ class RunOutputs:
         if kind is not None:
             self.discard()
 
-    def finish(self, report_json: str | None, records: Iterable[dict[str, Any]] | None) -> None:
-        """Write what is left (the report; the records unless they were streamed), then
-        commit: records before the report."""
+    def finish(self, report_json: str | None) -> None:
+        """Write the report (the records were written as they came), then commit: records
+        before the report."""
         if self.report is not None and report_json is not None:
             self.report.write(report_json)
-        if self.record_writer is not None and records is not None:
-            self.record_writer.write_all(records)
         for out in self._files:
             out.finish_writing()
         for out in self._files:

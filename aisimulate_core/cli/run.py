@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 from pathlib import Path
 
@@ -32,27 +31,17 @@ def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
     if not args.quiet and sys.stderr.isatty():
         progress = ProgressLine(sys.stderr)
     with RunOutputs(report_target, records_target) as outputs:
-        streamed = outputs.record_writer is not None and _streams_records(run_replay)
         try:
-            if streamed:
-                report = run_replay(payload, plugin_manager=pm, progress=progress,
-                                    on_record=outputs.record_writer)
-            else:
-                report = run_replay(payload, plugin_manager=pm, progress=progress)
+            # the records go to their (temporary) file as requests end: memory stays flat
+            report = run_replay(payload, plugin_manager=pm, progress=progress,
+                                on_record=outputs.record_writer)
         finally:
             if progress is not None:
                 progress.close()
-        outputs.finish(report.to_json() if report_target is not None else None,
-                       None if streamed else report.per_request)
+        outputs.finish(report.to_json() if report_target is not None else None)
     if not any(writes_stdout(target) for target in targets):  # else stdout carries the data
         write_stdout(format_summary(report.summary))
     return 0
-
-
-def _streams_records(run_replay) -> bool:
-    # `on_record` streams each record to the file as its request ends (memory stays bounded);
-    # an api without it hands the records over in the report at the end.
-    return "on_record" in inspect.signature(run_replay).parameters
 
 
 def inputs_of(payload_path: Path, payload) -> list[tuple[str, Path]]:

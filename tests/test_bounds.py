@@ -144,3 +144,14 @@ def test_a_derived_request_count_is_bounded_too():
     with pytest.raises(ConfigError, match=r"^\$\.traffic\.num_request_ratio: gives 100000000 "
                                           r"requests, more than 10000000, got 100000000\.0$"):
         run_replay(payload)
+
+
+def test_explicit_requests_are_bounded_like_synthetic_ones():
+    from aisimulate_core.spec.bounds import check_request_count
+    from aisimulate_core.spec.validate import Checker
+
+    checker = Checker()
+    check_request_count(MAX_REQUESTS, "$.requests", checker)
+    check_request_count(MAX_REQUESTS + 1, "$.requests", checker)
+    assert checker.problems == [("$.requests", f"must hold at most {MAX_REQUESTS} requests, got "
+                                               f"{MAX_REQUESTS + 1}")]

@@ -122,6 +122,11 @@ def check_deployment_bounds(spec: Any, role_path: Any, p: str, c: Any) -> None:
               f"the vLLM/TRT-LLM pools), more than {MAX_BLOCK_OFFSETS}")
 
 
+def check_request_count(count: int, p: str, c: Any) -> None:
+    if count > MAX_REQUESTS:
+        c.add(p, f"must hold at most {MAX_REQUESTS} requests, got {count}")
+
+
 def check_request_bounds(r: Any, rp: str, c: Any) -> None:
     time_at_most(c, rp + ".arrival_time_ms", r.arrival_time_ms)
     at_most(c, rp + ".input_tokens", r.input_tokens, MAX_TOKENS, "tokens per request")
@@ -162,5 +167,5 @@ def check_trace_bounds(t: Any, p: str, c: Any) -> None:
 __all__ = ["MAX_BLOCK_OFFSETS", "MAX_BLOCK_SIZE", "MAX_RANKS", "MAX_REQUESTS", "MAX_STEP_MS", "MAX_TIME_MS",
            "MAX_TOKENS",
            "MIN_REQUEST_RATE", "MIN_SPEEDUP_RATIO", "check_deployment_bounds",
-           "check_rank_bounds", "check_request_bounds", "check_synthetic_bounds",
+           "check_rank_bounds", "check_request_bounds", "check_request_count", "check_synthetic_bounds",
            "check_trace_bounds"]

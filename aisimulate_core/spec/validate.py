@@ -8,8 +8,8 @@ reference's (`engine/config.rs` validate, `replay/spec.rs` validate, the binding
 import math
 from typing import Any
 
-from .bounds import (check_deployment_bounds, check_rank_bounds, check_request_bounds, check_synthetic_bounds,
-                     check_trace_bounds)
+from .bounds import (check_deployment_bounds, check_rank_bounds, check_request_bounds, check_request_count,
+                     check_synthetic_bounds, check_trace_bounds)
 from .converter import U32_MAX, one_of, show
 from .engine import EngineConfig, ReplayEngineConfig, ReplayRoleConfig
 from .replay import Payload, ReplaySpec
@@ -241,6 +241,7 @@ def check_requests(spec: ReplaySpec, p: str, c: Checker) -> None:
     decode_dp = spec.engine.role("aggregated" if aggregated else "decode").dp_size
     prefill_dp = spec.engine.role("prefill").dp_size
     first_index: dict[str, int] = {}
+    check_request_count(len(spec.requests), p, c)
     for i, r in enumerate(spec.requests):
         rp = f"{p}[{i}]"
         if not r.id:

@@ -128,6 +128,14 @@ CASES += [
      RP + "reused-input-tokens-above-input-length.json", True),
 ]
 
+# k. a queue head that can never start (nothing runs, it does not fit the prefill budget): vLLM
+# (aggregated and the disaggregated prefill role) parks the worker and aborts only when nothing
+# else can happen, so a time limit reached first gives a report; SGLang aborts at once.
+CASES += [(_n, PL + _n + ".json", True) for _n in (
+    "stall_vllm_parked_cutoff", "stall_disagg_prefill_parked_cutoff")]
+CASES += [(_n, PL + _n + ".json", True, "expect_error") for _n in (
+    "stall_vllm_parked_drained", "stall_disagg_prefill_parked_drained", "stall_sglang_not_parked")]
+
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it
 _HANG_PROBE = """

@@ -113,11 +113,11 @@ def test_a_second_terminal_of_a_request_is_caught(checks):
         sim.events.on_finish(finished[0], 30.0, "completed")
 
 
-def test_a_run_that_drains_with_requests_in_flight_is_caught(checks):
+def test_a_run_that_drains_with_an_arrival_never_ended_is_caught(checks):
     sim = build_simulation(load_payload(json.dumps(bare_spec([req(0, 16, 4)]))))
-    sim.in_flight += 1                                     # a request the run lost track of
-    with pytest.raises(SimulationError, match=r"invariant: the run drained with 1 arrivals, 1 "
-                                              r"terminals and 1 requests in flight"):
+    sim.arrived += 1                                       # an arrival the run lost track of
+    with pytest.raises(SimulationError, match=r"invariant: the run drained with 2 arrivals, 1 "
+                                              r"terminals and 0 requests in flight"):
         sim.run()
     assert math.isinf(sim.max_sim_time_ms)
 

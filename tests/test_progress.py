@@ -16,7 +16,7 @@ from aisimulate_core import build_simulation, load_payload
 from aisimulate_core.engine.timing import FixedTiming, StepTimer
 from aisimulate_core.errors import SimulationError
 from aisimulate_core.runtime.simulation import LIVELOCK_PASSES
-from reference import ROOT, load_fixture
+from reference import ROOT, load_fixture, record_mismatches, run_fixture, summary_mismatches
 
 
 def _simulation(name, on_event=None):
@@ -110,8 +110,10 @@ def test_vllm_stall_names_its_json_path():
                    enable_chunked_prefill=False, max_num_batched_tokens=512)
     with pytest.raises(SimulationError) as info:
         build_simulation(load_payload(json.dumps(spec))).run()
-    assert str(info.value).startswith("request r1 can never be scheduled: "
-                                      "$.spec.engine.rank.max_num_batched_tokens: ")
+    assert str(info.value) == (
+        "$.spec.engine.rank.max_num_batched_tokens: its prompt of 800 tokens exceeds "
+        "max_num_batched_tokens 512 and chunked prefill is disabled; request 'r1' can never be "
+        "scheduled")
 
 
 def test_the_livelock_guard_stops_what_the_engine_does_not_detect():
@@ -151,3 +153,43 @@ def test_a_pass_time_beyond_the_reference_duration_is_an_error(phase, timer):
     assert message.startswith(f"timing 'fixed': {phase} time ") and "out of range" in message
     for name in ("repro_prefill_ms_1e308", "repro_speedup_ratio_denormal"):
         assert "out of range" in load_fixture(name)["error"]
+
+
+@pytest.mark.parametrize("name", ["stall_vllm_parked_cutoff", "stall_disagg_prefill_parked_cutoff"])
+def test_a_head_that_never_starts_parks_its_worker_until_the_time_limit(name):
+    """vLLM: nothing runs on worker 0 and its head exceeds the non-chunked budget; the reference
+    runs the other work on to max_sim_time_ms and reports, the stranded request in flight."""
+    report, fixture = run_fixture(name)
+    assert summary_mismatches(report.summary, fixture["summary"]) == []
+    assert record_mismatches(report.per_request, fixture["per_request"]) == []
+    assert report.summary["num_requests"] == 2 and report.summary["completed_requests"] == 0
+
+
+@pytest.mark.parametrize("name, message", [
+    ("stall_vllm_parked_drained",
+     "$.spec.engine.rank.max_num_batched_tokens: its prompt of 208 tokens exceeds "
+     "max_num_batched_tokens 160 and chunked prefill is disabled; request #2 can never be "
+     "scheduled"),
+    ("stall_disagg_prefill_parked_drained",
+     "request #2 can never be scheduled on prefill worker 0: its prompt of 208 tokens exceeds "
+     "max_num_batched_tokens 160 and chunked prefill is disabled; the disaggregated replay "
+     "cannot progress with 1 requests in flight"),
+])
+def test_a_parked_worker_is_an_error_once_nothing_else_can_happen(name, message):
+    completed = []
+    sim, fixture = _simulation(name, lambda kind, t, r: completed.append(t)
+                               if kind == "completed" else None)
+    with pytest.raises(SimulationError) as info:
+        sim.run()
+    assert "effect-free zero-duration pass with 1 in-flight" in fixture["error"]
+    assert str(info.value) == message
+    assert len(completed) == 1 and completed[0] > 1000.0   # the other request ran to its end
+
+
+def test_sglang_does_not_park_a_worker_whose_head_never_starts():
+    # the same load on SGLang: the reference aborts at once, before the 100 ms limit
+    sim, fixture = _simulation("stall_sglang_not_parked")
+    with pytest.raises(SimulationError, match="max_prefill_tokens: 160 < prompt of request #2"):
+        sim.run()
+    assert "effect-free zero-duration pass" in fixture["error"]
+    assert sim.now_ms == 1.0

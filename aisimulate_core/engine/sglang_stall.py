@@ -53,17 +53,29 @@ def head_stall_reason(rank, r):
                 else f"prefill chunk of request {request_name(r)} ({chunk} of its {length} tokens")
         pages = f", {charged} in whole {ps}-token pages" if charged != chunk else ""
         return f"{path}.sglang.max_prefill_tokens: {budget.max_prefill} < {what}{pages})"
-    reserve = budget.output_reserve(r) if chunk == extend else 0
-    held = sum(q.held_blocks - q.committed_blocks for q in rank.waiting
-               if q.seq is not None and q is not r)
-    others = f", {held} of them held by partly prefilled requests" if held else ""
-    return _pool_too_small(rank, r, charged, reserve) + others
+    whole = _pages(length, ps)
+    reserve = budget.output_reserve(r)
+    if whole + reserve >= rank.total_kv_tokens:
+        return _pool_too_small(rank, r, whole, reserve)
+    # it would fit alone: other queued requests hold the pages it needs
+    cache = rank.cache
+    held = [q for q in rank.waiting if q.seq is not None and q is not r]
+    holders = ", ".join(f"request {request_name(q)} {q.held_blocks}" for q in held[:3])
+    return (f"{_pool(rank)} has {cache.available() + cache.evictable_size} tokens free, too few "
+            f"for the next {charged}-token chunk of request {request_name(r)} ({start} of its "
+            f"{length} tokens computed), and partly prefilled requests that never run hold "
+            f"the rest ({holders or 'none'})")
 
 
-def _pool_too_small(rank, r, prompt_tokens, reserve):
-    return (f"{_pool(rank)} cannot hold request {request_name(r)}: {prompt_tokens} prompt tokens "
-            f"plus an output reserve of {reserve} (at most {rank.config_path}.sglang."
-            f"clip_max_new_tokens = {rank.budget.clip})")
+def _pool_too_small(rank, r, tokens, reserve):
+    length = r.prompt_len + r.generated
+    what = f"{length} prompt tokens" if not r.generated else (
+        f"{length} tokens ({r.prompt_len} prompt + {r.generated} generated before a retraction)")
+    if tokens != length:
+        what += f", {tokens} in whole {rank.page_size}-token pages,"
+    return (f"{_pool(rank)} cannot hold request {request_name(r)}: {what} plus an output "
+            f"reserve of {reserve} (at most {rank.config_path}.sglang.clip_max_new_tokens = "
+            f"{rank.budget.clip})")
 
 
 def fit_reason(rank, r):

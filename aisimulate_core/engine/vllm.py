@@ -125,9 +125,10 @@ class VllmRank(RankBase):
             budget, preempted = self._schedule_running_walk(P, budget)
         admitted = 0
         if not preempted:
+            # a head that can never start (nothing runs, it does not fit) makes the pass
+            # empty: the runtime parks the worker and, as the reference, aborts only once
+            # nothing else can happen (other workers may run on to a time limit first)
             admitted = self._admit_waiting(now_ms, budget)
-            if not self.running and self.waiting and not self._rejected:
-                self._stalled(budget)
         ready = [r for r in self.partial if r.computed >= r.prompt_len + r.generated]
         self._ready = ready
         self._plain_decode = (fast and not self.partial and not self._rejected
@@ -424,22 +425,17 @@ class VllmRank(RankBase):
             r.max_reused = cached
         return budget - tokens
 
-    def _stalled(self, budget):
-        """Nothing runs and the queue head cannot start: it never will (the reference aborts)."""
-        r = self.waiting[0]
-        raise SimulationError(f"request {r.request_id or f'#{r.uuid}'} can never be scheduled: "
-                              f"{self.stall_reason(r)}")
-
     def stall_reason(self, r):
         """Why ``r``, at the head of the queue, cannot start."""
         if not self.chunked and r.prompt_len > self.max_batched:
-            return (f"{self._at('max_num_batched_tokens')}its prompt of {r.prompt_len} tokens "
-                    f"exceeds max_num_batched_tokens {self.max_batched} and chunked prefill is "
-                    f"disabled")
-        return (f"{self._at('num_gpu_blocks')}its {r.prompt_len + r.generated} tokens need more "
-                f"than the {self.num_blocks} KV blocks of {self.block_size} tokens of a rank")
+            return (f"{self.setting_prefix('max_num_batched_tokens')}its prompt of "
+                    f"{r.prompt_len} tokens exceeds max_num_batched_tokens {self.max_batched} "
+                    f"and chunked prefill is disabled")
+        return (f"{self.setting_prefix('num_gpu_blocks')}its {r.prompt_len + r.generated} tokens "
+                f"need more than the {self.num_blocks} KV blocks of {self.block_size} tokens of "
+                f"a rank")
 
-    def _at(self, field):
+    def setting_prefix(self, field):
         """``$.path.field: `` of one of the rank's settings, when the path is known."""
         return f"{self.config_path}.{field}: " if self.config_path else ""
 
@@ -457,7 +453,7 @@ class VllmRank(RankBase):
             never = blocks > self.num_blocks
         if not never:
             return None
-        return (f"{self._at('num_gpu_blocks')}the prompt of request {request_name(r)} "
+        return (f"{self.setting_prefix('num_gpu_blocks')}the prompt of request {request_name(r)} "
                 f"({r.prompt_len} tokens) needs {blocks} KV blocks of {self.block_size} tokens, "
                 f"a rank has {self.num_blocks}")
 

@@ -51,11 +51,6 @@ class VllmPrefillRank(VllmRank):
         self._release(r)
         self.held_sources -= 1
 
-    def _stalled(self, budget):
-        if not self.held_sources:
-            super()._stalled(budget)
-        # held sources fill the pool: the head waits for a release
-
 
 class VllmDecodeRank(VllmRank):
     charges_prefill = False
@@ -185,11 +180,6 @@ class VllmDecodeRank(VllmRank):
     def _release(self, r):
         super()._release(r)
         self.generation += 1
-
-    def _stalled(self, budget):
-        # a head that cannot start may wait for a reservation or an activation: the runtime
-        # decides when nothing can progress any more
-        pass
 
     def stall_reason(self, r):
         tokens = r.prompt_len + r.generated

@@ -466,8 +466,17 @@ class DisaggregatedSimulation(Simulation):
                               f"progress with {self.in_flight} requests in flight")
 
     def _no_progress(self, t):
+        """The same-time livelock guard of this loop: name where the work sits."""
+        where = ""
+        for pool, workers in (("prefill", self.prefill_workers), ("decode", self.decode_workers)):
+            busy = [w for w in workers if w.has_work()]
+            if busy:
+                names = ", ".join(busy[0].spinning_requests())
+                where = f"; {pool} worker {busy[0].idx} holds requests {names}"
+                break
         raise SimulationError(f"the disaggregated replay keeps changing state at {t} ms without "
-                              f"time advancing ({self.in_flight} requests in flight)")
+                              f"time advancing ({_MAX_ROUNDS} rounds, the livelock limit; "
+                              f"{self.in_flight} requests in flight{where})")
 
     def _stuck_request(self):
         for pool, workers in (("prefill", self.prefill_workers), ("decode", self.decode_workers)):
@@ -478,7 +487,8 @@ class DisaggregatedSimulation(Simulation):
                         r = pending[0]
                         blocks = -(-r.prompt_len // rank.block_size)
                         return (f"request {_name(r)} can never get its KV reserved on decode "
-                                f"worker {worker.idx}: its prompt needs {blocks} KV blocks of "
+                                f"worker {worker.idx}: {rank.setting_prefix('num_gpu_blocks')}its prompt "
+                                f"needs {blocks} KV blocks of "
                                 f"{rank.block_size} tokens, {rank.pool.allocatable()} of "
                                 f"{rank.num_blocks} are free")
                     if rank.waiting:
@@ -518,7 +528,7 @@ def _check_rank(request, dp_rank, worker):
 
 
 def _name(r):
-    return r.request_id or f"#{r.uuid}"
+    return r.request_id or f"#{r.uuid}"   # (the wording the recorded messages use)
 
 
 def pool_view(kind, workers):

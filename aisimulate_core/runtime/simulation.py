@@ -160,7 +160,18 @@ class Simulation:
         return math.isinf(self._next_time())
 
     def _check_drained(self):
-        """Nothing is left to happen: a loop that can leave requests stranded raises here."""
+        """Nothing is left to happen: requests still in flight wait behind a queue head that
+        can never start; the reference aborts the run then, and so do we."""
+        if self.in_flight <= 0:
+            return
+        for worker in self.workers:
+            for rank in worker.ranks:
+                if rank.waiting and not rank.running:
+                    r = rank.waiting[0]
+                    raise SimulationError(f"{rank.stall_reason(r)}; request {request_name(r)} "
+                                          f"can never be scheduled")
+        raise SimulationError(f"the replay cannot progress with {self.in_flight} requests in "
+                              f"flight")
 
     # ------------------------------------------------------------------ loop
     def _next_time(self):
@@ -202,22 +213,29 @@ class Simulation:
                 if not worker.busy:
                     end = worker.start_pass(t, horizon, self.max_sim_time_ms)
                     if end is not None:
-                        if end == t:
-                            self._zero_time_pass(worker, t)
+                        if end == t and self._zero_time_pass(worker, t):
+                            continue
                         queue.push(end, PASS_DONE, (idx << 32) | worker.generation)
             dirty.clear()
 
     def _zero_time_pass(self, worker, t):
-        """The livelock guard: count effect-free zero-time passes in a row at ``t``."""
+        """A pass of ``worker`` ends as it starts. Returns True when the worker is parked: its
+        ranks run nothing and the head of each queue can never start, so the pass is over at
+        once and the worker waits for the next arrival placed on it (which joins behind).
+        Otherwise counts effect-free zero-time passes in a row at ``t`` (the livelock guard)."""
         if worker.progressed():
             self._spins = 0
-            return
+            return False
+        if worker.blocked():
+            worker.complete_pass()
+            return True
         if t != self._spin_t:
             self._spin_t = t
             self._spins = 0
         self._spins += 1
         if self._spins >= LIVELOCK_PASSES:
             raise livelock_error(worker, t, self._spins)
+        return False
 
     def _arrival_horizon(self):
         """The earliest time a known request could arrive; passes starting later may see it."""

@@ -87,6 +87,13 @@ class Worker:
                 return True
         return False
 
+    def blocked(self):
+        """Every rank of the pass just formed runs nothing and has a queue it cannot start."""
+        for rank in self._active:
+            if rank.running or not rank.waiting:
+                return False
+        return True
+
     def spinning_requests(self, limit=3):
         """A few requests of this worker's ranks, named for a livelock message."""
         names = []

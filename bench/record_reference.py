@@ -135,6 +135,9 @@ CASES += [(_n, PL + _n + ".json", True) for _n in (
     "stall_vllm_parked_cutoff", "stall_disagg_prefill_parked_cutoff")]
 CASES += [(_n, PL + _n + ".json", True, "expect_error") for _n in (
     "stall_vllm_parked_drained", "stall_disagg_prefill_parked_drained", "stall_sglang_not_parked")]
+# l. a time limit cuts passes in flight: their prompt work is not in committed_prefill_tokens
+CASES += [(_n, PL + _n + ".json", True) for _n in (
+    "cutoff_prefill_in_flight_vllm", "cutoff_prefill_in_flight_sglang")]
 
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it

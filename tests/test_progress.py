@@ -193,3 +193,12 @@ def test_sglang_does_not_park_a_worker_whose_head_never_starts():
         sim.run()
     assert "effect-free zero-duration pass" in fixture["error"]
     assert sim.now_ms == 1.0
+
+
+@pytest.mark.parametrize("name", ["cutoff_prefill_in_flight_vllm", "cutoff_prefill_in_flight_sglang"])
+def test_a_pass_cut_by_the_time_limit_computes_no_prompt_tokens(name):
+    """A pass still in flight at max_sim_time_ms never completes: the reference leaves its
+    prompt work out of committed_prefill_tokens (found by a differential fuzz run)."""
+    report, fixture = run_fixture(name)
+    assert summary_mismatches(report.summary, fixture["summary"]) == []
+    assert record_mismatches(report.per_request, fixture["per_request"]) == []

@@ -74,6 +74,7 @@ class SglangRank(SglangKv, RankBase):
         self._catch_up = []          # members whose first token waits for a decode step
         self.pass_end_ms = 0.0
         self.committed_prefill_tokens = 0
+        self._pass_committed = 0
         self.retractions = 0
         # group-round feedback (prefill_decode_interval, ratio reset), see finish_round
         self.prefill_in_pass = False
@@ -107,6 +108,7 @@ class SglangRank(SglangKv, RankBase):
         if not running and not waiting and not self.rounds_left:
             return None
         self._k0 = self._k2 = 0
+        self._pass_committed = 0     # prompt tokens computed; they count once the pass ends
         defer = self.rounds_left > 0
         rejected = 0
         if self.max_model_len is not None and waiting:
@@ -305,7 +307,7 @@ class SglangRank(SglangKv, RankBase):
             rem_chunk -= charged
             if rem_chunk <= 0.0:
                 break
-        self.committed_prefill_tokens += computed
+        self._pass_committed = computed
         return can_run, sum_isl, sum_prefix, computed
 
     # ------------------------------------------------------------------ tokens
@@ -430,6 +432,8 @@ class SglangRank(SglangKv, RankBase):
     def complete(self):
         end_ms = self.pass_end_ms
         self._pass_done(end_ms)
+        # a pass cut off by the run's time limit never completes: its prompt work is not counted
+        self.committed_prefill_tokens += self._pass_committed
         done = self._done
         if done:
             self._done = []

@@ -112,6 +112,7 @@ class VllmRank(RankBase):
                 need += -(-(r.prompt_len + r.generated) // bs) - r.held_blocks
             fast = need <= self.pool.allocatable()
         self._pf_count = 0
+        self._pf_tokens = 0          # prompt tokens computed; they count once the pass ends
         self._pf_isl = 0
         self._pf_prefix = 0
         if fast:
@@ -273,7 +274,7 @@ class VllmRank(RankBase):
             self._pf_count += 1
             self._pf_isl += prompt_end
             self._pf_prefix += prompt_start
-            self.committed_prefill_tokens += tokens
+            self._pf_tokens += tokens
             r.pass_chunk = (tokens, prompt_end, prompt_start)
         else:
             r.pass_chunk = (tokens, -1, -1)
@@ -341,7 +342,7 @@ class VllmRank(RankBase):
             self._pf_count -= 1
             self._pf_isl -= isl
             self._pf_prefix -= prefix
-            self.committed_prefill_tokens -= tokens
+            self._pf_tokens -= tokens
         return tokens
 
     def _admit_waiting(self, now_ms, budget):
@@ -472,6 +473,8 @@ class VllmRank(RankBase):
         end_ms = self.pass_end_ms
         P = self.pass_index
         self._pass_done(end_ms)
+        # a pass cut off by the run's time limit never completes: its prompt work is not counted
+        self.committed_prefill_tokens += self._pf_tokens
         if self._rejected:
             rejected = self._rejected
             self._rejected = []

@@ -315,14 +315,6 @@ class Collector:
         duration_ms = totals.duration_ms
         if report_end_ms is not None:
             duration_ms = max(_nonneg(report_end_ms - self._report_start_ms), duration_ms)
-        itl, rate_per_user = self._token_distributions()
-        completed = totals.completed
-        input_tokens, output_tokens = totals.input_tokens, totals.output_tokens
-        duration_s = max(duration_ms / 1000.0, 1e-9)
-        prefill_ws, decode_ws = self._worker_seconds
-        prefill_gpw, decode_gpw = self._gpus_per_worker
-        processed = input_tokens + output_tokens
-        wall_ok = math.isfinite(wall_time_ms) and wall_time_ms > 0.0
 
         values: dict[str, Any] = {
             "kv_eviction_policy": "lru",
@@ -331,7 +323,30 @@ class Collector:
             "power_coverage": None,
         }
         values.update(self._extras)
-        values.update(
+        values.update(self._count_values(duration_ms, wall_time_ms))
+        values.update(self._distribution_values())
+        order = summary_keys(goodput=totals.sla is not None, extras=list(self._extras))
+        summary = {key: values[key] for key in order}
+
+        per_request = None
+        if self._records is not None:
+            records = sorted(self._records, key=_record_order)
+            per_request = [per_request_record(rec) for rec in records]
+        elif self._stream is not None:
+            self._stream.flush()
+        return Report(summary=summary, per_request=per_request)
+
+    def _count_values(self, duration_ms: float, wall_time_ms: float) -> dict[str, Any]:
+        """Counts, token totals, throughputs, worker time, reuse ratios and goodput."""
+        totals = self._totals
+        completed = totals.completed
+        input_tokens, output_tokens = totals.input_tokens, totals.output_tokens
+        duration_s = max(duration_ms / 1000.0, 1e-9)
+        prefill_ws, decode_ws = self._worker_seconds
+        prefill_gpw, decode_gpw = self._gpus_per_worker
+        processed = input_tokens + output_tokens
+        wall_ok = math.isfinite(wall_time_ms) and wall_time_ms > 0.0
+        values = dict(
             num_requests=self._num_requests,
             completed_requests=completed,
             total_input_tokens=input_tokens,
@@ -358,13 +373,18 @@ class Collector:
             num_tpot_samples=len(totals.tpot),
             num_e2e_latency_samples=len(totals.e2e),
         )
-        sla = totals.sla
-        if sla is not None:
+        if totals.sla is not None:
             values.update(
                 goodput_completed_requests=totals.good,
                 goodput_request_throughput_rps=totals.good / duration_s,
                 goodput_output_throughput_tok_s=totals.good_tokens / duration_s,
             )
+        return values
+
+    def _distribution_values(self) -> dict[str, float]:
+        """The nine figures of each latency and token-rate distribution."""
+        totals = self._totals
+        itl, rate_per_user = self._token_distributions()
         dists: list[tuple[list[str], DistributionStats]] = [
             (_dist_keys("ttft"), exact_stats(totals.ttft)),
             (_dist_keys("ttst"), exact_stats(totals.ttst)),
@@ -373,19 +393,10 @@ class Collector:
             (_dist_keys("e2e_latency"), exact_stats(totals.e2e)),
             (_dist_keys("output_token_throughput_per_user", ""), rate_per_user.stats()),
         ]
+        values: dict[str, float] = {}
         for keys, stats in dists:
             values.update(zip(keys, stats))
-
-        order = summary_keys(goodput=sla is not None, extras=list(self._extras))
-        summary = {key: values[key] for key in order}
-
-        per_request = None
-        if self._records is not None:
-            records = sorted(self._records, key=_record_order)
-            per_request = [per_request_record(rec) for rec in records]
-        elif self._stream is not None:
-            self._stream.flush()
-        return Report(summary=summary, per_request=per_request)
+        return values
 
 
 class _Totals:

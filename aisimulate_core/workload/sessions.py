@@ -44,8 +44,8 @@ _AUTHORED = (1 << 64) - 1  # a planned-output start meaning "the turn authored i
 
 def trace_start_order(sessions):
     """(start_ms, index) of a trace's sessions in (start, index) order; no start counts as 0."""
-    starts = [0.0 if s.start_ms is None else s.start_ms for s in sessions]
-    order = sorted(range(len(sessions)), key=starts.__getitem__)  # stable: ties by index
+    starts = [s.start_ms or 0.0 for s in sessions]      # the sessions' own values (no copies)
+    order = array("Q", sorted(range(len(sessions)), key=starts.__getitem__))  # stable: by index
     return ((starts[i], i) for i in order)
 
 

@@ -117,6 +117,9 @@ CASES += [
     ("repro_hang_sglang_chunked_prefill", RP + "hang-sglang-chunked-prefill-livelock.json", False,
      "expect_hang"),
     ("repro_hang_sglang_clip", RP + "hang-sglang-clip-livelock.json", False, "expect_hang"),
+    # two running requests on a clipped reserve; the retracted one holds its recompute (found by
+    # the property test)
+    ("hang_sglang_clipped_pair", PL + "hang_sglang_clipped_pair.json", False, "expect_hang"),
     ("repro_sglang_max_prefill_stall", RP + "sglang-stall-message-blames-kv-pool.json", False,
      "expect_error"),
     ("repro_prefill_ms_1e308", RP + "prefill-ms-1e308-overflowerror.json", False, "expect_error"),

@@ -35,7 +35,8 @@ def _run_to_error(name):
     return str(info.value), sim.now_ms, len(completed), fixture
 
 
-@pytest.mark.parametrize("name", ["repro_hang_sglang_chunked_prefill", "repro_hang_sglang_clip"])
+@pytest.mark.parametrize("name", ["repro_hang_sglang_chunked_prefill", "repro_hang_sglang_clip",
+                                  "hang_sglang_clipped_pair"])
 def test_a_livelock_stops_where_the_reference_clock_stops(name):
     message, clock, completed, fixture = _run_to_error(name)
     hang = fixture["hang"]
@@ -50,9 +51,10 @@ def test_the_chunked_prefill_livelock_names_the_pool_and_the_chunked_prompt():
     assert message == (
         "$.spec.engine.rank.num_gpu_blocks: 334 blocks of 4 tokens (1336 KV tokens per rank) is "
         "full and request #12, the only one running, needs another 4-token page that nothing "
-        "will free: request #12 holds 760; request #13 holds 576 of its 741 prompt tokens (a "
-        "partly prefilled prompt, $.spec.engine.rank.sglang.chunked_prefill_size = 352, is "
-        "never retracted) (worker 0 dp rank 0, stuck at 2945.0 ms)")
+        "will free: request #12 holds 760; request #13 holds 576 of the 741 tokens it is "
+        "prefilling (a request part way through its prefill, "
+        "$.spec.engine.rank.sglang.chunked_prefill_size = 352, is never retracted) (worker 0 "
+        "dp rank 0, stuck at 2945.0 ms)")
 
 
 def test_the_clip_livelock_names_the_pool_and_the_clipped_reserve():
@@ -202,3 +204,13 @@ def test_a_pass_cut_by_the_time_limit_computes_no_prompt_tokens(name):
     report, fixture = run_fixture(name)
     assert summary_mismatches(report.summary, fixture["summary"]) == []
     assert record_mismatches(report.per_request, fixture["per_request"]) == []
+
+
+def test_a_settled_admission_ratio_counts_as_its_floor():
+    """schedule_conservativeness 0: the ratio never decays after a retraction set it to 1, so
+    the starved pass repeats at once (the property test found this one behind the guard)."""
+    message, clock, _, _ = _run_to_error("hang_sglang_clipped_pair")
+    assert "livelock limit" not in message
+    assert message.startswith("$.spec.engine.rank.num_gpu_blocks: 38 blocks of 1 tokens")
+    assert "request #1 holds 16 of the 19 tokens it is prefilling" in message
+

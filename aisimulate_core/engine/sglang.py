@@ -137,7 +137,7 @@ class SglangRank(SglangKv, RankBase):
         else:
             # members always have output left: an idle deferred round is one with no decoders
             self._interval_idle = defer and not running
-            at_floor = self.ratio.value <= self.ratio.min
+            settled = self.ratio.settled()
             decode_ms, retraction = self._decode_step()
             end_ms = now_ms + decode_ms
             if self._emitted_any:
@@ -147,10 +147,10 @@ class SglangRank(SglangKv, RankBase):
                 self._stalled()
             if self._starved:
                 # The lone decoder found no page and nothing changed. With the admission ratio
-                # at its floor (and no deferred rounds) the next pass is this one again: the
-                # reference repeats it forever; the worker raises when no rank of it can move.
+                # settled (at its floor) and no deferred rounds the next pass is this one again:
+                # the reference repeats it forever; the worker raises when no rank can move.
                 self._starved = False
-                self.stuck = at_floor and not defer and not rejected and not self._done \
+                self.stuck = settled and not defer and not rejected and not self._done \
                     and retraction is None
         # what a zero-time pass would change (the event loop's livelock guard reads it)
         self.pass_effect = bool(batch or self._emitted_any or self._done or rejected or defer

@@ -31,6 +31,11 @@ class RatioSchedule:
     def reset(self):
         self.value = self.init
 
+    def settled(self):
+        """Whether ``decay`` would leave the ratio as it is (at its floor, or no step)."""
+        value = self.value - self.step
+        return (value if value > self.min else self.min) == self.value
+
 
 def retraction_ratio(survivors):
     """The ratio SGLang re-estimates after retracting: decoded so far plus 20 steps each,

@@ -106,11 +106,12 @@ def starved_decoder_reason(rank):
                 f"({path}.sglang.clip_max_new_tokens = {rank.budget.clip}) and SGLang never "
                 f"retracts a lone running request")
     partial = [q for q in rank.waiting if q.seq is not None]
-    held = ", ".join(f"request {request_name(q)} holds {q.held_blocks} of its "
-                     f"{q.prompt_len} prompt tokens" for q in partial[:3])
+    held = ", ".join(f"request {request_name(q)} holds {q.held_blocks} of the "
+                     f"{q.prompt_len + q.generated} tokens it is prefilling" for q in partial[:3])
     parts = [f"request {name} holds {r.held_blocks}"]
     if held:
-        parts.append(held + f" (a partly prefilled prompt, {path}.sglang.chunked_prefill_size "
-                            f"= {rank.budget.chunk_size}, is never retracted)")
+        parts.append(held + f" (a request part way through its prefill, {path}.sglang."
+                            f"chunked_prefill_size = {rank.budget.chunk_size}, is never "
+                            f"retracted)")
     return (f"{_pool(rank)} is full and request {name}, the only one running, needs "
             f"another {ps}-token page that nothing will free: " + "; ".join(parts))

@@ -274,3 +274,11 @@ def test_records_reach_the_file_during_the_run(tmp_path, scripted):
     assert sizes[0] == 0 and sizes == sorted(sizes)
     assert sizes[-1] >= 8192
     assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 30
+
+
+@pytest.mark.parametrize("option", ["--output", "--per-request"])
+def test_a_full_device_as_output_is_one_error_line(capsys, payload, option):
+    assert main(["run", str(payload), "--quiet", option, "/dev/full"]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == (
+        "", "aisimulate: error: cannot write /dev/full: No space left on device\n")

@@ -170,25 +170,17 @@ def test_sglang_clipped_reserve_under_kv_pressure_stops_with_the_limit():
 
 # The same class with two running requests: SGLang, clip_max_new_tokens 1 and
 # schedule_conservativeness 0, two requests of 1 + 24 tokens on a 38-token pool. The reference
-# hangs; ours stops, but through the event loop's livelock guard, not through the engine's
+# hangs; ours stopped only through the event loop's livelock guard, not through the engine's
 # own stop naming the limit and its JSON path (ISSUE8 item 1). Shrunk by hypothesis.
 SGLANG_CLIPPED_PAIR = sglang_clipped(kv_tokens=38, max_num_seqs=8, chunk=2, max_prefill=256,
                                      isl=1, osl=24, requests=2)
 
 
-def in_sglang_clipped_livelock(payload):
-    """The known class above: an SGLang rank whose clip_max_new_tokens is below an output."""
-    text = json.dumps(payload)
-    return '"backend": "sglang"' in text and '"clip_max_new_tokens": 4096' not in text
-
-
-@pytest.mark.xfail(strict=True, reason="SGLang with a clipped output reserve and two running "
-                   "requests stops only through the livelock guard (ISSUE8 item 1)")
 def test_sglang_clipped_reserve_with_two_running_stops_with_the_limit():
     kind, result = outcome(run_replay, SGLANG_CLIPPED_PAIR)
     assert kind == "error", "the reference hangs: a clear stop is the expected outcome"
     assert "livelock limit" not in str(result), result
-    assert str(result).startswith("$.spec.engine.rank."), result
+    assert str(result).startswith("$.spec.engine.rank.num_gpu_blocks: "), result
 
 
 # Disaggregated vLLM whose prefill takes no time, with a prompt of four chunks or more
@@ -264,8 +256,6 @@ _BLOCKS_FREE = re.compile(r"need (\d+) KV blocks of \d+ tokens, (\d+) of \d+ are
 def known_defect(error, payload):
     """Whether ``error`` is one of the defects pinned above, on a payload of its class."""
     text, shown = str(error), json.dumps(payload)
-    if "livelock limit" in text:
-        return in_sglang_clipped_livelock(payload)
     disaggregated = '"kind": "disaggregated"' in shown
     if text.startswith("requests are stranded between the prefill and decode pools"):
         return disaggregated

@@ -5,9 +5,13 @@ Whatever goes in, only a report or an ``AisimError`` comes out of ``run_replay``
 gives the same report twice. Every run is bounded in time and memory (``bounded``), so a
 livelock or an unbounded allocation fails the test instead of stalling the suite.
 
-The examples are derandomized (profile ``ci``, the default): the suite is reproducible and a
-failure names a payload that fails again. ``AISIMULATE_HYPOTHESIS_PROFILE=explore`` draws
-fresh, ten times as many examples, to hunt for new defects.
+Profiles (``AISIMULATE_HYPOTHESIS_PROFILE``):
+
+* ``ci``, the default: derandomized, so the suite is reproducible and a failure names a
+  payload that fails again; no shrinking, so a failure costs one run, not minutes of
+  replays (each hung run costs ``RUN_SECONDS``);
+* ``shrink``: the same examples, shrunk to a minimal failing payload;
+* ``explore``: fresh random examples, ten times as many, shrunk: to hunt for new defects.
 """
 
 from __future__ import annotations
@@ -20,19 +24,19 @@ import signal
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from aisimulate_core import AisimError, run_replay, run_replay_json
 from report_invariants import check_report, comparable, expected_requests
 from strategies import broken_json_texts, cases, mutated, trace_files, trace_lines
 
-settings.register_profile(
-    "ci", derandomize=True, database=None, deadline=None, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile(
-    "explore", derandomize=False, database=None, deadline=None, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+_COMMON = dict(database=None, deadline=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("ci", derandomize=True, **_COMMON,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+settings.register_profile("shrink", derandomize=True, **_COMMON)
+settings.register_profile("explore", derandomize=False, **_COMMON)
 PROFILE = os.environ.get("AISIMULATE_HYPOTHESIS_PROFILE", "ci")
 SCALE = 10 if PROFILE == "explore" else 1
 

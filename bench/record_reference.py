@@ -141,6 +141,11 @@ CASES += [(_n, PL + _n + ".json", True, "expect_error") for _n in (
 # l. a time limit cuts passes in flight: their prompt work is not in committed_prefill_tokens
 CASES += [(_n, PL + _n + ".json", True) for _n in (
     "cutoff_prefill_in_flight_vllm", "cutoff_prefill_in_flight_sglang")]
+# m. zero-time chunks are progress: a decode-role recompute (free) and zero prefill timing run
+# chunk after chunk at one time (found by the property test)
+CASES += [(_n, PL + _n + ".json", True) for _n in (
+    "disagg_decode_recompute_zero_time", "disagg_decode_recompute_zero_time_1w",
+    "disagg_zero_time_prefill_chunks")]
 
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it

@@ -214,3 +214,16 @@ def test_a_settled_admission_ratio_counts_as_its_floor():
     assert message.startswith("$.spec.engine.rank.num_gpu_blocks: 38 blocks of 1 tokens")
     assert "request #1 holds 16 of the 19 tokens it is prefilling" in message
 
+
+
+@pytest.mark.parametrize("name", ["disagg_decode_recompute_zero_time",
+                                  "disagg_decode_recompute_zero_time_1w",
+                                  "disagg_zero_time_prefill_chunks"])
+def test_zero_time_chunks_are_progress_in_a_disaggregated_replay(name):
+    """A decode-role recompute after preemption (free) or a zero-time prefill computes its
+    tokens chunk by chunk at one time; the reference goes on until it is done, so must we
+    (the property test found these stranded)."""
+    report, fixture = run_fixture(name)
+    assert summary_mismatches(report.summary, fixture["summary"]) == []
+    assert record_mismatches(report.per_request, fixture["per_request"]) == []
+    assert report.summary["completed_requests"] == report.summary["num_requests"]

@@ -113,6 +113,7 @@ class VllmRank(RankBase):
             fast = need <= self.pool.allocatable()
         self._pf_count = 0
         self._pf_tokens = 0          # prompt tokens computed; they count once the pass ends
+        self._chunked = False        # some known tokens were computed (prompt or recompute)
         self._pf_isl = 0
         self._pf_prefix = 0
         if fast:
@@ -267,6 +268,7 @@ class VllmRank(RankBase):
             r.held_blocks += need
             self.held_total += need
         r.computed = end
+        self._chunked = True
         prompt = r.prompt_len
         prompt_start = start if start < prompt else prompt
         prompt_end = end if end < prompt else prompt
@@ -441,8 +443,9 @@ class VllmRank(RankBase):
         return f"{self.config_path}.{field}: " if self.config_path else ""
 
     def progressed(self):
-        # prompt chunks computed are progress too (a chunk can cost no time)
-        return self.pass_effect or self._pf_count > 0
+        # computed chunks are progress too: a chunk can cost no time (zero prefill timing, or
+        # a recompute on a decode role)
+        return self.pass_effect or self._chunked
 
     def fit_error(self, r):
         """Why ``r`` can never be admitted here (checked when an embedder submits it), or None;

@@ -297,7 +297,7 @@ class DisaggregatedSimulation(Simulation):
             if decode and worker.extendable:
                 self._extended.add(key)
             return True
-        effect = any(rank.pass_effect for rank in worker.ranks)
+        effect = worker.progressed()
         return self._complete(key, t, immediate=True) or effect
 
     def _decode_horizon(self, key):

@@ -642,7 +642,7 @@ def test_disaggregated_roles_need_one_backend(prefill, decode):
 
 def test_a_disaggregated_role_falls_back_to_the_aggregated_rank():
     doc = envelope(topology=DISAGG)
-    doc["spec"]["engine"] = {"rank": {"backend": "trtllm", "num_gpu_blocks": 64},
+    doc["spec"]["engine"] = {"rank": {"backend": "trtllm", "num_gpu_blocks": 64, "block_size": 16},
                              "decode": {"rank": {"backend": "trtllm", "block_size": 16}}}
     engine = load_payload(doc).spec.engine
     assert (engine.role("prefill").rank.num_gpu_blocks, engine.role("prefill").rank.worker_type) == (64, "prefill")

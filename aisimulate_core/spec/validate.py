@@ -205,10 +205,26 @@ def check_engine(engine: ReplayEngineConfig, topology: Any, p: str, c: Checker) 
         for stage in ("prefill", "decode"):
             if engine.role(stage).rank.native_host_offload is not None:
                 c.add(role_path(engine, stage, p) + ".rank.native_host_offload", "requires aggregated topology")
-        prefill, decode = engine.role("prefill").rank.backend, engine.role("decode").rank.backend
-        if prefill != decode:
-            c.add(role_path(engine, "decode", p) + ".rank.backend",
-                  f"must match the prefill role's backend {show(prefill)} in a disaggregated topology, got {show(decode)}")
+        _check_roles_match(engine, p, c)
+
+
+def _check_roles_match(engine: ReplayEngineConfig, p: str, c: Checker) -> None:
+    """The reference replays one engine type and one block size across the two roles (its
+    offline disaggregated replay refuses anything else; other rank fields may differ).
+
+    The problem names the role written as an override: a role that falls back to the
+    aggregated rank is the base the other deviates from (the decode role when both are written).
+    """
+    blamed, other = ("prefill", "decode") if engine.prefill is not None and engine.decode is None else ("decode", "prefill")
+    blamed_rank, other_rank = engine.role(blamed).rank, engine.role(other).rank
+    where = role_path(engine, blamed, p) + ".rank"
+    if blamed_rank.backend != other_rank.backend:
+        c.add(where + ".backend", f"must match the {other} role's backend {show(other_rank.backend)} "
+                                  f"in a disaggregated topology, got {show(blamed_rank.backend)}")
+    elif blamed_rank.block_size != other_rank.block_size:
+        # checked only under one backend: a backend's default block size follows the backend
+        c.add(where + ".block_size", f"must equal the {other} role's block_size ({other_rank.block_size}) "
+                                     f"in a disaggregated topology, got {blamed_rank.block_size}")
 
 
 # -- spec ---------------------------------------------------------------------------------

@@ -77,6 +77,8 @@ def engines_and_topologies(draw, backend, disaggregated):
                 "decode": {"initial_workers": draw(st.integers(1, 2))}}
     if draw(st.booleans()):  # a decode role of its own, often smaller (decode preemption)
         engine["decode"] = {"dp_size": draw(st.integers(1, 2)), "rank": draw(ranks(backend))}
+        # KV moves block by block: the roles share a block size
+        engine["decode"]["rank"]["block_size"] = engine["rank"]["block_size"]
     if draw(st.booleans()):
         for role in _ranks(engine):
             role["kv_transfer_bandwidth"] = draw(st.sampled_from((0.0, 1.0, 64.0)))

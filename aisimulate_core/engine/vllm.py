@@ -59,7 +59,9 @@ class VllmRank(RankBase):
         # open-stretch decoders, indexed arithmetically by the pass counter
         self.n_dec = 0
         self.sum_base = 0            # sum of (base_len - base_pass) over open stretches
-        self.buckets = [[] for _ in range(bs)]
+        # open-stretch decoders by the pass offset (mod block_size) at which each next needs a
+        # block; a dict holding only non-empty buckets keeps memory O(decoders), not O(bs)
+        self.buckets = {}
         self.finishing = {}          # pass index -> requests whose last token is in that pass
         self._init_pass_history()
         self._ready = []             # partial requests whose last known token is computed
@@ -105,7 +107,7 @@ class VllmRank(RankBase):
         for r in partial:
             demand += r.prompt_len + r.generated - r.computed
         fast = demand <= budget
-        crossing = self.buckets[P % bs]
+        crossing = self.buckets.get(P % bs, ())
         if fast:
             need = len(crossing)
             for r in partial:
@@ -170,7 +172,7 @@ class VllmRank(RankBase):
             return self.pass_end_ms
         P0 = self.pass_index
         bs = self.block_size
-        crossing_sizes = [len(bucket) for bucket in self.buckets]
+        crossing_sizes = {key: len(bucket) for key, bucket in self.buckets.items()}
         finishing = self.finishing
         n = self.n_dec
         base = self.sum_base
@@ -183,7 +185,7 @@ class VllmRank(RankBase):
         for P in range(P0 + 1, P0 + max_passes):
             if end >= horizon_ms:
                 break
-            need = crossing_sizes[P % bs]
+            need = crossing_sizes.get(P % bs, 0)
             if need > room:
                 break
             active = base + n * P
@@ -238,7 +240,8 @@ class VllmRank(RankBase):
         bs = self.block_size
         pool = self.pool
         grown = 0
-        for key, bucket in enumerate(self.buckets):
+        # ascending offsets: the allocation order of the former list of buckets
+        for key, bucket in sorted(self.buckets.items()):
             if bucket:
                 # passes P in [first, last] with P % bs == key
                 blocks = (last - key) // bs - (first - 1 - key) // bs
@@ -250,7 +253,7 @@ class VllmRank(RankBase):
         self.held_total += grown
 
     def _grow_decoders(self, P):
-        crossing = self.buckets[P % self.block_size]
+        crossing = self.buckets.get(P % self.block_size)
         if crossing:
             self.pool.allocate_each(array("i", [r.seq for r in crossing]))
             for r in crossing:
@@ -514,7 +517,7 @@ class VllmRank(RankBase):
         r.base_len = r.prompt_len + r.generated
         key = (P + 1 - r.base_len) % self.block_size
         r.bucket_key = key
-        self.buckets[key].append(r)
+        self.buckets.setdefault(key, []).append(r)
         self.n_dec += 1
         self.sum_base += r.base_len - P
         last = P + r.out_limit - r.generated - 1
@@ -529,7 +532,10 @@ class VllmRank(RankBase):
     def _close_stretch(self, r, last_pass):
         """Stop tracking ``r`` arithmetically; its last emission was in ``last_pass``."""
         r.in_stretch = False
-        self.buckets[r.bucket_key].remove(r)
+        bucket = self.buckets[r.bucket_key]
+        bucket.remove(r)
+        if not bucket:
+            del self.buckets[r.bucket_key]
         self.n_dec -= 1
         self.sum_base -= r.base_len - r.base_pass
         emitted = last_pass - r.base_pass + 1

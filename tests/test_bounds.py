@@ -6,6 +6,7 @@ give instead (and its `note` says why). Repro payloads are read in place from ..
 """
 
 import json
+import tracemalloc
 
 import pytest
 
@@ -160,3 +161,24 @@ def test_explicit_requests_are_bounded_like_synthetic_ones():
     check_request_count(MAX_REQUESTS + 1, "$.requests", checker)
     assert checker.problems == [("$.requests", f"must hold at most {MAX_REQUESTS} requests, got "
                                                f"{MAX_REQUESTS + 1}")]
+
+
+def traced_peak(payload):
+    tracemalloc.start()
+    try:
+        run_replay(payload)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("backend", ["vllm", "trtllm"])
+def test_a_prompt_that_can_never_fit_is_rejected_before_it_is_hashed(backend):
+    # the recorded reference cases are tests/fixtures/reference/reject_*_over_capacity_isl1e7
+    payload = json.loads(json.dumps(BASE))
+    rank(payload).update(backend=backend, enable_prefix_caching=True)
+    payload["traffic"].update(isl=16 * 1024 + 1, request_count=3)  # one block too many
+    just_over = traced_peak(payload)
+    payload["traffic"]["isl"] = 10**7
+    # hashing 10^7 tokens first cost 20 MB here (and ~2 GB before prompts were lazy)
+    assert traced_peak(payload) - just_over < 2 << 20

@@ -375,12 +375,6 @@ class VllmRank(RankBase):
         if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
             self._reject_head()
             return budget
-        if self.caching:
-            hashes = self._lookup_hashes(r, length // bs)
-            hit_blocks, active_hits = pool.match_counts(hashes)
-        else:
-            hashes = None
-            hit_blocks = active_hits = 0
         footprint = -(-(r.prompt_len + r.out_limit) // bs) if self.no_evict else 0
         if fresh and (footprint if self.no_evict else -(-length // bs)) > self.num_blocks:
             self._reject_head()
@@ -388,6 +382,14 @@ class VllmRank(RankBase):
         if self.no_evict and r.prompt_len >= self.num_blocks * bs:
             self._reject_head()
             return budget
+        # hashed only once it may fit: an over-capacity prompt of 10^7 tokens would cost ~2 GB
+        # (the lookup only reads the pool, so the order does not change the outcome)
+        if self.caching:
+            hashes = self._lookup_hashes(r, length // bs)
+            hit_blocks, active_hits = pool.match_counts(hashes)
+        else:
+            hashes = None
+            hit_blocks = active_hits = 0
         cached = hit_blocks * bs
         active_cached = active_hits * bs
         if cached > length:

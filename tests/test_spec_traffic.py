@@ -346,7 +346,7 @@ def test_kv_capacity_scales_with_dp_and_workers():
 
 
 def test_kv_capacity_uses_the_decode_pool_when_disaggregated():
-    spec = {**SPEC, "topology": DISAGG, "engine": {"rank": {"block_size": 16, "num_gpu_blocks": 2048},
+    spec = {**SPEC, "topology": DISAGG, "engine": {"rank": {"block_size": 32, "num_gpu_blocks": 1024},
                                                    "prefill": {"rank": {"block_size": 32, "num_gpu_blocks": 10}}}}
     r = resolve(kv(0.5), spec, check_support=False)  # decode: 2 workers -> 65536 // 1088 = 60
     assert (r.max_in_flight, r.block_size) == (30, 32)  # prompts hash at the prefill block size

@@ -146,6 +146,12 @@ CASES += [(_n, PL + _n + ".json", True) for _n in (
 CASES += [(_n, PL + _n + ".json", True) for _n in (
     "disagg_decode_recompute_zero_time", "disagg_decode_recompute_zero_time_1w",
     "disagg_zero_time_prefill_chunks")]
+# n. prompts that can never run are rejected without their tokens: over max_model_len (2^24
+# tokens, every backend) and over the KV pool (10^7 tokens, vLLM and TensorRT-LLM)
+CASES += [(_n, PL + _n + ".json", True) for _n in (
+    "reject_vllm_max_model_len_isl16m", "reject_sglang_max_model_len_isl16m",
+    "reject_trtllm_max_model_len_isl16m", "reject_vllm_over_capacity_isl1e7",
+    "reject_trtllm_over_capacity_isl1e7")]
 
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it

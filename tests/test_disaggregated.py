@@ -286,9 +286,23 @@ def test_a_stall_is_an_error_naming_the_request():
     with pytest.raises(SimulationError) as info:
         run_fixture("disagg_decode_stall")
     assert str(info.value) == (
-        "request #1 can never be scheduled on decode worker 0: its 81 tokens need more than the 5 "
-        "KV blocks of 16 tokens of a rank; the disaggregated replay cannot progress with 1 "
-        "requests in flight")
+        "request #1 can never be scheduled on decode worker 0: $.spec.engine.decode.rank."
+        "num_gpu_blocks: its 81 tokens need more than the 5 KV blocks of 16 tokens of a rank; the "
+        "disaggregated replay cannot progress with 1 requests in flight")
+
+
+def test_pool_errors_and_stall_messages_name_the_role_that_was_written():
+    payload = json.loads((ROOT / load_fixture("disagg_decode_stall")["payload"]).read_text())
+    payload["spec"]["engine"]["decode"]["dp_size"] = 2  # the prefill role is $.spec.engine
+    payload["spec"]["topology"]["decode"]["initial_workers"] = 2
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    assert {r.config_path for w in sim.prefill_workers for r in w.ranks} == {"$.spec.engine.rank"}
+    assert {r.config_path for w in sim.decode_workers for r in w.ranks} == {
+        "$.spec.engine.decode.rank"}
+    with pytest.raises(Exception) as info:
+        sim.decode_workers[1].ranks[1].pool.release(999)
+    assert str(info.value).startswith(
+        "BlockPool[$.spec.engine.decode.rank.num_gpu_blocks, worker 1 dp rank 1].release(seq=999)")
 
 
 def disaggregated(spec):

@@ -48,15 +48,24 @@ def resolve_timing(registries, role_config, role, path):
                      decode_speedup_ratio=rank.decode_speedup_ratio, name=f"timing '{name}'")
 
 
-def build_workers(role_config, timer, n_workers, callbacks, engine_cls=None):
+def build_workers(role_config, timer, n_workers, callbacks, path, engine_cls=None):
+    """``n_workers`` workers of ``dp_size`` ranks each; ``path`` is the role's JSON path
+    (``$.spec.engine`` or ``$.spec.engine.decode``): pool and stall errors name its fields."""
     rank_cfg = role_config.rank
     dp = role_config.dp_size
     if engine_cls is None:
         engine_cls = ENGINES[rank_cfg.backend]
+    rank_path = f"{path}.rank"
     workers = []
     for w in range(n_workers):
-        ranks = [engine_cls(rank_cfg, timer, BlockPool(rank_cfg.num_gpu_blocks), callbacks=callbacks,
-                          worker_idx=w, dp_rank=d, scheduler_id=w * dp + d) for d in range(dp)]
+        ranks = []
+        for d in range(dp):
+            pool = BlockPool(rank_cfg.num_gpu_blocks,
+                             owner=f"{rank_path}.num_gpu_blocks, worker {w} dp rank {d}")
+            rank = engine_cls(rank_cfg, timer, pool, callbacks=callbacks, worker_idx=w,
+                              dp_rank=d, scheduler_id=w * dp + d)
+            rank.config_path = rank_path
+            ranks.append(rank)
         workers.append(Worker(w, ranks))
     return workers
 
@@ -149,7 +158,8 @@ def _build_aggregated(payload, registries, progress, on_event):
                      gpus_per_worker=role.dp_size * role.tensor_parallel_size,
                      max_in_flight=max_in_flight, max_sim_time_ms=payload.max_sim_time_ms,
                      on_event=on_event, progress=progress)
-    workers = build_workers(role, timer, spec.topology.workers.initial_workers, sim.events)
+    workers = build_workers(role, timer, spec.topology.workers.initial_workers, sim.events,
+                            "$.spec.engine")
     sim.attach(workers, GuardedPlacement(placement, spec.adapters.placement.config or {},
                                          aggregated_pool_view(workers)))
     return sim
@@ -157,9 +167,10 @@ def _build_aggregated(payload, registries, progress, on_event):
 
 def _build_disaggregated(payload, registries, progress, on_event):
     spec = payload.spec
-    roles, timers = {}, {}
+    roles, timers, paths = {}, {}, {}
     for stage in ("prefill", "decode"):
-        path = role_path(spec.engine, stage, "$.spec.engine")
+        # where the role was written: once evolved below, the spec names both roles
+        path = paths[stage] = role_path(spec.engine, stage, "$.spec.engine")
         backend = spec.engine.role(stage).rank.backend
         if backend not in ("vllm", "trtllm"):  # a payload loaded without the support check
             raise ConfigError(f"{path}.rank.backend: '{backend}' is not supported yet in a "
@@ -183,7 +194,7 @@ def _build_disaggregated(payload, registries, progress, on_event):
     pools = {}
     for stage, pool in (("prefill", topology.prefill), ("decode", topology.decode)):
         pools[stage] = build_workers(roles[stage], timers[stage], pool.initial_workers,
-                                     sim.events, ROLE_RANKS[stage])
+                                     sim.events, paths[stage], ROLE_RANKS[stage])
     config = spec.adapters.placement.config or {}
     sim.attach_pools(pools["prefill"], pools["decode"],
                      GuardedPlacement(placement, config, pool_view("prefill", pools["prefill"])),

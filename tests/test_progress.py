@@ -173,9 +173,10 @@ def test_a_head_that_never_starts_parks_its_worker_until_the_time_limit(name):
      "max_num_batched_tokens 160 and chunked prefill is disabled; request #2 can never be "
      "scheduled"),
     ("stall_disagg_prefill_parked_drained",
-     "request #2 can never be scheduled on prefill worker 0: its prompt of 208 tokens exceeds "
-     "max_num_batched_tokens 160 and chunked prefill is disabled; the disaggregated replay "
-     "cannot progress with 1 requests in flight"),
+     "request #2 can never be scheduled on prefill worker 0: $.spec.engine.rank."
+     "max_num_batched_tokens: its prompt of 208 tokens exceeds max_num_batched_tokens 160 and "
+     "chunked prefill is disabled; the disaggregated replay cannot progress with 1 requests in "
+     "flight"),
 ])
 def test_a_parked_worker_is_an_error_once_nothing_else_can_happen(name, message):
     completed = []

@@ -68,7 +68,7 @@ CASES += [
     ("vllm_poisson_polynomial", PL + "vllm_poisson_polynomial.json", True),
     ("vllm_sla_ttft_itl", PL + "vllm_sla_ttft_itl.json", True),
     ("vllm_sla_e2e", PL + "vllm_sla_e2e.json", True),
-    # g. SGLang behaviours (peer_run forwards no sglang{...} block: the reference's defaults apply)
+    # g. SGLang behaviours (these payloads set no sglang{...} block: the reference's defaults apply)
     ("sglang_poisson_fixed", PL + "sglang_poisson_fixed.json", True),
     ("sglang_concurrency_polynomial", PL + "sglang_concurrency_polynomial.json", True),
     ("sglang_prefix_pressure", PL + "sglang_prefix_pressure.json", True),
@@ -152,6 +152,9 @@ CASES += [(_n, PL + _n + ".json", True) for _n in (
     "reject_vllm_max_model_len_isl16m", "reject_sglang_max_model_len_isl16m",
     "reject_trtllm_max_model_len_isl16m", "reject_vllm_over_capacity_isl1e7",
     "reject_trtllm_over_capacity_isl1e7")]
+# o. a disaggregated deployment needs one block_size on both roles (the reference's own error)
+CASES += [(_n, PL + _n + ".json", True, "expect_error") for _n in (
+    "disagg_block_size_mismatch", "disagg_block_size_mismatch_prefill")]
 
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it
@@ -194,18 +197,9 @@ def _record_key(r):
 
 
 def _peer_command(payload):
-    """peer_run.py's command line. peer_run does not forward ``execution_model``, which the
-    reference requires for agentic traces; for a payload that sets it, a shim binds it to the
-    reference's trace entry point and then runs peer_run unchanged."""
-    with open(os.path.join(ROOT, payload)) as f:
-        model = (json.load(f).get("traffic") or {}).get("execution_model")
-    if model is None:
-        return [sys.executable, PEER_RUN, payload]
-    shim = ("import functools, runpy, sys; import dynamo._core as core; "
-            "core.run_mocker_trace_replay = functools.partial(core.run_mocker_trace_replay, "
-            "execution_model=%r); sys.argv = sys.argv[1:]; "
-            "runpy.run_path(sys.argv[0], run_name='__main__')" % model)
-    return [sys.executable, "-c", shim, PEER_RUN, payload]
+    """peer_run.py's command line (it forwards every field these cases use, ``execution_model``
+    of agentic traces included)."""
+    return [sys.executable, PEER_RUN, payload]
 
 
 def record_hang(name, payload):

@@ -43,7 +43,7 @@ runpy.run_path("csrc/ffi_build.py")["ffibuilder"].compile(tmpdir=".")
 ')
 SO=$(ls "$OUT"/aisimulate_core/_native*.so)
 LIBASAN=$(ldd "$SO" | awk '/libasan/ {print $3}')
-if [ -z "$LIBASAN" ] || ! ldd "$SO" | grep -q libubsan; then
+if [ -z "$LIBASAN" ] || ! ldd "$SO" | grep libubsan > /dev/null; then  # not -q: an early exit would SIGPIPE ldd under pipefail
     echo "asan: $SO is not linked against libasan and libubsan" >&2
     exit 1
 fi

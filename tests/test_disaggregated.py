@@ -12,7 +12,7 @@ import pytest
 
 from aisimulate_core import Prompt, SimRequest, build_simulation, load_payload, run_replay
 from aisimulate_core.engine.timing import PolynomialTiming, modeled_ms
-from aisimulate_core.errors import ConfigError, SimulationError
+from aisimulate_core.errors import ConfigError, NativeError, SimulationError
 from reference import ROOT, load_fixture, run_fixture, summary_mismatches
 from test_semantics_cases import bare_spec, req
 
@@ -291,7 +291,8 @@ def test_a_stall_is_an_error_naming_the_request():
         "disaggregated replay cannot progress with 1 requests in flight")
 
 
-def test_pool_errors_and_stall_messages_name_the_role_that_was_written():
+def test_pool_errors_and_stall_messages_name_the_role_that_was_written(monkeypatch):
+    monkeypatch.chdir(ROOT)  # the payload's trace path is relative to the project root
     payload = json.loads((ROOT / load_fixture("disagg_decode_stall")["payload"]).read_text())
     payload["spec"]["engine"]["decode"]["dp_size"] = 2  # the prefill role is $.spec.engine
     payload["spec"]["topology"]["decode"]["initial_workers"] = 2
@@ -299,7 +300,7 @@ def test_pool_errors_and_stall_messages_name_the_role_that_was_written():
     assert {r.config_path for w in sim.prefill_workers for r in w.ranks} == {"$.spec.engine.rank"}
     assert {r.config_path for w in sim.decode_workers for r in w.ranks} == {
         "$.spec.engine.decode.rank"}
-    with pytest.raises(Exception) as info:
+    with pytest.raises(NativeError) as info:
         sim.decode_workers[1].ranks[1].pool.release(999)
     assert str(info.value).startswith(
         "BlockPool[$.spec.engine.decode.rank.num_gpu_blocks, worker 1 dp rank 1].release(seq=999)")

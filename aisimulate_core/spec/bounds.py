@@ -54,16 +54,16 @@ def check_rank_bounds(r: EngineConfig, p: str, c: Any) -> None:
     for name in ("kv_transfer_bytes_per_token", "kv_cache_bytes_per_token"):
         at_most(c, f"{p}.{name}", getattr(r, name), MAX_BYTES_PER_TOKEN, "bytes per token")
     bandwidth = r.kv_transfer_bandwidth
-    if bandwidth is not None and math.isfinite(bandwidth) and 0 < bandwidth < MIN_BANDWIDTH_GB_S:
+    if _below(bandwidth, MIN_BANDWIDTH_GB_S):
         c.add(p + ".kv_transfer_bandwidth", f"must be 0 or >= {MIN_BANDWIDTH_GB_S} GB/s "
               f"(transfers would overflow), got {show(bandwidth)}")
     ratio = r.speedup_ratio
     decode_ratio = ratio * r.decode_speedup_ratio
-    if _too_small(ratio):
+    if _below(ratio, MIN_SPEEDUP_RATIO):
         c.add(p + ".speedup_ratio", f"must be 0 or >= {MIN_SPEEDUP_RATIO} (durations would "
               f"overflow), got {show(ratio)}")
         return
-    if _too_small(decode_ratio):
+    if _below(decode_ratio, MIN_SPEEDUP_RATIO):
         c.add(p + ".decode_speedup_ratio", f"times speedup_ratio ({show(ratio)}) must be 0 or >= "
               f"{MIN_SPEEDUP_RATIO} (durations would overflow), got {show(r.decode_speedup_ratio)}")
         return
@@ -77,8 +77,10 @@ def check_rank_bounds(r: EngineConfig, p: str, c: Any) -> None:
                           f"<= {MAX_STEP_MS:.6g} ms (2^64 s), got {show(value)}")
 
 
-def _too_small(ratio: float) -> bool:
-    return math.isfinite(ratio) and 0 < ratio < MIN_SPEEDUP_RATIO
+def _below(value: float | None, minimum: float) -> bool:
+    """Whether a finite, nonzero value is under `minimum` (0 means "off"; negatives and
+    non-finite values are the finite/nonnegative rules' to report)."""
+    return value is not None and math.isfinite(value) and 0 < value < minimum
 
 
 # Times that only wait (startup_delay_ms, handoff_latency_ms) or cut off (max_sim_time_ms) are
@@ -140,7 +142,7 @@ def check_synthetic_bounds(t: Any, p: str, c: Any) -> None:
                 c.add(p + ".turns_per_session", f"makes the last turn's prompt {last_prompt} "
                       f"tokens (turns x isl + (turns - 1) x osl), more than {MAX_TOKENS}")
     rate = t.request_rate
-    if rate is not None and math.isfinite(rate) and 0 < rate < MIN_REQUEST_RATE:
+    if _below(rate, MIN_REQUEST_RATE):
         c.add(p + ".request_rate", f"must be >= {MIN_REQUEST_RATE} per second, got {show(rate)}")
     at_most(c, p + ".arrival_interval_ms", t.arrival_interval_ms, MAX_ARRIVAL_INTERVAL_MS,
             "ms between arrivals")
@@ -149,7 +151,7 @@ def check_synthetic_bounds(t: Any, p: str, c: Any) -> None:
 
 def check_trace_bounds(t: Any, p: str, c: Any) -> None:
     ratio = t.arrival_speedup_ratio
-    if math.isfinite(ratio) and 0 < ratio < MIN_SPEEDUP_RATIO:
+    if _below(ratio, MIN_SPEEDUP_RATIO):
         c.add(p + ".arrival_speedup_ratio", f"must be >= {MIN_SPEEDUP_RATIO} (arrival times would "
               f"overflow), got {show(ratio)}")
 

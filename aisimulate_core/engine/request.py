@@ -84,3 +84,8 @@ class SimRequest:
 def request_name(r):
     """How messages name a request: its authored id quoted, else ``#uuid``."""
     return repr(r.request_id) if r.request_id else f"#{r.uuid}"
+
+
+def never_scheduled(reason, r):
+    """The message of a request that can never start: the limit, then the request."""
+    return f"{reason}; request {request_name(r)} can never be scheduled"

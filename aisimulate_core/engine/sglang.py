@@ -24,7 +24,7 @@ from collections import deque
 from ..errors import ConfigError, SimulationError
 from ..kv.radix_cache import RadixCache
 from .rank_base import RankBase
-from .request import FINISHED, PREEMPTED, RUNNING, request_name
+from .request import FINISHED, PREEMPTED, RUNNING, never_scheduled
 from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, retraction_ratio
 from .sglang_kv import SglangKv, stamp
 from .sglang_running import RunningBatch
@@ -213,7 +213,7 @@ class SglangRank(SglangKv, RankBase):
         """Why ``r`` cannot start (or, running alone, cannot go on), naming the limit."""
         if self.running:
             return starved_decoder_reason(self)
-        return f"{head_stall_reason(self, r)}; request {request_name(r)} can never be scheduled"
+        return never_scheduled(head_stall_reason(self, r), r)
 
     def fit_error(self, r):
         """Why ``r`` can never be admitted here (checked when an embedder submits it), or None."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..engine.request import SimRequest, request_name
+from ..engine.request import SimRequest, never_scheduled, request_name
 from ..errors import ConfigError, SimulationError
 from ..placement import PlacementRequest, PoolView, WorkerView
 from ..report import Collector
@@ -119,15 +119,15 @@ class Simulation:
         if request.prompt_len < 1:
             raise SimulationError(f"{name}: the prompt must have at least 1 token, got "
                                   f"{request.prompt_len}")
-        rank = self._submission_pool()[0].ranks[0]
-        dp_size = len(self._submission_pool()[0].ranks)
+        ranks = self._submission_pool()[0].ranks
+        rank = ranks[0]
+        dp_size = len(ranks)
         if request.dp_rank is not None and not 0 <= request.dp_rank < dp_size:
             raise SimulationError(f"{name}: dp_rank {request.dp_rank} out of range for dp_size "
                                   f"{dp_size}")
         reason = rank.fit_error(request)
         if reason is not None:
-            raise SimulationError(f"submit: {reason}; request {request_name(request)} can never "
-                                  f"be scheduled")
+            raise SimulationError(never_scheduled(f"submit: {reason}", request))
 
     def _submission_pool(self):
         """The workers a submitted request is placed on first."""
@@ -168,8 +168,7 @@ class Simulation:
             for rank in worker.ranks:
                 if rank.waiting and not rank.running:
                     r = rank.waiting[0]
-                    raise SimulationError(f"{rank.stall_reason(r)}; request {request_name(r)} "
-                                          f"can never be scheduled")
+                    raise SimulationError(never_scheduled(rank.stall_reason(r), r))
         raise SimulationError(f"the replay cannot progress with {self.in_flight} requests in "
                               f"flight")
 

@@ -28,8 +28,6 @@ WAKE = 1          # a submission reached an idle worker: visit its time so that 
 # a chunk); the few effect-free ones (SGLang's admission ratio decaying to its floor, at most
 # 600 passes; deferred prefill rounds) stay far below this.
 LIVELOCK_PASSES = 10_000
-# where an aggregated deployment's rank settings are written (stall messages name it)
-AGGREGATED_RANK_PATH = "$.spec.engine.rank"
 _GEN_MASK = 0xFFFF_FFFF
 
 
@@ -84,10 +82,6 @@ class Simulation:
         self.placement = placement
         self.placements = (placement,)
         self._dirty = set(range(len(workers)))
-        for worker in workers:
-            for rank in worker.ranks:
-                if rank.config_path is None:
-                    rank.config_path = AGGREGATED_RANK_PATH
 
     # ------------------------------------------------------------------ embedding API
     def submit(self, request):

@@ -216,8 +216,11 @@ class Collector:
         self._num_requests = 0
         self._order = _ArrivalOrder(self._settled)
         self._authored: list[RequestRecord] = []   # completed ones with a request id
-        self._records: list[RequestRecord] | None = [] if record_per_request else None
-        self._stream: _RecordStream | None = None
+        # kept records go into this list in the report's order, at finalize (records made
+        # by hand need not arrive in uuid order, so none is placed early)
+        self._records: list[dict] | None = [] if record_per_request else None
+        self._stream = (_RecordStream(self._records.append, running=False)
+                        if record_per_request else None)
         self._fallback_committed_prefill = 0
         # gap (ms) -> number of token gaps of that length; the sketch and moments are built
         # from it in finalize, so recording a pass costs one dict update per distinct gap
@@ -245,19 +248,17 @@ class Collector:
         self._num_requests += count
 
     def on_terminal(self, rec: RequestRecord) -> None:
-        if self._records is not None:
-            self._records.append(rec)
-        if _admitted(rec):
-            self._fallback_committed_prefill += max(0, rec.input_length - rec.reused_input_tokens)
         self._order.push(rec)
 
     def _settled(self, rec: RequestRecord) -> None:
         """``rec`` comes next in uuid order."""
-        if _admitted(rec) and rec.terminal_status == "completed":
-            if rec.request_id is None:
-                self._totals.add(rec)
-            else:
-                self._authored.append(rec)  # summed after the others, in id order
+        if _admitted(rec):
+            self._fallback_committed_prefill += max(0, rec.input_length - rec.reused_input_tokens)
+            if rec.terminal_status == "completed":
+                if rec.request_id is None:
+                    self._totals.add(rec)
+                else:
+                    self._authored.append(rec)  # summed after the others, in id order
         if self._stream is not None:
             self._stream.settled(rec)
 
@@ -328,13 +329,9 @@ class Collector:
         order = summary_keys(goodput=totals.sla is not None, extras=list(self._extras))
         summary = {key: values[key] for key in order}
 
-        per_request = None
-        if self._records is not None:
-            records = sorted(self._records, key=_record_order)
-            per_request = [per_request_record(rec) for rec in records]
-        elif self._stream is not None:
+        if self._stream is not None:
             self._stream.flush()
-        return Report(summary=summary, per_request=per_request)
+        return Report(summary=summary, per_request=self._records)
 
     def _count_values(self, duration_ms: float, wall_time_ms: float) -> dict[str, Any]:
         """Counts, token totals, throughputs, worker time, reuse ratios and goodput."""
@@ -494,11 +491,11 @@ class _RecordStream:
 
     __slots__ = ("sink", "heap", "count", "running")
 
-    def __init__(self, sink: Callable[[dict], Any]) -> None:
+    def __init__(self, sink: Callable[[dict], Any], running: bool = True) -> None:
         self.sink = sink
         self.heap: list = []
         self.count = 0
-        self.running = True
+        self.running = running  # False: nothing reaches the sink before ``flush``
 
     def settled(self, rec: RequestRecord) -> None:
         heap = self.heap

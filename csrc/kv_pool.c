@@ -206,14 +206,22 @@ static int reserve_touched(aisim_kv_pool *p, uint64_t more)
     return AISIM_OK;
 }
 
-/* Blocks a request for k fresh ones takes from the untouched ids. */
-static uint64_t untouched_needed(const aisim_kv_pool *p, uint64_t k)
+/* Whether k fresh blocks fit: the free ones first, then `evictable` cached
+ * ones (the LRU list, less what the request itself pins). */
+static int fits(const aisim_kv_pool *p, uint64_t k, uint64_t evictable)
+{
+    return k <= p->view.free || k - p->view.free <= evictable;
+}
+
+/* Room for k fresh blocks (which fit): those the released blocks do not
+ * cover come from the untouched ids, whose state is reserved here. */
+static int reserve_fresh(aisim_kv_pool *p, uint64_t k)
 {
     uint64_t untouched = p->n - p->touched;
     if (k <= p->n_free)
-        return 0;
+        return AISIM_OK;
     k -= p->n_free;
-    return k < untouched ? k : untouched;
+    return reserve_touched(p, k < untouched ? k : untouched);
 }
 
 /* ------------------------------------------------------------ LRU list */
@@ -477,7 +485,7 @@ static void forget_copy(aisim_kv_pool *p, int32_t b)
     p->dup_next[b] = NO_BLOCK;
 }
 
-/* The caller made room with reserve_touched(untouched_needed(k)). */
+/* The caller made room with reserve_fresh(k). */
 static int32_t take_fresh_block(aisim_kv_pool *p)
 {
     int32_t b;
@@ -517,11 +525,11 @@ int aisim_kv_allocate(aisim_kv_pool *p, int32_t seq, uint32_t k)
     t = live_seq(p, seq);
     if (!t)
         return AISIM_EBADSEQ;
-    if (k > p->view.free && k - p->view.free > p->view.inactive)
+    if (!fits(p, k, p->view.inactive))
         return AISIM_NOSPACE;
     status = reserve_table(t, k);
     if (!status)
-        status = reserve_touched(p, untouched_needed(p, k));
+        status = reserve_fresh(p, k);
     if (status)
         return status;
     append_fresh(p, t, k);
@@ -558,14 +566,12 @@ int aisim_kv_acquire_allocate(aisim_kv_pool *p, int32_t seq, const uint64_t *has
         return AISIM_EBADSEQ;
     if (!all_resident(p, hashes, n))
         return AISIM_ENOTRESIDENT;
-    if (k > p->view.free) {
-        uint32_t evictable = p->view.inactive - distinct_inactive_hits(p, hashes, n);
-        if (k - p->view.free > evictable)
-            return AISIM_NOSPACE;
-    }
+    /* the hits are counted only when the free blocks fall short */
+    if (!fits(p, k, 0) && !fits(p, k, p->view.inactive - distinct_inactive_hits(p, hashes, n)))
+        return AISIM_NOSPACE;
     status = reserve_table(t, (uint64_t)n + k);
     if (!status)
-        status = reserve_touched(p, untouched_needed(p, k));
+        status = reserve_fresh(p, k);
     if (status)
         return status;
     acquire_resident(p, t, hashes, n);
@@ -587,7 +593,7 @@ int aisim_kv_allocate_each(aisim_kv_pool *p, const int32_t *seqs, size_t n_seqs,
     if (n_seqs > UINT32_MAX)
         return AISIM_NOSPACE;
     total = (uint64_t)n_seqs * k_each;
-    if (total > p->view.free && total - p->view.free > p->view.inactive)
+    if (!fits(p, total, p->view.inactive))
         return AISIM_NOSPACE;
     /* Size every table before the first append so that a failed realloc
      * leaves the pool untouched; `pending` covers a handle listed twice. */
@@ -598,7 +604,7 @@ int aisim_kv_allocate_each(aisim_kv_pool *p, const int32_t *seqs, size_t n_seqs,
     for (i = 0; i < n_seqs; i++)
         p->seqs[seqs[i]].pending = 0;
     if (!status)
-        status = reserve_touched(p, untouched_needed(p, total));
+        status = reserve_fresh(p, total);
     if (status)
         return status;
     for (i = 0; i < n_seqs; i++)

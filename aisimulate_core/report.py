@@ -212,7 +212,6 @@ class Collector:
     def __init__(self, *, sla: Any = None, record_per_request: bool,
                  report_start_ms: float = 0.0) -> None:
         self._totals = _Totals(_Sla.from_obj(sla), report_start_ms)
-        self._report_start_ms = report_start_ms
         self._num_requests = 0
         self._order = _ArrivalOrder(self._settled)
         self._authored: list[RequestRecord] = []   # completed ones with a request id
@@ -315,7 +314,7 @@ class Collector:
         self._authored = []
         duration_ms = totals.duration_ms
         if report_end_ms is not None:
-            duration_ms = max(_nonneg(report_end_ms - self._report_start_ms), duration_ms)
+            duration_ms = max(_nonneg(report_end_ms - totals.start_ms), duration_ms)
 
         values: dict[str, Any] = {
             "kv_eviction_policy": "lru",

@@ -50,7 +50,9 @@ class Prompt:
         canonical_ids, block = self._source
         length = self.length
         n = -(-length // block)
-        values = array("I", canonical_ids[:n])
+        values = canonical_ids[:n]
+        if not (isinstance(values, array) and values.typecode == "I"):
+            values = array("I", values)  # a slice of an array('I') is already a fresh one
         lengths = array("I", [block]) * n
         if n:
             lengths[-1] = length - (n - 1) * block

@@ -66,7 +66,7 @@ def resolve_target(option: str, given: str) -> Target:
     except FileNotFoundError:
         status = None  # a new file, or a dangling link: its target is created, as `>` would
     except OSError as error:
-        raise CliError(f"cannot write {shown}: {error.strerror or error}") from None
+        raise _cannot_write(shown, error) from None
     if status is not None and stat.S_ISDIR(status.st_mode):
         raise CliError(f"cannot write {shown}: is a directory")
     if status is not None and (not stat.S_ISREG(status.st_mode) or _names_a_descriptor(given)):
@@ -168,8 +168,8 @@ class OutputFile:
                     "w", encoding="utf-8", dir=target.path.parent,
                     prefix=f".{target.path.name}.", suffix=".tmp", delete=False)
                 self._temp = self.handle.name
-        except OSError as error:
-            raise CliError(f"cannot write {target.label}: {error.strerror or error}") from None
+        except OSError as error:  # never standard output: it is not opened here
+            raise self._error(error) from None
 
     def write(self, text: str) -> None:
         try:
@@ -203,21 +203,21 @@ class OutputFile:
     def discard(self) -> None:
         """Remove the temporary file (the target keeps its previous content)."""
         if self.handle is not sys.stdout:
-            try:
+            with contextlib.suppress(OSError):
                 self.handle.close()
-            except OSError:
-                pass
         if self._temp is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self._temp)
-            except OSError:
-                pass
             self._temp = None
 
     def _error(self, error: OSError) -> CliError:
         if self.target.path is None:
             return StdoutError(error)
-        return CliError(f"cannot write {self.target.label}: {error.strerror or error}")
+        return _cannot_write(self.target.label, error)
+
+
+def _cannot_write(label: str, error: OSError) -> CliError:
+    return CliError(f"cannot write {label}: {error.strerror or error}")
 
 
 def _mode_for(path: Path) -> int:

@@ -75,7 +75,7 @@ class SyntheticSessions:
     most 2**29 blocks) still holds, so a run cannot tell; runs that do not wrap are unchanged.
     """
 
-    __slots__ = ("resolved", "count", "turns", "_rng", "_grouped", "_shared", "_own",
+    __slots__ = ("resolved", "count", "turns", "_rng", "grouped", "_shared", "_own",
                  "_fresh_base", "_delay", "_made", "_live")
 
     def __init__(self, resolved):
@@ -84,9 +84,9 @@ class SyntheticSessions:
         self.turns = resolved.turns
         self._rng = StdRng(SHAPE_SEED)
         n_blocks = -(-resolved.isl // resolved.block_size)
-        self._grouped = resolved.shared_prefix_ratio > 0 and resolved.num_prefix_groups > 0
+        self.grouped = resolved.shared_prefix_ratio > 0 and resolved.num_prefix_groups > 0
         shared = 0
-        if self._grouped:
+        if self.grouped:
             shared = min(n_blocks, _round_half_away(n_blocks * resolved.shared_prefix_ratio))
         self._shared = shared
         self._own = n_blocks - shared
@@ -136,7 +136,7 @@ class SyntheticSessions:
         resolved = self.resolved
         shared, own = self._shared, self._own
         prefix = ()
-        if self._grouped:
+        if self.grouped:
             prefix = ((self._rng.gen_range(0, resolved.num_prefix_groups) * shared, shared),)
         first = index * self.turns * own      # offset of the session's first fresh id
         turns = []
@@ -165,6 +165,6 @@ class SyntheticTrace:
 def synthetic_driver(resolved):
     # the reference's records name the session unless every session is one turn without a
     # prefix group
-    grouped = resolved.shared_prefix_ratio > 0 and resolved.num_prefix_groups > 0
-    return SessionDriver(SyntheticTrace(resolved), max_sessions=resolved.max_in_flight,
-                         session_metadata=grouped or resolved.turns > 1)
+    trace = SyntheticTrace(resolved)
+    return SessionDriver(trace, max_sessions=resolved.max_in_flight,
+                         session_metadata=trace.sessions.grouped or resolved.turns > 1)

@@ -24,8 +24,8 @@ from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.graph import AgenticNode, AgenticTrace, Dependency
 
 from .plays import assign_component_plays
-from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_u64, decode_line, fail, first_of,
-                   iter_lines, model_block_size)
+from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_u64, decode_line,
+                   decode_rows, fail, first_of, iter_lines, model_block_size)
 
 SCHEMA = "dynamo.agentic_mooncake"
 VERSION = 2
@@ -140,11 +140,9 @@ def load_v2(path, number, line, lines):
     """``number``/``line``: the header; ``lines`` yields the rest of the file."""
     header = _header(path, number, line)
     block = header.block_size
-    decoder = msgspec.json.Decoder(NodeRow)
     nodes = []
-    for number, line in lines:
+    for number, row in decode_rows(path, NodeRow, lines):
         where = f"{path}:{number}"
-        row = decode_line(decoder, where, line)
         recorded = row.recorded_api_time_ms
         if recorded is not None and not (math.isfinite(recorded) and recorded >= 0.0):
             fail(where, "recorded_api_time_ms", f"must be finite and >= 0, got {recorded}")
@@ -191,11 +189,10 @@ def _legacy_node(where, row, block_size):
 
 
 def load_legacy(path, lines, block_size):
-    decoder = msgspec.json.Decoder(LegacyRow)
     numbers, rows = [], []
-    for number, line in lines:
+    for number, row in decode_rows(path, LegacyRow, lines):
         numbers.append(number)
-        rows.append(decode_line(decoder, f"{path}:{number}", line))
+        rows.append(row)
     known = {row.request_id for row in rows}
     for number, row in zip(numbers, rows):
         for k, rid in enumerate(row.wait_for):  # named by the legacy field, not the graph's

@@ -167,10 +167,11 @@ def decode_line(decoder, where, line, prefix=""):
         fail(where, "", "invalid JSON: nested too deeply")
 
 
-def decode_rows(path, row_type):
-    """``(line number, row)`` of every non-blank line decoded as ``row_type``, streamed."""
+def decode_rows(path, row_type, lines=None):
+    """``(line number, row)`` of every non-blank line decoded as ``row_type``, streamed;
+    ``lines`` (from ``iter_lines``, perhaps partly read) stands for the whole file."""
     decoder = msgspec.json.Decoder(row_type)
-    for number, line in iter_lines(path):
+    for number, line in iter_lines(path) if lines is None else lines:
         yield number, decode_line(decoder, f"{path}:{number}", line)
 
 

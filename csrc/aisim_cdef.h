@@ -48,6 +48,7 @@ typedef struct aisim_kv_view {
     uint32_t live_seqs;
     uint32_t match_active; /* of the last match, hits whose copy is referenced */
     uint64_t evictions;    /* hashed copies evicted since creation */
+    uint32_t logged;       /* hashes in the eviction log (0 while it is off) */
 } aisim_kv_view;
 
 int aisim_kv_new(aisim_kv_pool **out, uint64_t num_blocks);
@@ -74,6 +75,13 @@ int aisim_kv_commit(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes,
                     uint32_t first_block, uint32_t count);
 int aisim_kv_release(aisim_kv_pool *p, int32_t seq);
 int aisim_kv_check(const aisim_kv_pool *p);
+/* The eviction log (off at creation): while enabled, every eviction that
+ * removes the last resident copy of a hash appends the hash. Disabling drops
+ * the log. take_evicted copies the view.logged hashes, oldest first, into out
+ * (cap >= view.logged, else AISIM_EINVAL), empties the log and returns the
+ * count. */
+int aisim_kv_log_evictions(aisim_kv_pool *p, int enabled);
+int aisim_kv_take_evicted(aisim_kv_pool *p, uint64_t *out, size_t cap);
 
 /* ---- block hashing: chained 64-bit hashes of complete token blocks ---- */
 

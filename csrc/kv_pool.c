@@ -22,7 +22,16 @@
  * stack of released blocks first, then from the untouched ids in ascending
  * order, then by eviction: exactly the order of a stack that starts with
  * every id, lowest on top. So num_blocks may be any u64 and memory grows
- * with the blocks in use, not with the capacity. */
+ * with the blocks in use, not with the capacity.
+ *
+ * Eviction log (off by default, for the router's "removed" KV events): while
+ * it is on, an eviction that takes the last resident copy of a hash out of
+ * the index appends that hash (an evicted duplicate logs nothing: the hash is
+ * still findable, as the reference's evict_one reports only a final copy).
+ * The log holds what was evicted since the last take, so it is bounded by
+ * the evictions between two takes. Allocations size it before they change
+ * anything (an allocation of k evicts at most k - free blocks), so appending
+ * never fails and a failed growth leaves the pool as it was. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +74,9 @@ struct aisim_kv_pool {
     uint32_t seqs_cap;
     int32_t *free_handles;
     uint32_t n_free_handles;
+    int log_on;
+    uint64_t *log; /* evicted hashes, oldest first; view.logged of them */
+    uint32_t log_cap;
     aisim_kv_view view;
 };
 
@@ -213,13 +225,35 @@ static int fits(const aisim_kv_pool *p, uint64_t k, uint64_t evictable)
     return k <= p->view.free || k - p->view.free <= evictable;
 }
 
+/* Room in the eviction log for `more` hashes beyond those it holds. */
+static int reserve_log(aisim_kv_pool *p, uint64_t more)
+{
+    uint64_t need = (uint64_t)p->view.logged + more, cap = p->log_cap ? p->log_cap : 64;
+    if (need <= p->log_cap)
+        return AISIM_OK;
+    if (need > (uint64_t)INT32_MAX)
+        return AISIM_ENOMEM; /* take_evicted answers the count as an int status */
+    while (cap < need)
+        cap *= 2;
+    if (cap > (uint64_t)INT32_MAX)
+        cap = INT32_MAX;
+    if (grow_array((void **)&p->log, sizeof *p->log, (uint32_t)cap))
+        return AISIM_ENOMEM;
+    p->log_cap = (uint32_t)cap;
+    return AISIM_OK;
+}
+
 /* Room for k fresh blocks (which fit): those the released blocks do not
- * cover come from the untouched ids, whose state is reserved here. */
+ * cover come from the untouched ids, whose state is reserved here, and
+ * those the free blocks do not cover are evictions, which the log (when
+ * on) gets room for. */
 static int reserve_fresh(aisim_kv_pool *p, uint64_t k)
 {
     uint64_t untouched = p->n - p->touched;
     if (k <= p->n_free)
         return AISIM_OK;
+    if (p->log_on && k > p->view.free && reserve_log(p, k - p->view.free))
+        return AISIM_ENOMEM;
     k -= p->n_free;
     return reserve_touched(p, k < untouched ? k : untouched);
 }
@@ -274,6 +308,7 @@ static void destroy(aisim_kv_pool *p)
     free(p->free_stack);
     free(p->slot_key);
     free(p->slot_block);
+    free(p->log);
     free(p);
 }
 
@@ -467,12 +502,15 @@ int aisim_kv_acquire(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes, size
 
 /* ----------------------------------------------------------- allocation */
 
-static void forget_copy(aisim_kv_pool *p, int32_t b)
+/* Returns whether b was the hash's last copy (the hash left the index). */
+static int forget_copy(aisim_kv_pool *p, int32_t b)
 {
     int64_t slot = find_slot(p, p->hash[b]);
     int32_t primary = p->slot_block[slot];
+    int last = 0;
     if (primary == b) {
-        if (p->dup_next[b] == NO_BLOCK)
+        last = p->dup_next[b] == NO_BLOCK;
+        if (last)
             index_remove_slot(p, (uint32_t)slot);
         else
             p->slot_block[slot] = p->dup_next[b];
@@ -483,6 +521,7 @@ static void forget_copy(aisim_kv_pool *p, int32_t b)
         p->dup_next[prev] = p->dup_next[b];
     }
     p->dup_next[b] = NO_BLOCK;
+    return last;
 }
 
 /* The caller made room with reserve_fresh(k). */
@@ -498,7 +537,8 @@ static int32_t take_fresh_block(aisim_kv_pool *p)
     } else {
         b = p->lru_head;
         lru_unlink(p, b);
-        forget_copy(p, b);
+        if (forget_copy(p, b) && p->log_on)
+            p->log[p->view.logged++] = p->hash[b]; /* room made by reserve_fresh */
         p->hash[b] = 0;
         p->view.cached--;
         p->view.evictions++;
@@ -683,6 +723,37 @@ int aisim_kv_release(aisim_kv_pool *p, int32_t seq)
     return AISIM_OK;
 }
 
+/* -------------------------------------------------------- eviction log */
+
+int aisim_kv_log_evictions(aisim_kv_pool *p, int enabled)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    p->log_on = enabled != 0;
+    if (!p->log_on) {
+        /* what was logged is dropped with the buffer: nobody is listening */
+        free(p->log);
+        p->log = NULL;
+        p->log_cap = 0;
+        p->view.logged = 0;
+    }
+    return AISIM_OK;
+}
+
+int aisim_kv_take_evicted(aisim_kv_pool *p, uint64_t *out, size_t cap)
+{
+    uint32_t n;
+    if (!p || (!out && cap))
+        return AISIM_EINVAL;
+    n = p->view.logged;
+    if (cap < n)
+        return AISIM_EINVAL;
+    if (n)
+        memcpy(out, p->log, n * sizeof *out);
+    p->view.logged = 0;
+    return (int)n;
+}
+
 /* ---------------------------------------------------------------- check */
 
 static int check_lists(const aisim_kv_pool *p, uint32_t *seen)
@@ -789,6 +860,8 @@ int aisim_kv_check(const aisim_kv_pool *p)
     int status;
     if (!p)
         return AISIM_EINVAL;
+    if (p->view.logged > p->log_cap || (!p->log_on && p->log))
+        return AISIM_ECORRUPT;
     seen = calloc(p->touched ? p->touched : 1, sizeof *seen);
     if (!seen)
         return AISIM_ENOMEM;

@@ -94,6 +94,18 @@ def test_block_pool_twins_agree_on_random_operations(seed):
     assert twins.c.evictions > 10  # the LRU path was exercised
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_block_pool_twins_log_the_same_evictions(seed):
+    """With the eviction log on (turned off and on again now and then), both twins log the
+    same hashes in the same order; the log never holds more than the copies evicted."""
+    rnd = random.Random(1000 + seed)
+    twins = Twins(rnd.randint(4, 40))
+    twins("log_evictions", True)
+    logged = run_random_operations(twins, rnd, 3000, log=True)
+    logged += len(twins("take_evicted")[1])
+    assert 10 < logged <= twins.c.evictions
+
+
 @pytest.mark.parametrize("num_blocks", [300, 2**40, 2**64 - 1])
 def test_lazy_pools_agree_while_they_grow(num_blocks):
     """Pools keep state only for the blocks handed out: large capacities grow as they are
@@ -108,13 +120,22 @@ def test_lazy_pools_agree_while_they_grow(num_blocks):
     assert max(twins.c.seq_blocks(seq)) >= 64  # grown past the first arrays
 
 
-def run_random_operations(twins, rnd, steps, big=False):
-    """Random pool operations on both twins; ``big`` allocates more per call."""
+def run_random_operations(twins, rnd, steps, big=False, log=False):
+    """Random pool operations on both twins; ``big`` allocates more per call; ``log`` takes
+    (and compares) the eviction logs between operations and toggles logging now and then,
+    returning how many hashes the takes got."""
     work = Workload(rnd)
     live = {}  # seq -> its prompt chain
     scale = 40 if big else 1
+    logged = 0
 
     for step in range(steps):
+        if log:
+            draw = rnd.random()
+            if draw < 0.1:
+                logged += len(twins("take_evicted")[1])
+            elif draw < 0.102:
+                twins("log_evictions", draw < 0.101)
         op = rnd.random()
         seqs = list(live)
         if op < 0.12 or not seqs:
@@ -170,6 +191,7 @@ def run_random_operations(twins, rnd, steps, big=False):
         twins("release", seq)
     assert twins.c.active() == 0
     twins.compare_tables([])
+    return logged
 
 
 @pytest.mark.parametrize("seed", range(4))

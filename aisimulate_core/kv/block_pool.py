@@ -18,7 +18,16 @@ Changes: ``new_seq()``, ``acquire(seq, hashes, start, n)``,
 bool`` (the reference's atomic admission: prefix hits pinned, then k fresh
 blocks, or nothing), ``allocate_each(seqs, k_each=1) -> bool``,
 ``commit(seq, hashes, first_block, count)``, ``release(seq)``; ``check()``
-verifies every invariant. Allocation refusals return False and change
+verifies every invariant.
+
+Eviction log (for the router's "removed" KV events; off by default and then
+free): ``log_evictions(enabled)`` turns it on or off (off drops what it
+holds); ``take_evicted() -> array('Q')`` returns, oldest first, the hashes
+that an eviction took out of the pool since the last take, and empties the
+log. A hash is logged when the last resident copy of it is evicted (a
+duplicate copy going leaves the hash findable, so it logs nothing; blocks
+never committed hold no hash and are never evicted, only freed); so
+``evictions`` counts copies and may exceed what the log received. Allocation refusals return False and change
 nothing; misuse raises NativeError: NativeArgumentError (also a ValueError)
 for bad arguments, NativeMemoryError (also a MemoryError) when the pool cannot
 be allocated, plain NativeError for an unknown handle, a hash not resident or
@@ -68,6 +77,30 @@ class BlockPool:
         return object.__new__(cls)
 
 
+class EvictionLog:
+    """The eviction log of the Python pools (this one's twin and the radix cache):
+    ``hashes`` is an ``array('Q')`` while the log is on and None while it is off, so that
+    an eviction pays one ``is not None`` test when nobody listens."""
+
+    __slots__ = ("hashes",)
+
+    def __init__(self):
+        self.hashes = None
+
+    def enable(self, enabled):
+        if not enabled:
+            self.hashes = None  # drops what was logged: nobody is listening
+        elif self.hashes is None:
+            self.hashes = array("Q")
+
+    def take(self):
+        hashes = self.hashes
+        if hashes is None:
+            return array("Q")
+        self.hashes = array("Q")
+        return hashes
+
+
 def as_hashes(hashes):
     """A sequence of u64 ints from an ``array('Q')``, a bytes-like object or a list."""
     if isinstance(hashes, (bytes, bytearray, memoryview)):
@@ -112,6 +145,7 @@ def check_num_blocks(num_blocks, owner=None):
 # re-parsing type names and extra Python calls on the common path.
 _U64_ARRAY = ffi.typeof("uint64_t[]") if ffi is not None else None
 _I32_ARRAY = ffi.typeof("int32_t[]") if ffi is not None else None
+_ZERO_HASH = array("Q", [0])
 
 
 def _hash_buffer(hashes):
@@ -289,6 +323,22 @@ class CBlockPool(BlockPool):
         status = lib.aisim_kv_release(self._pool, seq)
         if status:
             raise status_error(status, f"{self._label}.release(seq={seq})")
+
+    # -------------------------------------------------------- eviction log
+
+    def log_evictions(self, enabled):
+        lib.aisim_kv_log_evictions(self._pool, bool(enabled))
+
+    def take_evicted(self):
+        count = self._view.logged
+        evicted = _ZERO_HASH * count
+        if count:
+            status = lib.aisim_kv_take_evicted(
+                self._pool, ffi.from_buffer(_U64_ARRAY, evicted), count
+            )
+            if status < 0:
+                raise status_error(status, f"{self._label}.take_evicted")
+        return evicted
 
     def check(self):
         """Raise NativeError if counters, lists, index or references disagree."""

@@ -9,6 +9,7 @@ test can compare block ids and not just counts.
 from aisimulate_core.errors import NativeError
 from aisimulate_core.kv.block_pool import (
     BlockPool,
+    EvictionLog,
     as_hashes,
     check_count,
     check_num_blocks,
@@ -62,6 +63,7 @@ class PyBlockPool(BlockPool):
         self._cached = 0
         self._live_seqs = 0
         self.evictions = 0
+        self._eviction_log = EvictionLog()
 
     # ------------------------------------------------------------ counters
 
@@ -183,12 +185,15 @@ class PyBlockPool(BlockPool):
     # ---------------------------------------------------------- allocation
 
     def _forget_copy(self, block):
+        """Take ``block`` off its hash's copies; True when it was the last one."""
         key = self._hash[block]
         primary = self._index[key]
         dup_next = self._dup_next
+        last = False
         if primary == block:
             if dup_next[block] == NO_BLOCK:
                 del self._index[key]
+                last = True
             else:
                 self._index[key] = dup_next[block]
         else:
@@ -197,6 +202,7 @@ class PyBlockPool(BlockPool):
                 prev = dup_next[prev]
             dup_next[prev] = dup_next[block]
         dup_next[block] = NO_BLOCK
+        return last
 
     def _take_fresh_block(self):
         if self._free_stack:
@@ -206,7 +212,10 @@ class PyBlockPool(BlockPool):
         else:
             block = self._lru_head
             self._lru_unlink(block)
-            self._forget_copy(block)
+            if self._forget_copy(block):
+                logged = self._eviction_log.hashes
+                if logged is not None:
+                    logged.append(self._hash[block])
             self._hash[block] = 0
             self._cached -= 1
             self.evictions += 1
@@ -328,6 +337,14 @@ class PyBlockPool(BlockPool):
         self._tables[seq] = None
         self._free_handles.append(seq)
         self._live_seqs -= 1
+
+    # -------------------------------------------------------- eviction log
+
+    def log_evictions(self, enabled):
+        self._eviction_log.enable(enabled)
+
+    def take_evicted(self):
+        return self._eviction_log.take()
 
     # --------------------------------------------------------------- check
 

@@ -12,11 +12,21 @@ pages that are not on the tree are the caller's business (it allocates and frees
 Least recently used unlocked leaves are evicted first. Access times are caller-given ordering
 keys (any increasing ints), because the engine replays some touches lazily with the time the
 reference would have stamped them.
+
+Eviction log (for the router's "removed" KV events; off by default and then free), as the
+block pool's: ``log_evictions(enabled)``, ``take_evicted() -> array('Q')``. The tree keeps no
+hashes, so an evicted page is named by the sequence hash of its tokens' block chain from the
+root (``hashing.seq_hashes`` with ``block_size = page_size``), the hash the vLLM pools and the
+router give the same prompt block. A leaf's pages are logged deepest first, leaves in eviction
+order. Naming a page hashes its whole path, so logging costs O(depth) per evicted leaf.
 """
 
 from __future__ import annotations
 
 import heapq
+
+from . import hashing
+from .block_pool import EvictionLog
 
 
 class Node:
@@ -64,6 +74,7 @@ class RadixCache:
         self.inserts = 0     # bumped when tokens join the tree (a memoized match may grow)
         # the reference trims an evicted leaf to the pages it needs (keeps its older prefix)
         self.trim_partial_leaf = trim_partial_leaf
+        self._eviction_log = EvictionLog()
 
     # ------------------------------------------------------------------ pool
     def available(self):
@@ -281,6 +292,20 @@ class RadixCache:
         return node, present
 
     # ------------------------------------------------------------------ eviction
+    def log_evictions(self, enabled):
+        self._eviction_log.enable(enabled)
+
+    def take_evicted(self):
+        return self._eviction_log.take()
+
+    def _log_pages(self, logged, node, lo, hi):
+        """Append the hashes of ``node``'s pages at depths ``[lo, hi)``, deepest first."""
+        ps = self.page_size
+        chain = hashing.seq_hashes(node.src[:hi], ps)
+        pages = chain[lo // ps:hi // ps]
+        pages.reverse()
+        logged.extend(pages)
+
     def evict(self, tokens):
         """Free at least ``tokens`` from unlocked leaves, least recently used first."""
         evicted = 0
@@ -294,13 +319,18 @@ class RadixCache:
             size = node.end - node.start
             want = tokens - evicted
             want = -(-want // ps) * ps
+            logged = self._eviction_log.hashes
             if self.trim_partial_leaf and want < size:
+                if logged is not None:
+                    self._log_pages(logged, node, node.end - want, node.end)
                 node.end -= want
                 self.evictable_size -= want
                 self.free_tokens += want
                 evicted += want
                 self._index_leaf(node)
                 continue
+            if logged is not None:
+                self._log_pages(logged, node, node.start, node.end)
             node.heap_key = None
             node.alive = False
             parent = node.parent

@@ -63,6 +63,7 @@ class RequestRecord:
     first_admission_g1_reused_input_tokens: int | None = None
     first_admission_host_reused_input_tokens: int | None = None
     pressure_record_ordinals: list | None = None
+    agentic: dict | None = None  # an agentic graph node's ids (request, play, root, parent)
 
 
 def _admitted(rec: RequestRecord) -> bool:
@@ -618,6 +619,8 @@ def per_request_record(rec: RequestRecord) -> dict:
         out["play_id"] = rec.play_id
     out["session_id"] = rec.session_id
     out["turn_index"] = rec.turn_index
+    if rec.agentic is not None:
+        out["agentic"] = rec.agentic
     if rec.metadata is not None:
         out["metadata"] = rec.metadata
     first, last = rec.first_token_ms, rec.last_token_ms
@@ -683,9 +686,10 @@ def per_request_record(rec: RequestRecord) -> dict:
 
 
 PER_REQUEST_KEYS = (
-    "request_id", "play_id", "session_id", "turn_index", "metadata", "uuid", "arrival_time_ms",
-    "dispatched_at_ms", "first_admit_ms", "terminal_time_ms", "first_token_ms", "last_token_ms",
-    "ttft_ms", "ttst_ms", "e2e_latency_ms", "itl_ms", "input_length", "requested_output_length",
+    "request_id", "play_id", "session_id", "turn_index", "agentic", "metadata", "uuid",
+    "arrival_time_ms", "dispatched_at_ms", "first_admit_ms", "terminal_time_ms",
+    "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "e2e_latency_ms", "itl_ms",
+    "input_length", "requested_output_length",
     "output_length", "reused_input_tokens", "first_admission_g1_reused_input_tokens",
     "first_admission_host_reused_input_tokens", "prefill_worker_idx", "decode_worker_idx",
     "prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
@@ -694,5 +698,5 @@ PER_REQUEST_KEYS = (
     "admission_history", "admission_count", "readmission_count", "pressure_record_ordinals",
     "terminal_status",
 )
-"""All per-request keys in order; request_id, play_id, metadata and the first-admission
-G1/host split are omitted when unset."""
+"""All per-request keys in order; request_id, play_id, agentic, metadata and the
+first-admission G1/host split are omitted when unset."""

@@ -77,6 +77,7 @@ def _record(request, status, emitter, **fields):
         turn_index=request.turn_index,
         play_id=request.play_id,
         metadata=request.metadata,
+        agentic=getattr(request, "agentic", None),  # only agentic drivers' requests carry it
         arrival_time_ms=request.arrival_ms,
         # only agentic requests report a dispatch time (when the driver handed them over)
         dispatched_at_ms=request.dispatched_ms if request.play_id is not None else None,

@@ -35,7 +35,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("traffic", "agentic_lanes", (None,)),
     ("traffic", "agentic_snapshot", (None,)),
     ("traffic", "agentic_warmup", (False,)),
-    ("traffic", "weka_nested_timestamp_basis", (None,)),
 )
 
 _MISSING = object()

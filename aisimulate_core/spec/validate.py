@@ -17,6 +17,8 @@ from .topology import AggregatedTopology, WorkerPoolSpec
 from .traffic import SyntheticTraffic, TraceTraffic
 
 AGENTIC_FORMATS = ("agentic_mooncake", "weka")
+# how a weka subagent's inner timestamps are read (CLUSTER.md 5.1)
+WEKA_TIMESTAMP_BASES = ("auto", "absolute", "relative")
 
 
 class Checker:
@@ -406,8 +408,11 @@ def check_trace(t: TraceTraffic, p: str, c: Checker) -> None:
         c.add(p + ".agentic_warmup", "requires agentic_snapshot, got true")
     if t.agentic_snapshot is not None and (t.load_type != "trace_timestamps" or not t.agentic_lanes or t.replay_concurrency is not None):
         c.add(p + ".agentic_snapshot", "requires load_type 'trace_timestamps', agentic_lanes and no replay_concurrency")
-    if t.weka_nested_timestamp_basis is not None and fmt != "weka":
-        c.add(p + ".weka_nested_timestamp_basis", f"requires trace_format 'weka', got {show(t.weka_nested_timestamp_basis)}")
+    basis = t.weka_nested_timestamp_basis
+    if basis is not None and fmt != "weka":
+        c.add(p + ".weka_nested_timestamp_basis", f"requires trace_format 'weka', got {show(basis)}")
+    elif basis is not None and basis not in WEKA_TIMESTAMP_BASES:
+        c.add(p + ".weka_nested_timestamp_basis", f"must be one of {one_of(WEKA_TIMESTAMP_BASES)}, got {show(basis)}")
 
 
 def check_payload(payload: Payload, root: str) -> list[tuple[str, str]]:

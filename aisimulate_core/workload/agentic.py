@@ -7,9 +7,12 @@ completes. A rejected, cancelled or failed node fails its play: the play's nodes
 dispatched are skipped, those in flight still run. A play is a trajectory; its end-to-end
 latency is its last terminal minus its first root dispatch, counted for completed plays only.
 
-The report also gets the graph's identity (without the reference's BLAKE3 graph digest), each
-play's outcome and the count of lifecycle events: a dispatched node contributes three
-(dispatch, terminal, quiescence), a skipped node one, a settled play one.
+The report also gets the graph's identity (``AgenticTrace.digest``), each play's outcome and
+its lifecycle: a dispatched node contributes three events (dispatch, terminal, quiescence), a
+skipped node one, a settled play one; their count and a BLAKE3 digest of the events in order
+(kind, request or play, time, status) are summary keys. Each request carries the reference's
+``agentic`` object: its ids, its play's root and, on a spawned request, the request that
+spawned it.
 """
 
 from __future__ import annotations
@@ -17,12 +20,34 @@ from __future__ import annotations
 import heapq
 import math
 
+import blake3
+
 from ..engine.request import SimRequest
 from .prompt import Prompt
 from .trace import HashInterner
 from .driver import WorkloadDriver
 
 BLOCKED, READY, EMITTED, COMPLETED, FAILED, SKIPPED = range(6)
+LIFECYCLE_DIGEST_DOMAIN = b"aisimulate-core-agentic-lifecycle-v1\0"
+
+
+class AgenticRequest(SimRequest):
+    """A request of a graph node: a SimRequest with the record's ``agentic`` object."""
+
+    __slots__ = ("agentic",)
+
+
+def _root_ids(graph):
+    """Each play's root for the records: its root with the earliest not_before (then id)."""
+    nodes = graph.nodes
+    return [nodes[min(play.roots, key=lambda i: (nodes[i].not_before_ms, nodes[i].request_id))]
+            .request_id for play in graph.plays]
+
+
+def _parent_ids(graph):
+    """The request each node was spawned from (its first spawn dependency), else None."""
+    return [next((d.request_id for d in node.dependencies if d.relation == "spawn"), None)
+            for node in graph.nodes]
 
 
 class _PlayState:
@@ -70,6 +95,10 @@ class AgenticDriver(WorkloadDriver):
             for i in play.roots:
                 self._is_root[i] = True
         self.lifecycle_events = 0             # counted as the module doc says
+        self._lifecycle = blake3.blake3(LIFECYCLE_DIGEST_DOMAIN)
+        roots = _root_ids(graph)
+        self._root_id = [roots[p] for p in self._play_of]
+        self._parent_id = _parent_ids(graph)
         self._heap = []
         for play in graph.plays:
             for root in play.roots:
@@ -108,7 +137,7 @@ class AgenticDriver(WorkloadDriver):
                 continue
             out.append(self._request(index, ready_ms))
             self._state[index] = EMITTED
-            self.lifecycle_events += 1
+            self._event("dispatch", self.graph.nodes[index].request_id, now_ms)
             play = self._plays[self._play_of[index]]
             play.in_flight += 1
             if self._is_root[index] and (play.root_dispatch_ms is None
@@ -121,10 +150,20 @@ class AgenticDriver(WorkloadDriver):
     def _request(self, index, ready_ms):
         node = self.graph.nodes[index]
         prompt = Prompt.from_hash_ids(self._hash_ids[index], node.input_length, self.block_size)
-        return SimRequest(0, prompt, node.max_output_tokens, ready_ms,
-                          request_id=node.request_id, session_id=node.session_id,
-                          play_id=node.play_id, output_token_ids=node.output_token_ids,
-                          driver_ref=index)
+        request = AgenticRequest(0, prompt, node.max_output_tokens, ready_ms,
+                                 request_id=node.request_id, session_id=node.session_id,
+                                 play_id=node.play_id, output_token_ids=node.output_token_ids,
+                                 driver_ref=index)
+        agentic = {"request_id": node.request_id, "play_id": node.play_id,
+                   "conversation_id": node.session_id, "root_id": self._root_id[index]}
+        if self._parent_id[index] is not None:
+            agentic["parent_id"] = self._parent_id[index]
+        request.agentic = agentic
+        return request
+
+    def _event(self, kind, name, at_ms, status=""):
+        self.lifecycle_events += 1
+        self._lifecycle.update(f"{kind}\0{name}\0{at_ms!r}\0{status}\n".encode())
 
     def on_terminal(self, request, now_ms, status):
         index = request.driver_ref
@@ -146,9 +185,13 @@ class AgenticDriver(WorkloadDriver):
                 for i in play.play.nodes:
                     if state[i] == BLOCKED or state[i] == READY:
                         state[i] = SKIPPED
-                        self.lifecycle_events += 1
+                        self._event("skipped", self.graph.nodes[i].request_id, now_ms)
         play.in_flight -= 1
-        self.lifecycle_events += 2 + play.settled()
+        request_id = self.graph.nodes[index].request_id
+        self._event("terminal", request_id, now_ms, status)
+        self._event("quiescent", request_id, now_ms)
+        if play.settled():
+            self._event("settled", play.play.play_id, now_ms)
 
     # ------------------------------------------------------------------ report
     def trajectories(self):
@@ -189,13 +232,20 @@ class AgenticDriver(WorkloadDriver):
         graph = self.graph
         collector.add_extra("agentic_graph", {
             "source": {"format": graph.source_format, "digest": graph.source_digest},
+            "graph_digest": graph.digest(),
             "block_size": graph.block_size,
             "node_count": len(graph.nodes),
             "play_count": len(graph.plays),
             "source_models": graph.models(),
         })
         collector.add_extra("agentic_lifecycle_event_count", self.lifecycle_events)
+        collector.add_extra("agentic_lifecycle_digest", self.lifecycle_digest())
         collector.add_extra("agentic_play_outcomes", self.play_outcomes())
+        for key, value in graph.summary_extras.items():
+            collector.add_extra(key, value)
+
+    def lifecycle_digest(self):
+        return self._lifecycle.hexdigest()
 
 
-__all__ = ["AgenticDriver"]
+__all__ = ["AgenticDriver", "AgenticRequest"]

@@ -15,7 +15,13 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import blake3
+import msgspec
+
 from ..errors import TraceError
+
+GRAPH_DIGEST_DOMAIN = b"aisimulate-core-agentic-graph-v1\0"
+_ENCODE = msgspec.json.Encoder().encode     # one JSON array per node: self-delimiting
 
 TRIGGERS = ("dispatch", "completion")
 RELATIONS = ("sequence", "spawn", "join", "replay_barrier")
@@ -74,20 +80,25 @@ class Play:
 class AgenticTrace:
     """A validated graph: ``nodes`` (by request id), ``plays`` in replay order."""
 
-    __slots__ = ("block_size", "source_format", "source_digest", "nodes", "plays", "index")
+    __slots__ = ("block_size", "source_format", "source_digest", "nodes", "plays", "index",
+                 "summary_extras")
 
-    def __init__(self, block_size, source_format, source_digest, nodes, plays):
+    def __init__(self, block_size, source_format, source_digest, nodes, plays,
+                 summary_extras=None):
         self.block_size = block_size
         self.source_format = source_format
         self.source_digest = source_digest
         self.nodes = nodes
         self.plays = plays
         self.index = {node.request_id: i for i, node in enumerate(nodes)}
+        # format-specific summary keys (weka's resolved timestamp basis), reported last
+        self.summary_extras = dict(summary_extras or {})
 
     @classmethod
-    def build(cls, block_size, nodes, *, source_format, source_digest, origin):
+    def build(cls, block_size, nodes, *, source_format, source_digest, origin,
+              summary_extras=None):
         """Validate ``nodes`` and order them; ``origin`` names the file(s) for graph-wide
-        messages."""
+        messages; ``summary_extras`` are added to the report's summary as given."""
         if not isinstance(block_size, int) or block_size <= 0:
             raise TraceError(f"{origin}: block_size: must be > 0, got {block_size!r}")
         if not nodes:
@@ -116,7 +127,8 @@ class AgenticTrace:
                           f"{nodes[source].play_id!r}, not in {node.play_id!r}")
         _check_acyclic(nodes, index, origin)
         plays = [_play(play_id, members, nodes) for play_id, members in by_play.items()]
-        return cls(block_size, source_format, source_digest, nodes, _ordered(plays, nodes, origin))
+        return cls(block_size, source_format, source_digest, nodes, _ordered(plays, nodes, origin),
+                   summary_extras)
 
     @property
     def total_turns(self):
@@ -124,6 +136,22 @@ class AgenticTrace:
 
     def models(self):
         return sorted({node.model for node in self.nodes})
+
+    def digest(self):
+        """The graph's identity: BLAKE3 over its block size, source and every node with its
+        dependencies sorted, so equal graphs (whatever their file order) share it. Our own
+        serialization: the reference does not document its bytes (CLUSTER.md 7.2)."""
+        hasher = blake3.blake3(GRAPH_DIGEST_DOMAIN)
+        hasher.update(_ENCODE([self.block_size, self.source_format, self.source_digest]))
+        for node in self.nodes:
+            deps = sorted((d.request_id, d.trigger, d.relation, d.delay_ms)
+                          for d in node.dependencies)
+            hasher.update(_ENCODE([
+                node.request_id, node.play_id, node.session_id, node.model, node.input_length,
+                node.max_output_tokens, node.output_token_ids, node.hash_ids, node.not_before_ms,
+                deps, node.source_play_ordinal, node.priority, node.strict_priority,
+                node.policy_class]))
+        return hasher.hexdigest()
 
 
 def _fail(where, field, rule):

@@ -10,6 +10,7 @@ replayed by the dependency-graph driver, which takes no concurrency cap and no t
 from __future__ import annotations
 
 from ..errors import ConfigError, PluginError
+from ..guards import call_provider
 from ..spec.converter import show
 from ..spec.topology import AggregatedTopology
 from .agentic import AgenticDriver
@@ -40,12 +41,27 @@ def build_driver(payload, registries, *, request_factories):
 
 def load_trace(traffic, registries):
     """Run the format plugin named by ``trace_format`` on the traffic's files."""
-    provider = registries.trace_formats.get(traffic.trace_format)
-    loaded = provider().load(traffic.paths, trace_block_size=traffic.trace_block_size)
+    lookup = registries.trace_formats
+    loader = lookup.get(traffic.trace_format)()
+    # a format may ask for traffic fields of its own by name (weka: its timestamp basis)
+    wanted = getattr(lookup.provider(traffic.trace_format).cls, "TRAFFIC_OPTIONS", ())
+    options = {name: getattr(traffic, name) for name in wanted}
+    loaded = _load(loader, traffic, options)
     if not isinstance(loaded, (Trace, AgenticTrace)):
         raise PluginError(f"trace format '{traffic.trace_format}' returned "
                           f"{type(loaded).__name__}, expected a Trace or an AgenticTrace")
     return loaded
+
+
+def _load(loader, traffic, options):
+    if not options:
+        return loader.load(traffic.paths, trace_block_size=traffic.trace_block_size)
+    inner = getattr(loader, "format", None)
+    if inner is None:                       # an unguarded registry hands out the format itself
+        return loader.load(traffic.paths, trace_block_size=traffic.trace_block_size, **options)
+    # the guard's load() takes no options yet: call the format through the same guard helper
+    return call_provider(loader.provider, "load()", inner.load, traffic.paths,
+                         trace_block_size=traffic.trace_block_size, **options)
 
 
 def trace_driver(payload, loaded):

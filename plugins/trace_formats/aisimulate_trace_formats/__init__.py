@@ -13,11 +13,12 @@ from .agentic_mooncake import AgenticMooncake
 from .applied_compute import AppliedComputeAgentic
 from .dynamo import Dynamo
 from .mooncake import Mooncake, MooncakeDelta
+from .weka import Weka
 
-FORMATS = (Mooncake, MooncakeDelta, AgenticMooncake, AppliedComputeAgentic, Dynamo)
+FORMATS = (Mooncake, MooncakeDelta, AgenticMooncake, AppliedComputeAgentic, Dynamo, Weka)
 
 __all__ = ["AgenticMooncake", "AppliedComputeAgentic", "Dynamo", "FORMATS", "Mooncake",
-           "MooncakeDelta"]
+           "MooncakeDelta", "Weka"]
 
 
 @hookimpl

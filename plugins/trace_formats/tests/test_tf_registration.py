@@ -3,16 +3,16 @@
 from aisimulate_core.plugins import make_plugin_manager
 from aisimulate_core.registry import collect_registries
 from aisimulate_trace_formats import (AgenticMooncake, AppliedComputeAgentic, Dynamo, Mooncake,
-                                      MooncakeDelta)
+                                      MooncakeDelta, Weka)
 
 
 def test_registered_through_the_entry_point():
     pm = make_plugin_manager(autoload=False, plugins=["trace_formats"])
     formats = collect_registries(pm).trace_formats
     assert formats.names() == ["agentic_mooncake", "applied_compute_agentic", "dynamo", "mooncake",
-                               "mooncake-delta"]
+                               "mooncake-delta", "weka"]
     assert [formats.get(n) for n in formats.names()] == [
-        AgenticMooncake, AppliedComputeAgentic, Dynamo, Mooncake, MooncakeDelta]
+        AgenticMooncake, AppliedComputeAgentic, Dynamo, Mooncake, MooncakeDelta, Weka]
 
 
 def test_autoloaded_and_attributed_to_the_distribution():

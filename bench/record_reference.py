@@ -155,6 +155,13 @@ CASES += [(_n, PL + _n + ".json", True) for _n in (
 # o. a disaggregated deployment needs one block_size on both roles (the reference's own error)
 CASES += [(_n, PL + _n + ".json", True, "expect_error") for _n in (
     "disagg_block_size_mismatch", "disagg_block_size_mismatch_prefill")]
+# p. the weka format (CLUSTER.md 5): the 5.3 example (auto resolves to relative), the same under
+# absolute (the reference's error), and a directory corpus (a .json and a two-play .jsonl below
+# it) with worker streams, a seam, replay barriers, a disjoint subagent stream, hash-less and
+# partly hashed requests and a declared models list
+CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in ("weka_doc_play", "weka_corpus_dir")]
+CASES.append(("agentic/weka_doc_play_absolute", PL + "weka_doc_play_absolute.json", True,
+              "expect_error"))
 
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it

@@ -162,6 +162,9 @@ CASES += [(_n, PL + _n + ".json", True, "expect_error") for _n in (
 CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in ("weka_doc_play", "weka_corpus_dir")]
 CASES.append(("agentic/weka_doc_play_absolute", PL + "weka_doc_play_absolute.json", True,
               "expect_error"))
+# the wheel replays weka and agentic Dynamo graphs on a disaggregated 1P+1D deployment too
+CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
+    "weka_corpus_disagg", "trace_dynamo_agentic_disagg")]
 
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it

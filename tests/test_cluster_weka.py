@@ -93,9 +93,9 @@ def test_w1_figures(w1):
         "weka:2484a9d05e6abf7b:play:alpha", "weka:d62594fc3d660888:play:beta"]
 
 
-WEKA_FIXTURES = ["weka_doc_play", "weka_corpus_dir"]
+WEKA_FIXTURES = ["weka_doc_play", "weka_corpus_dir", "weka_corpus_disagg"]
 AGENTIC_FIXTURES = ["trace_agentic_v2", "trace_agentic_v2_speedup", "trace_agentic_failure",
-                    "trace_dynamo_agentic", *WEKA_FIXTURES]
+                    "trace_dynamo_agentic", "trace_dynamo_agentic_disagg", *WEKA_FIXTURES]
 
 
 @pytest.mark.parametrize("name", AGENTIC_FIXTURES)

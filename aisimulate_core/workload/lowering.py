@@ -12,7 +12,6 @@ from __future__ import annotations
 from ..errors import ConfigError, PluginError
 from ..guards import call_provider
 from ..spec.converter import show
-from ..spec.topology import AggregatedTopology
 from .agentic import AgenticDriver
 from .driver import TimedDriver
 from .graph import AgenticTrace
@@ -84,8 +83,9 @@ def trace_driver(payload, loaded):
 
 
 def check_agentic_envelope(payload):
-    """An agentic graph paces itself: no concurrency cap, no time cutoff, one aggregated pool,
-    and a target model must be named (the reference's rules)."""
+    """An agentic graph paces itself: no concurrency cap, no time cutoff, and a target model
+    must be named (the reference's rules; the wheel replays weka and agentic Dynamo graphs on
+    disaggregated pools too)."""
     traffic = payload.traffic
     spec = payload.spec
     why = f"for an agentic trace (trace_format '{traffic.trace_format}')"
@@ -103,8 +103,5 @@ def check_agentic_envelope(payload):
                         f"got {show(spec.max_sim_time_ms)}")
     if spec.max_in_flight is not None:
         problems.append(f"$.spec.max_in_flight: is not allowed {why}, got {spec.max_in_flight}")
-    if not isinstance(spec.topology, AggregatedTopology):
-        problems.append(f"$.spec.topology.kind: must be 'aggregated' {why}, "
-                        f"got '{spec.topology.kind}'")
     if problems:
         raise ConfigError("\n".join(problems))

@@ -78,10 +78,11 @@ int aisim_kv_check(const aisim_kv_pool *p);
 /* The eviction log (off at creation): while enabled, every eviction that
  * removes the last resident copy of a hash appends the hash. Disabling drops
  * the log. take_evicted copies the view.logged hashes, oldest first, into out
- * (cap >= view.logged, else AISIM_EINVAL), empties the log and returns the
- * count. */
+ * (cap >= view.logged, else AISIM_EINVAL), empties the log and returns how
+ * many it copied; with absent_only it skips the hashes resident again (a
+ * copy committed since the eviction). */
 int aisim_kv_log_evictions(aisim_kv_pool *p, int enabled);
-int aisim_kv_take_evicted(aisim_kv_pool *p, uint64_t *out, size_t cap);
+int aisim_kv_take_evicted(aisim_kv_pool *p, int absent_only, uint64_t *out, size_t cap);
 
 /* ---- block hashing: chained 64-bit hashes of complete token blocks ---- */
 

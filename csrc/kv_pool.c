@@ -31,7 +31,11 @@
  * The log holds what was evicted since the last take, so it is bounded by
  * the evictions between two takes. Allocations size it before they change
  * anything (an allocation of k evicts at most k - free blocks), so appending
- * never fails and a failed growth leaves the pool as it was. */
+ * never fails and a failed growth leaves the pool as it was. A take may skip
+ * the hashes committed again since their eviction: a router that applies a
+ * pass's "stored" events and then these "removed" ones ends up with exactly
+ * the hashes resident, whatever the order of evictions and commits in the
+ * pass. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -740,16 +744,16 @@ int aisim_kv_log_evictions(aisim_kv_pool *p, int enabled)
     return AISIM_OK;
 }
 
-int aisim_kv_take_evicted(aisim_kv_pool *p, uint64_t *out, size_t cap)
+int aisim_kv_take_evicted(aisim_kv_pool *p, int absent_only, uint64_t *out, size_t cap)
 {
-    uint32_t n;
+    uint32_t i, n = 0;
     if (!p || (!out && cap))
         return AISIM_EINVAL;
-    n = p->view.logged;
-    if (cap < n)
+    if (cap < p->view.logged)
         return AISIM_EINVAL;
-    if (n)
-        memcpy(out, p->log, n * sizeof *out);
+    for (i = 0; i < p->view.logged; i++)
+        if (!absent_only || find_slot(p, p->log[i]) < 0)
+            out[n++] = p->log[i];
     p->view.logged = 0;
     return (int)n;
 }

@@ -115,13 +115,34 @@ def test_uncommitted_blocks_and_refusals_log_nothing(make_logged):
     assert pool.take_evicted() == H(5)
 
 
+def evict_then_compute_again(pool):
+    computed(pool, H(1, 2, 3))   # LRU: 3 2 1
+    seq = fill(pool, 2)          # evicts 3, 2
+    computed(pool, H(4))         # evicts 1
+    pool.release(seq)
+    computed(pool, H(3))         # 3 is back, on a freed block
+
+
+def test_absent_only_skips_hashes_committed_again(make_logged):
+    """Within one pass a hash can be evicted and computed again: with ``absent_only`` the
+    take names only the hashes no longer resident, so a router that applies the pass's
+    stored hashes and then these holds what the pool holds."""
+    raw, net = make_logged(3), make_logged(3)
+    evict_then_compute_again(raw)
+    evict_then_compute_again(net)
+    assert raw.take_evicted() == H(3, 2, 1)
+    assert net.take_evicted(absent_only=True) == H(2, 1)
+    assert net.take_evicted(absent_only=True) == H()
+    assert net.match(H(3)) == 1 and net.match(H(2)) == 0
+
+
 @pytest.mark.skipif(native.lib is None, reason="C core not built")
 def test_c_take_with_too_small_a_buffer_keeps_the_log():
     pool = BlockPool(1, backend="c")
     pool.log_evictions(True)
     computed(pool, H(9))
     fill(pool, 1)
-    assert native.lib.aisim_kv_take_evicted(pool._pool, native.ffi.NULL, 0) == native.EINVAL
+    assert native.lib.aisim_kv_take_evicted(pool._pool, 0, native.ffi.NULL, 0) == native.EINVAL
     assert pool.take_evicted() == H(9)
 
 
@@ -170,3 +191,15 @@ def test_radix_cache_log_is_off_by_default_and_off_drops_it():
     assert cache.take_evicted() == array("Q")
     cache.evict(1)
     assert cache.take_evicted() == Prompt.from_tokens([1, 2, 3]).block_hashes(1)[:1]
+
+
+def test_radix_cache_absent_only_skips_pages_back_on_the_tree():
+    cache = RadixCache(4, 1)
+    cache.log_evictions(True)
+    put(cache, array("I", [1, 2, 3]), 1)
+    assert cache.evict(2) == 2           # trims pages 3 and 2
+    put(cache, array("I", [1, 2]), 2)    # 2 is computed again
+    chain = Prompt.from_tokens([1, 2, 3]).block_hashes(1)
+    assert cache.take_evicted(absent_only=True) == array("Q", [chain[2]])
+    assert cache.evict(2) == 2
+    assert cache.take_evicted() == array("Q", [chain[1], chain[0]])

@@ -22,17 +22,16 @@ verifies every invariant.
 
 Eviction log (for the router's "removed" KV events; off by default and then
 free): ``log_evictions(enabled)`` turns it on or off (off drops what it
-holds); ``take_evicted() -> array('Q')`` returns, oldest first, the hashes
-that an eviction took out of the pool since the last take, and empties the
-log. A hash is logged when the last resident copy of it is evicted (a
-duplicate copy going leaves the hash findable, so it logs nothing; blocks
-never committed hold no hash and are never evicted, only freed); so
-``evictions`` counts copies and may exceed what the log received. Allocation refusals return False and change
-nothing; misuse raises NativeError: NativeArgumentError (also a ValueError)
-for bad arguments, NativeMemoryError (also a MemoryError) when the pool cannot
-be allocated, plain NativeError for an unknown handle, a hash not resident or
-a conflicting commit. ``owner`` (a rank and the JSON field of its size) names
-the pool in those messages.
+holds); ``take_evicted(absent_only=False) -> array('Q')`` returns, oldest
+first, the hashes that an eviction took out of the pool since the last take,
+and empties the log. A hash is logged when the last resident copy of it is
+evicted (a duplicate copy going leaves the hash findable, so it logs nothing;
+blocks never committed hold no hash and are never evicted, only freed); so
+``evictions`` counts copies and may exceed what the log received.
+``absent_only=True`` skips the hashes committed again since their eviction:
+a pass's "stored" hashes applied first, then these, leave a router's index
+equal to the pool's resident hashes, whatever the order of the pass's
+evictions and commits.
 
 ``hashes`` is an ``array('Q')`` (fastest); a bytes-like object or a list of
 ints also works.
@@ -79,26 +78,27 @@ class BlockPool:
 
 class EvictionLog:
     """The eviction log of the Python pools (this one's twin and the radix cache):
-    ``hashes`` is an ``array('Q')`` while the log is on and None while it is off, so that
-    an eviction pays one ``is not None`` test when nobody listens."""
+    ``entries`` is a fresh ``make()`` while the log is on and None while it is off, so
+    that an eviction pays one ``is not None`` test when nobody listens."""
 
-    __slots__ = ("hashes",)
+    __slots__ = ("entries", "make")
 
-    def __init__(self):
-        self.hashes = None
+    def __init__(self, make):
+        self.entries = None
+        self.make = make
 
     def enable(self, enabled):
         if not enabled:
-            self.hashes = None  # drops what was logged: nobody is listening
-        elif self.hashes is None:
-            self.hashes = array("Q")
+            self.entries = None  # drops what was logged: nobody is listening
+        elif self.entries is None:
+            self.entries = self.make()
 
     def take(self):
-        hashes = self.hashes
-        if hashes is None:
-            return array("Q")
-        self.hashes = array("Q")
-        return hashes
+        """What was logged since the last take (None while off); the log starts afresh."""
+        entries = self.entries
+        if entries is not None:
+            self.entries = self.make()
+        return entries
 
 
 def as_hashes(hashes):
@@ -329,15 +329,18 @@ class CBlockPool(BlockPool):
     def log_evictions(self, enabled):
         lib.aisim_kv_log_evictions(self._pool, bool(enabled))
 
-    def take_evicted(self):
+    def take_evicted(self, absent_only=False):
         count = self._view.logged
+        if not count:
+            return array("Q")
         evicted = _ZERO_HASH * count
-        if count:
-            status = lib.aisim_kv_take_evicted(
-                self._pool, ffi.from_buffer(_U64_ARRAY, evicted), count
-            )
-            if status < 0:
-                raise status_error(status, f"{self._label}.take_evicted")
+        kept = lib.aisim_kv_take_evicted(
+            self._pool, absent_only, ffi.from_buffer(_U64_ARRAY, evicted), count
+        )
+        if kept < 0:
+            raise status_error(kept, f"{self._label}.take_evicted")
+        if kept < count:
+            del evicted[kept:]
         return evicted
 
     def check(self):

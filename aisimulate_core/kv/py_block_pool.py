@@ -6,6 +6,8 @@ order of the free stack and the reuse of sequence handles, so that the parity
 test can compare block ids and not just counts.
 """
 
+from array import array
+
 from aisimulate_core.errors import NativeError
 from aisimulate_core.kv.block_pool import (
     BlockPool,
@@ -63,7 +65,7 @@ class PyBlockPool(BlockPool):
         self._cached = 0
         self._live_seqs = 0
         self.evictions = 0
-        self._eviction_log = EvictionLog()
+        self._eviction_log = EvictionLog(lambda: array("Q"))
 
     # ------------------------------------------------------------ counters
 
@@ -213,7 +215,7 @@ class PyBlockPool(BlockPool):
             block = self._lru_head
             self._lru_unlink(block)
             if self._forget_copy(block):
-                logged = self._eviction_log.hashes
+                logged = self._eviction_log.entries
                 if logged is not None:
                     logged.append(self._hash[block])
             self._hash[block] = 0
@@ -343,8 +345,14 @@ class PyBlockPool(BlockPool):
     def log_evictions(self, enabled):
         self._eviction_log.enable(enabled)
 
-    def take_evicted(self):
-        return self._eviction_log.take()
+    def take_evicted(self, absent_only=False):
+        evicted = self._eviction_log.take()
+        if evicted is None:
+            return array("Q")
+        if absent_only:
+            index = self._index
+            return array("Q", [key for key in evicted if key not in index])
+        return evicted
 
     # --------------------------------------------------------------- check
 

@@ -14,16 +14,19 @@ keys (any increasing ints), because the engine replays some touches lazily with 
 reference would have stamped them.
 
 Eviction log (for the router's "removed" KV events; off by default and then free), as the
-block pool's: ``log_evictions(enabled)``, ``take_evicted() -> array('Q')``. The tree keeps no
-hashes, so an evicted page is named by the sequence hash of its tokens' block chain from the
-root (``hashing.seq_hashes`` with ``block_size = page_size``), the hash the vLLM pools and the
-router give the same prompt block. A leaf's pages are logged deepest first, leaves in eviction
-order. Naming a page hashes its whole path, so logging costs O(depth) per evicted leaf.
+block pool's: ``log_evictions(enabled)``, ``take_evicted(absent_only=False) -> array('Q')``.
+The tree keeps no hashes, so an evicted page is named by the sequence hash of its tokens'
+block chain from the root (``hashing.seq_hashes`` with ``block_size = page_size``), the hash
+the vLLM pools and the router give the same prompt block. Leaves come in eviction order, a
+leaf's pages deepest first. Eviction notes the leaf's span; the take hashes it (O(depth) per
+evicted leaf, paid only while the log is on) and, with ``absent_only``, skips the pages that
+are on the tree again.
 """
 
 from __future__ import annotations
 
 import heapq
+from array import array
 
 from . import hashing
 from .block_pool import EvictionLog
@@ -74,7 +77,7 @@ class RadixCache:
         self.inserts = 0     # bumped when tokens join the tree (a memoized match may grow)
         # the reference trims an evicted leaf to the pages it needs (keeps its older prefix)
         self.trim_partial_leaf = trim_partial_leaf
-        self._eviction_log = EvictionLog()
+        self._eviction_log = EvictionLog(list)   # (token array, lo, hi) of evicted spans
 
     # ------------------------------------------------------------------ pool
     def available(self):
@@ -295,16 +298,18 @@ class RadixCache:
     def log_evictions(self, enabled):
         self._eviction_log.enable(enabled)
 
-    def take_evicted(self):
-        return self._eviction_log.take()
-
-    def _log_pages(self, logged, node, lo, hi):
-        """Append the hashes of ``node``'s pages at depths ``[lo, hi)``, deepest first."""
+    def take_evicted(self, absent_only=False):
+        spans = self._eviction_log.take()
+        evicted = array("Q")
         ps = self.page_size
-        chain = hashing.seq_hashes(node.src[:hi], ps)
-        pages = chain[lo // ps:hi // ps]
-        pages.reverse()
-        logged.extend(pages)
+        for src, lo, hi in spans or ():
+            if absent_only:
+                lo = max(lo, self.match_len(src, hi))
+            if lo < hi:
+                pages = hashing.seq_hashes(src[:hi], ps)[lo // ps:hi // ps]
+                pages.reverse()
+                evicted.extend(pages)
+        return evicted
 
     def evict(self, tokens):
         """Free at least ``tokens`` from unlocked leaves, least recently used first."""
@@ -319,10 +324,10 @@ class RadixCache:
             size = node.end - node.start
             want = tokens - evicted
             want = -(-want // ps) * ps
-            logged = self._eviction_log.hashes
+            logged = self._eviction_log.entries
             if self.trim_partial_leaf and want < size:
                 if logged is not None:
-                    self._log_pages(logged, node, node.end - want, node.end)
+                    logged.append((node.src, node.end - want, node.end))
                 node.end -= want
                 self.evictable_size -= want
                 self.free_tokens += want
@@ -330,7 +335,7 @@ class RadixCache:
                 self._index_leaf(node)
                 continue
             if logged is not None:
-                self._log_pages(logged, node, node.start, node.end)
+                logged.append((node.src, node.start, node.end))
             node.heap_key = None
             node.alive = False
             parent = node.parent

@@ -115,61 +115,39 @@ class GuardedTimingModel:
 
 
 class GuardedPlacement:
-    """A placement policy behind the runtime's interface ``place(PlacementRequest) ->
-    (worker index, dp_rank)``: failures and answers that are not two integers, or name a
-    worker the pool does not have, become one PluginError line."""
+    """A placement policy behind the runtime's interface: ``place`` and the notifications fail
+    as one PluginError line; the answer's shape is checked by the runtime's router
+    (``runtime/router.py``), which calls ``malformed`` for one it cannot read."""
 
     def __init__(self, provider: Provider, config: dict, pool: Any) -> None:
         self.provider = provider
         self.policy = call_provider(provider, "construction", provider.cls, config, pool)
         if not callable(getattr(self.policy, "place", None)):
             raise malformed(provider, "construction", self.policy, "an object with place()")
-        self._n_workers = len(pool.workers)
-        self._pool_kind = pool.kind
 
-    def place(self, request: Any) -> tuple[int, int]:
+    def place(self, request: Any) -> Any:
         try:  # inline, not through call_provider: this runs once per request
-            answer = self.policy.place(request)
+            return self.policy.place(request)
         except AisimError:
             raise
         except Exception as error:
             raise raised(self.provider, "place()", error) from error
-        if type(answer) is tuple and len(answer) == 2:
-            w_idx, dp_rank = answer
-            if type(w_idx) is int and type(dp_rank) is int and 0 <= w_idx < self._n_workers:
-                return answer  # the usual case, checked at the cost of a few type tests
-        return self._checked(answer)
 
-    def _checked(self, answer: Any) -> tuple[int, int]:
-        expected = "(worker index, dp_rank) as two integers"
-        try:
-            w_idx, dp_rank = answer
-        except (TypeError, ValueError):
-            raise malformed(self.provider, "place()", answer, expected) from None
-        if not (_is_integer(w_idx) and _is_integer(dp_rank)):
-            raise malformed(self.provider, "place()", answer, expected)
-        w_idx, dp_rank = int(w_idx), int(dp_rank)
-        if not 0 <= w_idx < self._n_workers:
-            raise PluginError(f"{self.provider.label()}: place() returned worker index {w_idx}, "
-                              f"expected 0 to {self._n_workers - 1} (the {self._pool_kind} pool "
-                              f"has {self._n_workers} workers)")
-        return w_idx, dp_rank
+    def malformed(self, answer: Any) -> PluginError:
+        return malformed(self.provider, "place()", answer,
+                         "(worker_id, dp_rank) as two integers, a Placement or QUEUED")
 
-    def on_terminal(self, uuid: int) -> None:
+    def notify(self, method: str, *args: Any) -> None:
+        """Call the policy's ``method`` (an ``on_*`` notification) if it has one."""
+        function = getattr(self.policy, method, None)
+        if function is None:
+            return
         try:
-            self.policy.on_terminal(uuid)
+            function(*args)
         except AisimError:
             raise
         except Exception as error:
-            raise raised(self.provider, "on_terminal()", error) from error
-
-    def on_worker_added(self, worker: Any) -> None:
-        self._n_workers += 1
-        call_provider(self.provider, "on_worker_added()", self.policy.on_worker_added, worker)
-
-    def on_worker_removed(self, worker: Any) -> None:
-        self._n_workers -= 1
-        call_provider(self.provider, "on_worker_removed()", self.policy.on_worker_removed, worker)
+            raise raised(self.provider, f"{method}()", error) from error
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.policy, name)

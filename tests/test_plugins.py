@@ -12,6 +12,10 @@ from aisimulate_core.registry import Registry, collect_registries
 from aisimulate_core.runtime.scaling import NoScaling
 
 
+# what the bundled aisimulate-placement distribution registers
+PLACEMENT_POLICIES = ["kv_aware", "kv_router", "least_loaded", "round_robin"]
+
+
 def provider(name, module="my_plugin", qualname="Foo", base=object):
     cls = type(qualname, (base,), {"NAME": name})
     cls.__module__ = module
@@ -95,7 +99,7 @@ def test_plugin_object_registers_a_placement_policy():
 def test_builtins_register_timing_and_scaling():
     registries = collect_registries(make_plugin_manager(autoload=False))
     assert registries.timing.names() == ["fixed", "polynomial"]
-    assert registries.scaling.names() == ["none"]
+    assert registries.scaling.names() == ["none", "schedule"]
     assert registries.scaling.get("none") is NoScaling
     assert registries.placement.names() == []
     assert registries.trace_formats.names() == []
@@ -139,7 +143,8 @@ def test_unknown_name_lists_installed():
     registries = collect_registries(make_plugin_manager(autoload=False, plugins=["placement"]))
     with pytest.raises(UnknownPluginError) as error:
         registries.placement.get("kv")
-    assert str(error.value) == "unknown placement policy 'kv'; installed: round_robin"
+    assert str(error.value) == ("unknown placement policy 'kv'; installed: "
+                                + ", ".join(PLACEMENT_POLICIES))
 
 
 def test_unknown_name_with_nothing_installed():
@@ -221,13 +226,13 @@ def test_autoload_false_ignores_entry_points(entry_points):
 
 def test_explicit_name_loads_an_entry_point_without_autoload():
     pm = make_plugin_manager(autoload=False, plugins=["placement"])
-    assert collect_registries(pm).placement.names() == ["round_robin"]
+    assert collect_registries(pm).placement.names() == PLACEMENT_POLICIES
     assert pm.distribution_of("placement").startswith("aisimulate-placement ")
 
 
 def test_explicit_module_already_loaded_by_its_entry_point_is_not_registered_twice():
     pm = make_plugin_manager(plugins=["aisimulate_placement"])
-    assert collect_registries(pm).placement.names() == ["round_robin"]
+    assert collect_registries(pm).placement.names() == PLACEMENT_POLICIES
 
 
 def test_explicit_module_that_cannot_be_imported():

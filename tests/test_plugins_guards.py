@@ -95,16 +95,16 @@ def test_a_malformed_placement_answer_is_one_line(entry_points, answer, shown):
         run_with(pm, placement_payload())
     assert str(error.value) == (
         f"placement policy 'boom' from boom-dist 1.2: place() returned {shown}, "
-        "expected (worker index, dp_rank) as two integers")
+        "expected (worker_id, dp_rank) as two integers, a Placement or QUEUED")
 
 
-def test_a_worker_index_outside_the_pool_is_one_line(entry_points):
+def test_a_worker_outside_the_pool_is_one_line(entry_points):
     pm = from_distribution(entry_points, Plugin(placement=[policy(lambda r: (-1, 0))]))
     with pytest.raises(PluginError) as error:
         run_with(pm, placement_payload())
     assert str(error.value) == (
-        "placement policy 'boom' from boom-dist 1.2: place() returned worker index -1, "
-        "expected 0 to 0 (the agg pool has 1 workers)")
+        "placement policy 'boom' from boom-dist 1.2: place() returned worker -1, which is not "
+        "an active worker of the agg pool (active: [0])")
 
 
 def test_a_well_behaved_policy_gives_the_round_robin_result(entry_points):
@@ -300,6 +300,6 @@ def test_plugins_pairs_each_hook_with_its_own_providers(capsys, entry_points):
         ["aisimulate_register_timing_providers", "(none)"],
         ["aisimulate_register_trace_formats", "trace", "format:", "second_format"],
         ["third", "third-dist", "3.0", "aisimulate_add_cli_options"],
-        ["builtins", "aisimulate-core", "0.1.0", "aisimulate_register_scaling_policies", "scaling", "policy:", "none"],
+        ["builtins", "aisimulate-core", "0.1.0", "aisimulate_register_scaling_policies", "scaling", "policy:", "none,", "schedule"],
         ["aisimulate_register_timing_providers", "timing", "provider:", "fixed,", "polynomial"],
     ]

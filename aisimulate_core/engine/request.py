@@ -28,11 +28,14 @@ class SimRequest:
         # disaggregated: the handoff a role copy belongs to; a decode copy's accept order and
         # the capacity generation of its last reservation attempt
         "handoff", "waiting_order", "last_attempt",
+        # placement: routing metadata, and the routing_history entry of a router's placement
+        "priority", "strict_priority", "route",
     )
 
     def __init__(self, uuid, prompt, max_output, arrival_ms, *, request_id=None, session_id=None,
                  turn_index=None, play_id=None, metadata=None, output_token_ids=None,
-                 dp_rank=None, prefill_dp_rank=None, driver_ref=None):
+                 dp_rank=None, prefill_dp_rank=None, driver_ref=None, priority=0,
+                 strict_priority=0):
         self.uuid = uuid
         self.prompt = prompt                  # workload.prompt.Prompt
         self.prompt_len = prompt.length
@@ -48,6 +51,9 @@ class SimRequest:
         self.dp_rank = dp_rank
         self.prefill_dp_rank = prefill_dp_rank  # disaggregated: the prefill pool's rank, if not dp_rank
         self.driver_ref = driver_ref
+        self.priority = priority              # routing metadata (a router's queue order)
+        self.strict_priority = strict_priority
+        self.route = None                     # dict: the routing_history entry, when not plain
         self.worker_idx = None
         self.rank = None
         self.status = WAITING

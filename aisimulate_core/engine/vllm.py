@@ -72,6 +72,12 @@ class VllmRank(RankBase):
         self.pass_end_ms = 0.0
         self.preemptions = 0
         self.committed_prefill_tokens = 0
+        self.decode_steps = 0        # tokens after each request's first, over completed passes
+        self._pass_steps = 0
+        # a router that watches this rank (runtime/router.py): KV blocks stored in the pass
+        # in flight, reported with its prefill completions when it ends
+        self.observer = None
+        self._stored = []
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
@@ -156,6 +162,7 @@ class VllmRank(RankBase):
         decode = 0.0
         if n and self.charges_decode:
             decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
+        self._pass_steps = n
         self.pass_end_ms = (now_ms + prefill) + decode
         return self.pass_end_ms
 
@@ -234,6 +241,7 @@ class VllmRank(RankBase):
         self._macro_ends = None
         first = self.pass_index + 1          # the first pass's blocks came at scheduling
         self.pass_ends.extend(ends[:-1])
+        self.decode_steps += self.n_dec * (len(ends) - 1)
         self.itl_diff.frombytes(bytes(8 * (len(ends) - 1)))
         self.pass_index += len(ends) - 1
         last = self.pass_index
@@ -466,6 +474,22 @@ class VllmRank(RankBase):
                 f"({r.prompt_len} tokens) needs {blocks} KV blocks of {self.block_size} tokens, "
                 f"a rank has {self.num_blocks}")
 
+    def kv_gauges(self):
+        """(active, inactive) KV blocks: referenced by requests (partial blocks included), and
+        cached with no reference."""
+        pool = self.pool
+        return pool.active(), pool.inactive()
+
+    def pending_prefill_tokens(self):
+        """Prompt tokens not computed yet, over the requests waiting or running here."""
+        total = 0
+        for r in self.waiting:
+            total += r.prompt_len
+        for r in self.partial:
+            if r.computed < r.prompt_len:
+                total += r.prompt_len - r.computed
+        return total
+
     def kv_summary(self):
         return f"{self.pool.allocatable()} of {self.num_blocks} KV blocks free"
 
@@ -483,6 +507,9 @@ class VllmRank(RankBase):
         self._pass_done(end_ms)
         # a pass cut off by the run's time limit never completes: its prompt work is not counted
         self.committed_prefill_tokens += self._pf_tokens
+        self.decode_steps += self._pass_steps
+        if self.observer is not None:
+            self._report_pass(self.observer)
         if self._rejected:
             rejected = self._rejected
             self._rejected = []
@@ -511,6 +538,18 @@ class VllmRank(RankBase):
                 done.sort(key=self.running.index)
             for r in done:
                 self._finish_stretch(r, P, end_ms)
+
+    def _report_pass(self, observer):
+        """Tell the router what the pass that ends now did: the full blocks it computed, the
+        cached blocks evicted for it, the prompts it completed (in that order)."""
+        stored, self._stored = self._stored, []
+        for hashes in stored:
+            observer.kv_stored(self, hashes)
+        evicted = self.pool.take_evicted()
+        if len(evicted):
+            observer.kv_removed(self, evicted)
+        for r in self._ready:
+            observer.prefill_done(self, r)
 
     def _open_stretch(self, r, P):
         r.in_stretch = True
@@ -614,6 +653,8 @@ class VllmRank(RankBase):
             self.pool.commit(r.seq, hashes, done, full_blocks - done)
             self.kv_version += 1
             r.committed_blocks = full_blocks
+            if self.observer is not None:
+                self._stored.append(hashes[done:full_blocks])
 
     def _lookup_hashes(self, r, n_blocks):
         """Sequence hashes of the first ``n_blocks`` blocks of prompt + generated tokens."""

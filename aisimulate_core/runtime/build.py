@@ -9,8 +9,7 @@ from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES
 from ..engine.vllm_roles import ROLE_RANKS
 from ..errors import ConfigError
-from ..guards import (GuardedPlacement, TraceFormatLookup, call_provider, malformed,
-                      scaling_policy, timing_model)
+from ..guards import TraceFormatLookup, call_provider, malformed, scaling_policy, timing_model
 from ..kv.block_pool import BlockPool
 from ..plugins import make_plugin_manager
 from ..registry import collect_registries
@@ -19,8 +18,11 @@ from ..workload.lowering import build_driver
 from ..workload.prompt import Prompt
 from ..spec.topology import AggregatedTopology
 from ..spec.validate import role_path
-from .disaggregated import DisaggregatedSimulation, TransferModel, pool_view
-from .simulation import Simulation, aggregated_pool_view
+from .cluster import Cluster
+from .disaggregated import DisaggregatedSimulation, TransferModel
+from .router import Router
+from .scaling import NoScaling
+from .simulation import Simulation
 from .worker import Worker
 
 _SEED_STRIDE = 1_000_003
@@ -51,23 +53,40 @@ def resolve_timing(registries, role_config, role, path):
 def build_workers(role_config, timer, n_workers, callbacks, path, engine_cls=None):
     """``n_workers`` workers of ``dp_size`` ranks each; ``path`` is the role's JSON path
     (``$.spec.engine`` or ``$.spec.engine.decode``): pool and stall errors name its fields."""
+    make = worker_factory(role_config, timer, callbacks, path, engine_cls)
+    return [make(w, w) for w in range(n_workers)]
+
+
+def worker_factory(role_config, timer, callbacks, path, engine_cls=None):
+    """``make(worker_id, key)``: one worker of the role (``key``: the simulation's index)."""
     rank_cfg = role_config.rank
     dp = role_config.dp_size
     if engine_cls is None:
         engine_cls = ENGINES[rank_cfg.backend]
     rank_path = f"{path}.rank"
-    workers = []
-    for w in range(n_workers):
+
+    def make(worker_id, key):
         ranks = []
         for d in range(dp):
             pool = BlockPool(rank_cfg.num_gpu_blocks,
-                             owner=f"{rank_path}.num_gpu_blocks, worker {w} dp rank {d}")
-            rank = engine_cls(rank_cfg, timer, pool, callbacks=callbacks, worker_idx=w,
-                              dp_rank=d, scheduler_id=w * dp + d)
+                             owner=f"{rank_path}.num_gpu_blocks, worker {worker_id} dp rank {d}")
+            rank = engine_cls(rank_cfg, timer, pool, callbacks=callbacks, worker_idx=worker_id,
+                              dp_rank=d, scheduler_id=worker_id * dp + d)
             rank.config_path = rank_path
             ranks.append(rank)
-        workers.append(Worker(w, ranks))
-    return workers
+        return Worker(key, ranks, worker_id)
+    return make
+
+
+def make_router(kind, provider, config, workers, role_config):
+    """The router of one pool; a policy that watches engines needs engines that report."""
+    rank = role_config.rank
+    router = Router(kind, provider, config, workers, block_size=rank.block_size,
+                    max_num_batched_tokens=getattr(rank, "max_num_batched_tokens", None))
+    if router.observes_engine and rank.backend == "sglang":
+        raise ConfigError(f"$.spec.adapters.placement.provider: '{provider.name}' watches the "
+                          f"engines' KV events, which the SGLang engine does not report yet")
+    return router
 
 
 def request_factories(requests):
@@ -89,7 +108,8 @@ def _request_factory(index, req):
         return SimRequest(0, prompt, max_output, now_ms, request_id=req.id,
                           session_id=req.session_id, turn_index=req.turn_index,
                           metadata=req.metadata, output_token_ids=outputs, dp_rank=req.dp_rank,
-                          prefill_dp_rank=req.prefill_dp_rank)
+                          prefill_dp_rank=req.prefill_dp_rank, priority=req.priority,
+                          strict_priority=req.strict_priority)
     return make
 
 
@@ -114,14 +134,40 @@ def materialize_capacity(registries, role_config, role, path):
     return attrs.evolve(role_config, rank=attrs.evolve(rank, num_gpu_blocks=blocks))
 
 
-def build_simulation(payload, *, plugin_manager=None, progress=None, on_event=None):
-    """A ready-to-run ``Simulation`` for a loaded ``Payload``."""
+def build_simulation(payload, *, plugin_manager=None, progress=None, on_event=None,
+                     scaling_policy=None):
+    """A ready-to-run ``Simulation`` for a loaded ``Payload``.
+
+    ``scaling_policy``: any object with ``initial_tick_ms()`` and ``on_tick(snapshot)`` (the
+    reference's Python contract), used instead of ``spec.adapters.scaling``."""
     pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
     registries = collect_registries(pm)
     spec = payload.spec
     if isinstance(spec.topology, AggregatedTopology):
-        return _build_aggregated(payload, registries, progress, on_event)
-    return _build_disaggregated(payload, registries, progress, on_event)
+        sim = _build_aggregated(payload, registries, progress, on_event)
+    else:
+        sim = _build_disaggregated(payload, registries, progress, on_event)
+    _attach_scaling(sim, payload, registries, scaling_policy)
+    return sim
+
+
+def _attach_scaling(sim, payload, registries, custom):
+    """Scaling runs when a policy other than ``none`` is configured or one is passed in."""
+    scaling = payload.spec.adapters.scaling
+    if custom is None:
+        provider = registries.scaling.provider(scaling.provider)
+        policy = scaling_policy(provider, scaling.config or {})
+        if provider.cls is NoScaling:
+            return
+        label = provider.label()
+    else:
+        if not (callable(getattr(custom, "initial_tick_ms", None))
+                and callable(getattr(custom, "on_tick", None))):
+            raise ConfigError("scaling_policy: needs initial_tick_ms() and on_tick(snapshot), got "
+                              f"a {type(custom).__name__}")
+        policy, label = custom, f"scaling policy {type(custom).__name__}"
+    sim.attach_cluster(Cluster(sim, policy, label, sim.cluster_pools(payload.spec),
+                               record_operations=True))
 
 
 def _common(payload, registries, timers):
@@ -129,8 +175,6 @@ def _common(payload, registries, timers):
     placement policy's registration."""
     spec = payload.spec
     placement = registries.placement.provider(spec.adapters.placement.provider)
-    scaling_policy(registries.scaling.provider(spec.adapters.scaling.provider),
-                   spec.adapters.scaling.config or {})
     collector = Collector(sla=spec.sla if spec.sla.is_set else None,
                           record_per_request=spec.record_per_request)
     for timer in timers:
@@ -158,10 +202,11 @@ def _build_aggregated(payload, registries, progress, on_event):
                      gpus_per_worker=role.dp_size * role.tensor_parallel_size,
                      max_in_flight=max_in_flight, max_sim_time_ms=payload.max_sim_time_ms,
                      on_event=on_event, progress=progress)
-    workers = build_workers(role, timer, spec.topology.workers.initial_workers, sim.events,
-                            "$.spec.engine")
-    sim.attach(workers, GuardedPlacement(placement, spec.adapters.placement.config or {},
-                                         aggregated_pool_view(workers)))
+    make = worker_factory(role, timer, sim.events, "$.spec.engine")
+    workers = [make(w, w) for w in range(spec.topology.workers.initial_workers)]
+    sim.attach(workers, make_router("agg", placement, spec.adapters.placement.config or {},
+                                    workers, role))
+    sim.make_worker = make
     return sim
 
 
@@ -193,10 +238,12 @@ def _build_disaggregated(payload, registries, progress, on_event):
         on_event=on_event, progress=progress)
     pools = {}
     for stage, pool in (("prefill", topology.prefill), ("decode", topology.decode)):
-        pools[stage] = build_workers(roles[stage], timers[stage], pool.initial_workers,
-                                     sim.events, paths[stage], ROLE_RANKS[stage])
+        make = worker_factory(roles[stage], timers[stage], sim.events, paths[stage],
+                              ROLE_RANKS[stage])
+        first = sum(len(p) for p in pools.values())
+        pools[stage] = [make(w, first + w) for w in range(pool.initial_workers)]
     config = spec.adapters.placement.config or {}
     sim.attach_pools(pools["prefill"], pools["decode"],
-                     GuardedPlacement(placement, config, pool_view("prefill", pools["prefill"])),
-                     GuardedPlacement(placement, config, pool_view("decode", pools["decode"])))
+                     make_router("prefill", placement, config, pools["prefill"], roles["prefill"]),
+                     make_router("decode", placement, config, pools["decode"], roles["decode"]))
     return sim

@@ -32,10 +32,9 @@ import math
 from collections import deque
 
 from ..errors import SimulationError
-from ..placement import PlacementRequest, PoolView, WorkerView
 from ..engine.request import SimRequest
 from .records import make_disagg_record
-from .simulation import PASS_DONE, Simulation, _GEN_MASK
+from .simulation import PASS_DONE, Simulation, _GEN_MASK, watch_engines
 
 # rounds of same-time work after which a replay that does not advance is an error
 _MAX_ROUNDS = 1_000_000
@@ -47,7 +46,8 @@ SUBMIT, RESERVE, START_TRANSFER, ACTIVATE, RELEASE_SOURCE, CANCEL_SOURCE = range
 class Handoff:
     """One request's way through both pools: its role copies and its lifecycle times."""
 
-    __slots__ = ("request", "prefill", "decode", "prefill_key", "decode_key", "decode_route",
+    __slots__ = ("request", "prefill", "decode", "prefill_key", "decode_key", "prefill_route",
+                 "decode_route",
                  "held_ms", "reserved_ms", "activated_ms", "released_ms", "transfer_tokens",
                  "record")
 
@@ -57,7 +57,9 @@ class Handoff:
         self.decode = None           # the copy on its decode rank, once accepted there
         self.prefill_key = -1        # worker keys (index into Simulation.workers)
         self.decode_key = -1
-        self.decode_route = None     # (logical worker id, dp rank, scheduler id) of the decode pick
+        self.prefill_route = None    # a router's routing_history entry of the prefill pick
+        self.decode_route = None     # (logical worker id, dp rank, scheduler id) of the decode
+                                     # pick, or a router's entry
         self.held_ms = None
         self.reserved_ms = None
         self.activated_ms = None
@@ -125,13 +127,17 @@ class DisaggregatedSimulation(Simulation):
         self._held = []              # handoffs whose source was held by the pass completing now
         self._visited = []           # every time the clock stopped at (worker-seconds)
 
-    def attach_pools(self, prefill_workers, decode_workers, prefill_placement, decode_placement):
+    def attach_pools(self, prefill_workers, decode_workers, prefill_router, decode_router):
         self.prefill_workers = prefill_workers
         self.decode_workers = decode_workers
         self.workers = prefill_workers + decode_workers
         self._n_prefill = len(prefill_workers)
-        self.placement = prefill_placement
-        self.placements = (prefill_placement, decode_placement)
+        self.router = prefill_router
+        self.routers = (prefill_router, decode_router)
+        prefill_router.deliver = self._deliver_prefill
+        decode_router.deliver = self._deliver_decode
+        watch_engines(self, prefill_router, prefill_workers)
+        watch_engines(self, decode_router, decode_workers)
 
     # ------------------------------------------------------------------ embedding API
     def submit(self, request):
@@ -342,7 +348,10 @@ class DisaggregatedSimulation(Simulation):
 
     def _arrive(self, request, now_ms):
         self._register_arrival(request, now_ms)
-        self._actions.append((SUBMIT, Handoff(request)))
+        for window in self.windows:
+            window.arrival()
+        request.handoff = Handoff(request)
+        self._actions.append((SUBMIT, request.handoff))
         if self.on_event is not None:
             self.on_event("arrival", now_ms, request)
 
@@ -352,7 +361,7 @@ class DisaggregatedSimulation(Simulation):
         while actions:
             kind, handoff = actions.popleft()
             if kind == SUBMIT:
-                self._submit_prefill(handoff)
+                self._submit_prefill(handoff, t)
             elif kind == RESERVE:
                 self._reserve_destination(handoff, t)
             elif kind == START_TRANSFER:
@@ -384,27 +393,30 @@ class DisaggregatedSimulation(Simulation):
         if key in self._extended:
             self._cut(key, t)
 
-    def _submit_prefill(self, handoff):
+    def _submit_prefill(self, handoff, t):
         request = handoff.request
         wanted = request.prefill_dp_rank
-        w_idx, dp_rank = self.placements[0].place(PlacementRequest(
-            uuid=request.uuid, dp_rank=request.dp_rank if wanted is None else wanted,
-            input_length=request.prompt_len, session_id=request.session_id))
-        worker = self.prefill_workers[w_idx]
+        self.routers[0].place(request, t, request.dp_rank if wanted is None else wanted)
+
+    def _deliver_prefill(self, request, worker, dp_rank, t):
+        handoff = request.handoff
+        handoff.prefill_route, request.route = request.route, None
         copy = self._copy(handoff, min(request.max_output, 1))
         handoff.prefill = copy
-        handoff.prefill_key = w_idx
-        worker.ranks[_check_rank(request, dp_rank, worker)].submit(copy)
-        self._idle[0].add(w_idx)
+        handoff.prefill_key = worker.idx
+        worker.ranks[dp_rank].submit(copy)
+        self._idle[0].add(worker.idx)
 
     def _reserve_destination(self, handoff, t):
         request = handoff.request
-        w_idx, dp_rank = self.placements[1].place(PlacementRequest(
-            uuid=request.uuid, dp_rank=request.dp_rank, input_length=request.prompt_len,
-            session_id=request.session_id))
-        worker = self.decode_workers[w_idx]
-        rank = worker.ranks[_check_rank(request, dp_rank, worker)]
-        handoff.decode_route = (worker.idx, rank.dp_rank, rank.scheduler_id)
+        self.routers[1].place(request, t, request.dp_rank)
+
+    def _deliver_decode(self, request, worker, dp_rank, t):
+        handoff = request.handoff
+        rank = worker.ranks[dp_rank]
+        handoff.decode_route = request.route if request.route is not None else (
+            worker.worker_id, rank.dp_rank, rank.scheduler_id)
+        request.route = None
         copy = self._copy(handoff, request.max_output)
         if not rank.accept(copy):
             # the decode ranks can never hold it: the request fails, its source is dropped
@@ -412,7 +424,7 @@ class DisaggregatedSimulation(Simulation):
             self._actions.append((CANCEL_SOURCE, handoff))
             return
         handoff.decode = copy
-        key = self._n_prefill + w_idx
+        key = worker.idx
         handoff.decode_key = key
         if worker.busy:
             if key in self._extended:
@@ -472,7 +484,7 @@ class DisaggregatedSimulation(Simulation):
             busy = [w for w in workers if w.has_work()]
             if busy:
                 names = ", ".join(busy[0].spinning_requests())
-                where = f"; {pool} worker {busy[0].idx} holds requests {names}"
+                where = f"; {pool} worker {busy[0].worker_id} holds requests {names}"
                 break
         raise SimulationError(f"the disaggregated replay keeps changing state at {t} ms without "
                               f"time advancing ({_MAX_ROUNDS} rounds, the livelock limit; "
@@ -487,14 +499,14 @@ class DisaggregatedSimulation(Simulation):
                         r = pending[0]
                         blocks = -(-r.prompt_len // rank.block_size)
                         return (f"request {_name(r)} can never get its KV reserved on decode "
-                                f"worker {worker.idx}: {rank.setting_prefix('num_gpu_blocks')}its prompt "
+                                f"worker {worker.worker_id}: {rank.setting_prefix('num_gpu_blocks')}its prompt "
                                 f"needs {blocks} KV blocks of "
                                 f"{rank.block_size} tokens, {rank.pool.allocatable()} of "
                                 f"{rank.num_blocks} are free")
                     if rank.waiting:
                         r = rank.waiting[0]
                         return (f"request {_name(r)} can never be scheduled on {pool} worker "
-                                f"{worker.idx}: {rank.stall_reason(r)}")
+                                f"{worker.worker_id}: {rank.stall_reason(r)}")
         return "requests are stranded between the prefill and decode pools"
 
     # ------------------------------------------------------------------ report
@@ -529,8 +541,3 @@ def _check_rank(request, dp_rank, worker):
 
 def _name(r):
     return r.request_id or f"#{r.uuid}"   # (the wording the recorded messages use)
-
-
-def pool_view(kind, workers):
-    return PoolView(kind=kind, workers=tuple(WorkerView(worker_id=w.idx, dp_size=len(w.ranks))
-                                             for w in workers))

@@ -34,7 +34,8 @@ def make_record(request, status):
         admissions=[(at, "agg", reused, readmit) for at, reused, readmit in request.admissions],
         prefill_worker_idx=None,
         decode_worker_idx=rank.scheduler_id if rank is not None else None,
-        routing=[("agg", request.worker_idx, rank.dp_rank, rank.scheduler_id)] if rank else [],
+        routing=[request.route if request.route is not None else
+                 ("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)] if rank else [],
     )
 
 
@@ -44,9 +45,11 @@ def make_disagg_record(handoff, status):
     prefill, decode = handoff.prefill, handoff.decode
     admissions = [(at, "prefill", reused, readmit) for at, reused, readmit in prefill.admissions]
     rank = prefill.rank
-    routing = [("prefill", handoff.prefill_key, rank.dp_rank, rank.scheduler_id)]
-    if handoff.decode_route is not None:
-        routing.append(("decode", *handoff.decode_route))
+    routing = [handoff.prefill_route if handoff.prefill_route is not None else
+               ("prefill", rank.worker_idx, rank.dp_rank, rank.scheduler_id)]
+    route = handoff.decode_route
+    if route is not None:
+        routing.append(route if isinstance(route, dict) else ("decode", *route))
     max_reused = prefill.max_reused
     if decode is not None:
         admissions += [(at, "decode", reused, readmit) for at, reused, readmit in decode.admissions]

@@ -14,11 +14,12 @@ import math
 import time
 
 from ..engine.request import SimRequest, never_scheduled, request_name
-from ..errors import ConfigError, SimulationError
-from ..placement import PlacementRequest, PoolView, WorkerView
-from ..report import Collector
+from ..errors import SimulationError
+from ..report import Collector, _uuid_text
 from ..runtime.event_queue import EventQueue
 from .checks import install_checks_from_env
+from .cluster import ClusterPool
+from .lifecycle import PoolLifecycle
 from .records import make_record
 
 PASS_DONE = 0
@@ -46,14 +47,53 @@ class _RankEvents:
         self.sim._on_finish(request, end_ms, status)
 
 
+class EngineEvents:
+    """A rank's observer when its pool's router watches the engines: pass-level events become
+    the router's notifications, stamped with the simulation clock (the pass end)."""
+
+    __slots__ = ("sim", "router")
+
+    def __init__(self, sim, router):
+        self.sim = sim
+        self.router = router
+
+    def kv_stored(self, rank, hashes):
+        if self.router.wants_kv:
+            self.router.kv_stored(rank, hashes, self.sim.now_ms)
+
+    def kv_removed(self, rank, hashes):
+        if self.router.wants_kv:
+            self.router.kv_removed(rank, hashes, self.sim.now_ms)
+
+    def prefill_done(self, rank, request):
+        if self.router.wants_prefill:
+            self.router.prefill_completed(request.uuid, self.sim.now_ms)
+
+
+def watch_engines(sim, router, workers):
+    """Give each rank of ``workers`` the router's observer, when the router watches engines."""
+    if not router.observes_engine:
+        return
+    events = EngineEvents(sim, router)
+    for worker in workers:
+        for rank in worker.ranks:
+            rank.observer = events
+            if router.wants_kv:
+                rank.pool.log_evictions(True)
+
+
 class Simulation:
     """One replay. Build it with ``aisimulate_core.build_simulation`` (or ``run_replay``)."""
 
     def __init__(self, *, driver, collector: Collector, gpus_per_worker,
                  max_in_flight=None, max_sim_time_ms=None, on_event=None, progress=None):
         self.workers = []
-        self.placement = None
-        self.placements = ()
+        self.router = None
+        self.routers = ()
+        self.cluster = None          # runtime/cluster.py, when a scaling policy runs
+        self.telemetry = None        # runtime/telemetry.py, when samples are asked for
+        self.windows = ()            # traffic windows to feed (scaling snapshot, telemetry)
+        self.make_worker = None      # (worker_id, key) -> a new worker of the pool (build.py)
         self.driver = driver
         self.collector = collector
         self.gpus_per_worker = gpus_per_worker
@@ -76,12 +116,52 @@ class Simulation:
         self._spins = 0          # ... and how many came in a row there
         install_checks_from_env(self)
 
-    def attach(self, workers, placement):
-        """Install the deployment: workers (each with its ranks) and the placement policy."""
+    def attach(self, workers, router):
+        """Install the deployment: workers (each with its ranks) and the pool's router."""
         self.workers = workers
-        self.placement = placement
-        self.placements = (placement,)
+        self.router = router
+        self.routers = (router,)
+        router.deliver = self._deliver
+        watch_engines(self, router, workers)
         self._dirty = set(range(len(workers)))
+
+    def attach_cluster(self, cluster):
+        """Install scaling (runtime/cluster.py) and the traffic windows it reads."""
+        self.cluster = cluster
+        self._feed_windows()
+
+    def attach_telemetry(self, telemetry):
+        self.telemetry = telemetry
+        self._feed_windows()
+
+    def _feed_windows(self):
+        windows = []
+        if self.cluster is not None:
+            windows.append(self.cluster.window)
+        if self.telemetry is not None:
+            windows.append(self.telemetry.window)
+        self.windows = tuple(windows)
+
+    def cluster_pools(self, spec):
+        """The pools scaling manages: here the one aggregated pool."""
+        life = PoolLifecycle("agg", len(self.workers))
+        return {"agg": ClusterPool("agg", life, self.router, self.workers,
+                                   spec.topology.workers.startup_delay_ms,
+                                   lambda worker_id: self.spawn_worker(worker_id, self.make_worker))}
+
+    def spawn_worker(self, worker_id, make_worker):
+        """A worker added by scaling: its key is its id (aggregated ids are never reused)."""
+        worker = make_worker(worker_id, len(self.workers))
+        self.workers.append(worker)
+        watch_engines(self, self.router, [worker])
+        return worker
+
+    def flush_router(self, router, now_ms):
+        """Deliver what ``router`` released; returns the released requests' uuids."""
+        return [_uuid_text(r.uuid) for r in router.flush(now_ms)]
+
+    def fpm_rows(self, pool, now_ms):
+        return []
 
     # ------------------------------------------------------------------ embedding API
     def submit(self, request):
@@ -93,6 +173,8 @@ class Simulation:
         self._check_submission(request)
         self._place(request, self.now_ms)
         self._external.add(request.uuid)
+        if request.worker_idx is None:
+            return  # the router queued it
         worker = self.workers[request.worker_idx]
         if not worker.busy:
             # nothing may be scheduled at this time: make the loop visit it
@@ -158,6 +240,12 @@ class Simulation:
         can never start; the reference aborts the run then, and so do we."""
         if self.in_flight <= 0:
             return
+        for router in self.routers:
+            if router.queued:
+                raise SimulationError(
+                    f"{len(router.queued)} requests wait in the {router.kind} pool's router "
+                    f"queue and no worker will ever take them (active workers: "
+                    f"{[w.worker_id for w in router.active] or 'none'})")
         for worker in self.workers:
             for rank in worker.ranks:
                 if rank.waiting and not rank.running:
@@ -173,6 +261,23 @@ class Simulation:
             ready = self.driver.next_ready_ms()
             if ready < t:
                 t = ready if ready > self.now_ms else self.now_ms
+        if self.windows:
+            t = self._cluster_time(t)
+        return t
+
+    def _cluster_time(self, t):
+        """The next tick, worker ready or sample time if earlier than ``t`` and work remains
+        (a request in flight or still to arrive): they never keep a finished run going."""
+        if self.in_flight <= 0 and math.isinf(self.driver.next_ready_ms()):
+            return t
+        if self.cluster is not None:
+            c = self.cluster.next_time()
+            if c < t:
+                t = c
+        if self.telemetry is not None:
+            c = self.telemetry.next_time()
+            if c < t:
+                t = c
         return t
 
     def _event_time(self):
@@ -195,10 +300,23 @@ class Simulation:
                 continue  # a wake-up, or the pass was cut short and rescheduled earlier
             worker.complete_pass()
             dirty.add(idx)
+            if self.cluster is not None:
+                self.cluster.worker_idle("agg", worker)
+        router = self.router
+        if router.queued:
+            router.flush(t)
+        cluster = self.cluster
+        if cluster is not None:
+            cluster.settle(t)
+            cluster.ready_due(t)
         limit = self._arrival_limit()
         if limit > 0:
             for request in self.driver.pop_ready(t, limit):
                 self._place(request, t)
+        if self.telemetry is not None:
+            self.telemetry.due(t)
+        if cluster is not None:
+            cluster.tick_due(t)
         if dirty:
             horizon = self._arrival_horizon()
             for idx in sorted(dirty):
@@ -231,10 +349,15 @@ class Simulation:
         return False
 
     def _arrival_horizon(self):
-        """The earliest time a known request could arrive; passes starting later may see it."""
+        """The earliest time a known request could arrive, or the cluster change (tick, worker
+        ready, sample); passes starting later may see it."""
         if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
-            return math.inf  # a completion must free a slot first; truncation covers that
-        return self.driver.next_ready_ms()
+            horizon = math.inf  # a completion must free a slot first; truncation covers that
+        else:
+            horizon = self.driver.next_ready_ms()
+        if self.windows:
+            horizon = self._cluster_time(horizon)
+        return horizon
 
     def _register_arrival(self, request, now_ms):
         request.uuid = self._next_uuid
@@ -247,22 +370,31 @@ class Simulation:
 
     def _place(self, request, now_ms):
         self._register_arrival(request, now_ms)
-        w_idx, dp_rank = self.placement.place(PlacementRequest(
-            uuid=request.uuid, dp_rank=request.dp_rank, input_length=request.prompt_len,
-            session_id=request.session_id))
+        for window in self.windows:
+            window.arrival()
+        self.router.place(request, now_ms, request.dp_rank)
+        if self.on_event is not None:
+            self.on_event("arrival", now_ms, request)
+
+    def _deliver(self, request, worker, dp_rank, now_ms):
+        """The router placed ``request`` on ``worker``'s rank ``dp_rank`` now."""
+        w_idx = worker.idx
         request.worker_idx = w_idx
-        worker = self.workers[w_idx]
-        if not 0 <= dp_rank < len(worker.ranks):
-            raise ConfigError(f"request {request.request_id or request.uuid}: dp_rank {dp_rank} "
-                              f"out of range for dp_size {len(worker.ranks)}")
         worker.ranks[dp_rank].submit(request)
         self._dirty.add(w_idx)
         if worker.busy:
             end = worker.truncate(now_ms)
             if end is not None:
                 self.queue.push(end, PASS_DONE, (w_idx << 32) | worker.generation)
-        if self.on_event is not None:
-            self.on_event("arrival", now_ms, request)
+        if self.windows:
+            self._count_placement(request)
+
+    def _count_placement(self, request):
+        route = request.route
+        if route is not None and route.get("selected_overlap_blocks") is not None:
+            for window in self.windows:
+                window.placed(route["selected_overlap_blocks"], request.prompt_len,
+                              self.router.block_size)
 
     def _on_finish(self, request, end_ms, status):
         request.terminal_ms = end_ms
@@ -275,8 +407,11 @@ class Simulation:
         if status == "completed":
             self.completed += 1
         self.collector.on_terminal(record)
-        for placement in self.placements:
-            placement.on_terminal(request.uuid)
+        for router in self.routers:
+            router.terminal(request.uuid, end_ms)
+        if self.windows and status == "completed":
+            for window in self.windows:
+                window.completed_request(record)
         if self._external and request.uuid in self._external:
             self._external.discard(request.uuid)  # submitted: not the driver's request
         else:
@@ -294,6 +429,8 @@ class Simulation:
                 if values:
                     collector.add_itl_gaps(values, counts)
         collector.set_worker_seconds(**self._worker_seconds())
+        if self.cluster is not None and self.cluster.lifecycle.record:
+            collector.add_extra("lifecycle_operations", self.cluster.lifecycle.operations)
         ranks = [rank for worker in self.workers for rank in worker.ranks]
         collector.add_extra("kv_eviction_policy", "lru")
         collector.add_extra("committed_prefill_tokens",
@@ -304,8 +441,11 @@ class Simulation:
         return collector.finalize(wall_time_ms=self._wall_ms)
 
     def _worker_seconds(self):
-        return dict(prefill_worker_seconds=0.0,
-                    decode_worker_seconds=len(self.workers) * self.now_ms / 1000.0,
+        if self.cluster is not None:
+            decode = self.cluster.worker_seconds(self.now_ms)["agg"]
+        else:
+            decode = len(self.workers) * self.now_ms / 1000.0
+        return dict(prefill_worker_seconds=0.0, decode_worker_seconds=decode,
                     prefill_gpus_per_worker=0, decode_gpus_per_worker=self.gpus_per_worker)
 
 
@@ -317,8 +457,3 @@ def livelock_error(worker, t, passes):
         f"worker {worker.idx} dp rank {rank.dp_rank} cannot progress at {t} ms: {passes} "
         f"passes in a row took no time and changed nothing (the livelock limit); requests "
         f"{', '.join(worker.spinning_requests()) or 'none'}; {rank.kv_summary()}")
-
-
-def aggregated_pool_view(workers):
-    return PoolView(kind="agg", workers=tuple(WorkerView(worker_id=w.idx, dp_size=len(w.ranks))
-                                              for w in workers))

@@ -13,10 +13,12 @@ from ..engine.request import request_name
 
 
 class Worker:
-    __slots__ = ("idx", "ranks", "busy", "_active", "pass_end_ms", "generation", "extendable", "_round_ranks")
+    __slots__ = ("idx", "worker_id", "ranks", "busy", "_active", "pass_end_ms", "generation",
+                 "extendable", "_round_ranks")
 
-    def __init__(self, idx, ranks):
-        self.idx = idx
+    def __init__(self, idx, ranks, worker_id=None):
+        self.idx = idx                # the simulation's key for this worker
+        self.worker_id = idx if worker_id is None else worker_id   # its id within its pool
         self.ranks = ranks
         self.busy = False
         self._active = ()

@@ -123,7 +123,8 @@ class SessionDriver(HeapDriver):
         return SimRequest(0, prompt, turn.max_output_tokens, now_ms,
                           session_id=session.session_id if named else None,
                           turn_index=turn_index if named else None,
-                          output_token_ids=outputs, driver_ref=(index, turn_index))
+                          output_token_ids=outputs, driver_ref=(index, turn_index),
+                          priority=turn.priority, strict_priority=turn.strict_priority)
 
     def on_terminal(self, request, now_ms, status):
         if request.driver_ref is None:

@@ -1,6 +1,6 @@
 import pytest
 
-from aisimulate_core.errors import ConfigError
+from aisimulate_core.errors import ConfigError, SimulationError
 from aisimulate_core.placement import PlacementRequest, PoolView, WorkerView
 from aisimulate_core.plugins import make_plugin_manager
 from aisimulate_core.registry import collect_registries
@@ -53,8 +53,7 @@ def test_aggregated_rank_out_of_range():
 def test_aggregated_uses_worker_id_order():
     workers = PoolView("agg", [WorkerView(5, 1), WorkerView(2, 1)])
     policy = RoundRobin({}, workers)
-    assert place_many(policy, 2) == [(0, 0), (1, 0)]
-    assert policy._workers[0].worker_id == 2
+    assert place_many(policy, 3) == [(2, 0), (5, 0), (2, 0)]
 
 
 @pytest.mark.parametrize("kind", ["prefill", "decode"])
@@ -83,24 +82,45 @@ def test_config_must_be_empty():
 
 
 def test_follows_workers_added_and_removed():
+    # the reference's rule: the next active worker after the last one placed on, wrapping
     policy = RoundRobin({}, pool("agg", 1, 1))
     assert policy.place(request(1)) == (0, 0)
-    policy.on_worker_added(WorkerView(2, 1))
+    policy.on_worker_ready(WorkerView(2, 1), 10.0)
     assert place_many(policy, 3) == [(1, 0), (2, 0), (0, 0)]
-    policy.on_worker_removed(WorkerView(0, 1))
-    assert place_many(policy, 2) == [(0, 0), (1, 0)]
+    policy.on_worker_draining(WorkerView(0, 1), 20.0)
+    assert place_many(policy, 2) == [(1, 0), (2, 0)]
+    policy.on_worker_removed(WorkerView(0, 1), 30.0)
+    assert place_many(policy, 1) == [(1, 0)]
+
+
+def test_a_worker_added_after_the_last_placed_one_is_next():
+    # CLUSTER.md §3.5: one worker, requests every 50 ms, worker 1 added at 60: the request at
+    # 100 goes to worker 1, not to worker 0
+    policy = RoundRobin({}, pool("agg", 1))
+    assert place_many(policy, 2) == [(0, 0), (0, 0)]
+    policy.on_worker_ready(WorkerView(1, 1), 60.0)
+    assert place_many(policy, 3) == [(1, 0), (0, 0), (1, 0)]
 
 
 def test_terminal_notification_is_accepted():
     policy = RoundRobin({}, pool("agg", 1))
-    policy.on_terminal(1)
+    policy.on_terminal(1, 5.0)
     assert policy.place(request(2)) == (0, 0)
+
+
+def test_no_active_worker_is_the_reference_error():
+    policy = RoundRobin({}, pool("agg", 1))
+    policy.on_worker_draining(WorkerView(0, 1), 1.0)
+    with pytest.raises(SimulationError) as error:
+        policy.place(request(3))
+    assert str(error.value) == ("request 3: no active workers for round-robin placement in the "
+                                "agg pool")
 
 
 def test_flattened_cursor_follows_workers_added_and_removed():
     policy = RoundRobin({}, pool("decode", 2, 2))
     assert place_many(policy, 3) == [(0, 0), (0, 1), (1, 0)]
-    policy.on_worker_removed(WorkerView(0, 2))
-    assert place_many(policy, 2) == [(0, 1), (0, 0)]
-    policy.on_worker_added(WorkerView(0, 2))
-    assert place_many(policy, 3) == [(1, 1), (0, 0), (0, 1)]
+    policy.on_worker_removed(WorkerView(0, 2), 1.0)
+    assert place_many(policy, 2) == [(1, 1), (1, 0)]
+    policy.on_worker_ready(WorkerView(2, 2), 2.0)
+    assert place_many(policy, 3) == [(1, 1), (2, 0), (2, 1)]

@@ -1,0 +1,217 @@
+"""Scaling in the runtime: ticks of the scaling policy, workers starting, draining, removed.
+
+The simulation owns the workers and their routers; this module decides when the pool changes
+and records it (runtime/lifecycle.py). Same-time order at t (CLUSTER.md §3.2): pass
+completions (and drain settlements of workers they empty), then workers becoming ready, then
+arrivals, then the telemetry sample, then the scaling tick. Ticks and ready events happen only
+while work remains (a request in flight or still to arrive): the run ends at its last
+completion, and later ticks never fire.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from ..errors import PluginError
+from .lifecycle import ACTIVE, DRAINING, REMOVED, STARTING, Lifecycle, PoolLifecycle
+from .traffic import TrafficWindow
+
+_TARGET_KEYS = {"agg": "target_decode", "prefill": "target_prefill", "decode": "target_decode"}
+
+
+class ClusterPool:
+    """One pool as scaling sees it: its lifecycle, its router, its live workers by id."""
+
+    __slots__ = ("kind", "life", "router", "workers", "startup_delay_ms", "spawn")
+
+    def __init__(self, kind, life, router, workers, startup_delay_ms, spawn):
+        self.kind = kind
+        self.life = life
+        self.router = router
+        self.workers = {w.worker_id: w for w in workers}   # live (not removed) workers
+        self.startup_delay_ms = startup_delay_ms
+        self.spawn = spawn           # worker_id -> a new Worker of this pool
+
+
+class Cluster:
+    def __init__(self, sim, policy, label, pools, *, record_operations):
+        self.sim = sim
+        self.policy = policy
+        self.label = label
+        self.pools = pools           # kind -> ClusterPool, in tick order (prefill before decode)
+        self.lifecycle = Lifecycle({kind: p.life for kind, p in pools.items()},
+                                   record=record_operations)
+        self.window = TrafficWindow()
+        self._ready = []             # heap of (ready_ms, order, kind, worker_id, origin op)
+        self._order = 0
+        self._tick_ordinal = 0
+        self._settling = []          # draining workers that may hold nothing now
+        first = _number(self._call("initial_tick_ms()", policy.initial_tick_ms))
+        self.next_tick_ms = max(0.0, first) if math.isfinite(first) else math.inf
+
+    def _call(self, what, function, *args):
+        try:
+            return function(*args)
+        except Exception as error:  # noqa: BLE001 - a policy's failure is one line
+            from ..errors import AisimError
+            if isinstance(error, AisimError):
+                raise
+            raise PluginError(f"{self.label}: {what} raised {type(error).__name__}: {error}") \
+                from error
+
+    # ------------------------------------------------------------------ the clock
+    def next_time(self):
+        t = self.next_tick_ms
+        if self._ready and self._ready[0][0] < t:
+            t = self._ready[0][0]
+        return t
+
+    def ready_due(self, t):
+        """Workers whose startup ends at or before ``t`` become active, one operation each."""
+        ready = self._ready
+        while ready and ready[0][0] <= t:
+            _, _, kind, worker_id, origin = heapq.heappop(ready)
+            pool = self.pools[kind]
+            if pool.life.state.get(worker_id) != STARTING:
+                continue     # cancelled while starting
+            op = self.lifecycle.begin(t, pool.life, "worker_ready_event", origin=origin)
+            op.transition(worker_id, "worker_ready", ACTIVE, origin)
+            pool.router.worker_ready(pool.workers[worker_id], t)
+            self.lifecycle.commit(op, self.sim.flush_router(pool.router, t))
+
+    def tick_due(self, t):
+        if self.next_tick_ms > t:
+            return
+        snapshot = self.snapshot(t)
+        answer = self._call("on_tick()", self.policy.on_tick, snapshot)
+        targets, following = self._read_answer(answer)
+        ordinal = self._tick_ordinal
+        self._tick_ordinal += 1
+        for kind, pool in self.pools.items():
+            target = targets[_TARGET_KEYS[kind]]
+            if target is not None:
+                self._apply(pool, target, t, ordinal)
+        self.next_tick_ms = following if following is not None and following > t else math.inf
+
+    def _read_answer(self, answer):
+        if not isinstance(answer, dict):
+            raise PluginError(f"{self.label}: on_tick() returned {type(answer).__name__}, expected "
+                              f"a dict with target_prefill, target_decode and next_tick_ms")
+        missing = [k for k in ("target_prefill", "target_decode", "next_tick_ms") if k not in answer]
+        if missing:
+            raise PluginError(f"{self.label}: on_tick() returned no {', '.join(missing)}")
+        targets = {}
+        for key in ("target_prefill", "target_decode"):
+            value = answer[key]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise PluginError(f"{self.label}: on_tick() returned {key} {value!r}, expected an "
+                                  f"integer >= 0 or None")
+            targets[key] = value
+        following = answer["next_tick_ms"]
+        if following is not None:
+            following = _number(following)
+            if math.isnan(following):
+                raise PluginError(f"{self.label}: on_tick() returned next_tick_ms NaN")
+        return targets, following
+
+    # ------------------------------------------------------------------ pool changes
+    def _apply(self, pool, target, t, tick_ordinal):
+        life = pool.life
+        current = life.non_draining()
+        if target == len(current):
+            return
+        lifecycle = self.lifecycle
+        if target > len(current):
+            op = lifecycle.begin(t, life, "planner_scale", tick_ordinal)
+            for _ in range(target - len(current)):
+                self._start(pool, op, t)
+            lifecycle.commit(op, self.sim.flush_router(pool.router, t))
+            return
+        leaving = sorted(current, reverse=True)[:len(current) - target]
+        cancels = [w for w in leaving if life.state[w] == STARTING]
+        origin = life.origin.get(cancels[0]) if cancels else None
+        op = lifecycle.begin(t, life, "planner_scale", tick_ordinal, origin)
+        idle = []
+        for worker_id in leaving:           # descending id
+            if life.state[worker_id] == STARTING:
+                op.transition(worker_id, "worker_removed", REMOVED, life.origin.get(worker_id),
+                              reason="startup_cancelled")
+                self._forget(pool, worker_id, t)
+            else:
+                op.transition(worker_id, "worker_draining", DRAINING, op.ordinal)
+                life.origin[worker_id] = op.ordinal
+                worker = pool.workers[worker_id]
+                pool.router.worker_draining(worker, t)
+                if not worker.has_work():
+                    idle.append(worker_id)
+        for worker_id in sorted(idle):
+            op.transition(worker_id, "worker_removed", REMOVED, op.ordinal)
+            pool.router.worker_removed(pool.workers[worker_id], t)
+            self._forget(pool, worker_id, t)
+        lifecycle.commit(op, self.sim.flush_router(pool.router, t))
+
+    def _start(self, pool, op, t):
+        life = pool.life
+        worker_id = life.next_id
+        life.next_id += 1
+        life.added_ms[worker_id] = t
+        life.origin[worker_id] = op.ordinal
+        worker = pool.spawn(worker_id)
+        pool.workers[worker_id] = worker
+        delay = pool.startup_delay_ms
+        if delay > 0:
+            op.transition(worker_id, "worker_starting", STARTING, op.ordinal)
+            heapq.heappush(self._ready, (t + delay, self._order, pool.kind, worker_id, op.ordinal))
+            self._order += 1
+        else:
+            op.transition(worker_id, "worker_ready", ACTIVE, op.ordinal)
+            pool.router.worker_ready(worker, t)
+
+    def _forget(self, pool, worker_id, t):
+        pool.life.removed_ms[worker_id] = t
+        pool.workers.pop(worker_id, None)
+
+    def worker_idle(self, pool_kind, worker):
+        """A draining worker's pass completed: remember to check whether it still holds work."""
+        pool = self.pools[pool_kind]
+        if pool.life.state.get(worker.worker_id) == DRAINING:
+            self._settling.append((pool, worker))
+
+    def settle(self, t):
+        """Draining workers that hold nothing any more are removed (``drain_settlement``)."""
+        settling, self._settling = self._settling, []
+        for pool, worker in settling:
+            worker_id = worker.worker_id
+            if pool.life.state.get(worker_id) != DRAINING or worker.has_work():
+                continue
+            origin = pool.life.origin.get(worker_id)
+            op = self.lifecycle.begin(t, pool.life, "drain_settlement", origin=origin)
+            op.transition(worker_id, "worker_removed", REMOVED, origin)
+            pool.router.worker_removed(worker, t)
+            self._forget(pool, worker_id, t)
+            self.lifecycle.commit(op, self.sim.flush_router(pool.router, t))
+
+    # ------------------------------------------------------------------ what the policy sees
+    def snapshot(self, t):
+        snap = {"tick_ordinal": self._tick_ordinal, "now_ms": t,
+                "prefill_fpm_snapshots": [], "decode_fpm_snapshots": []}
+        for prefix in ("prefill", "decode"):
+            pool = self.pools.get(prefix) or (self.pools.get("agg") if prefix == "decode" else None)
+            if pool is None:
+                snap.update(PoolLifecycle(prefix, 0).snapshot_counts(prefix))
+                continue
+            snap[f"{prefix}_fpm_snapshots"] = self.sim.fpm_rows(pool, t)
+            snap.update(pool.life.snapshot_counts(prefix))
+        snap["traffic"] = self.window.take_snapshot_traffic(t)
+        return snap
+
+    def worker_seconds(self, end_ms):
+        return {kind: pool.life.worker_seconds(end_ms) for kind, pool in self.pools.items()}
+
+
+def _number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise PluginError(f"scaling policy returned {value!r}, expected a number of ms") from None

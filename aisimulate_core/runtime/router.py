@@ -1,0 +1,219 @@
+"""One pool's placement in the runtime: the policy, its live pool view, queued requests.
+
+The router builds the ``PlacementRequest``, checks the policy's answer once (an active worker
+of the pool, a rank it has), records the route the request's ``routing_history`` reports, and
+hands the request to ``deliver(request, worker, rank_index, now_ms)``, the simulation's
+submission. A policy that answers ``QUEUED`` keeps the request; its later
+``pool.release(uuid, answer)`` calls are buffered and delivered, in release order, when the
+runtime calls ``flush`` (after each notification batch), so that a release made while a pass
+completes reaches its engine only once that pass is fully settled.
+
+Only the notifications a policy lists in ``OBSERVES`` are wired (``wants_*``): round robin
+pays one ``place`` call per request and nothing per pass.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from ..errors import ConfigError, PluginError
+from ..guards import GuardedPlacement
+from ..placement import QUEUED, Placement, PlacementRequest, PoolView, SchedulerView, WorkerView
+
+
+class Router:
+    __slots__ = ("kind", "policy", "view", "deliver", "block_size", "by_id", "active",
+                 "queued", "_released", "wants_kv", "wants_prefill", "wants_terminal",
+                 "_views", "_label")
+
+    def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
+                 deliver=None):
+        self.kind = kind
+        self.deliver = deliver
+        self.block_size = block_size
+        self.by_id = {}              # worker_id -> Worker, every live worker of the pool
+        self.active = []             # active workers (ready, not draining), ascending id
+        self.queued = {}             # uuid -> (request, queued at ms)
+        self._released = []
+        self._views = {}             # rank -> SchedulerView
+        self._label = provider.label()
+        self.view = PoolView(kind, block_size=block_size,
+                             max_num_batched_tokens=max_num_batched_tokens,
+                             release=self._on_release)
+        for worker in workers:
+            self.by_id[worker.worker_id] = worker
+            self.active.append(worker)
+        self._refresh_view()
+        self.policy = GuardedPlacement(provider, config, self.view)
+        observes = getattr(self.policy.policy, "OBSERVES", frozenset())
+        self.wants_kv = "kv_events" in observes
+        self.wants_prefill = "prefill" in observes
+        self.wants_terminal = "terminal" in observes
+
+    @property
+    def observes_engine(self):
+        """Whether the engines must report pass-level events (KV blocks, prefill ends)."""
+        return self.wants_kv or self.wants_prefill
+
+    def scheduler_view(self, rank):
+        view = self._views.get(rank)
+        if view is None:
+            view = SchedulerView(rank, rank.worker_idx, rank.dp_rank, rank.scheduler_id)
+            self._views[rank] = view
+        return view
+
+    def _refresh_view(self):
+        view = self.view
+        view.workers = tuple(WorkerView(worker_id=w.worker_id, dp_size=len(w.ranks))
+                             for w in self.active)
+        view.schedulers = tuple(self.scheduler_view(rank) for w in self.active for rank in w.ranks)
+
+    # ------------------------------------------------------------------ placement
+    def place(self, request, now_ms, dp_rank):
+        """Place an arriving ``request`` (asking for ``dp_rank`` or None): delivered now, or
+        kept by the policy. Returns whether it was delivered."""
+        answer = self.policy.place(PlacementRequest(
+            request.uuid, dp_rank, request.prompt_len, request.session_id, now_ms=now_ms,
+            request_id=request.request_id, priority=request.priority,
+            strict_priority=request.strict_priority,
+            block_hashes=lambda: _hashes(request, self.block_size)))
+        if answer is QUEUED:
+            self.queued[request.uuid] = (request, now_ms)
+            return False
+        self._route(request, answer, now_ms, None)
+        if self._released:
+            self.flush(now_ms)
+        return True
+
+    def _on_release(self, uuid, answer):
+        self._released.append((uuid, answer))
+
+    def flush(self, now_ms):
+        """Deliver the requests the policy released since the last flush, in release order;
+        returns them."""
+        delivered = []
+        while self._released:
+            released, self._released = self._released, []
+            for uuid, answer in released:
+                entry = self.queued.pop(uuid, None)
+                if entry is None:
+                    raise PluginError(f"{self._label}: pool.release() named request {uuid}, "
+                                      f"which the policy does not hold queued")
+                request, queued_ms = entry
+                self._route(request, answer, now_ms, queued_ms)
+                delivered.append(request)
+        return delivered
+
+    def _route(self, request, answer, now_ms, queued_ms):
+        if type(answer) is tuple and len(answer) == 2 and type(answer[0]) is int \
+                and type(answer[1]) is int:
+            worker_id, dp_rank = answer      # the usual answer, checked with a few type tests
+            detail = None
+        elif isinstance(answer, Placement):
+            worker_id, dp_rank = answer.worker_id, answer.dp_rank
+            detail = answer
+        else:
+            worker_id, dp_rank = self._read(answer)
+            detail = None
+        worker = self.by_id.get(worker_id)
+        if worker is None or worker not in self.active:
+            raise PluginError(f"{self._label}: place() returned worker {worker_id}, which is not "
+                              f"an active worker of the {self.kind} pool (active: "
+                              f"{[w.worker_id for w in self.active]})")
+        if not 0 <= dp_rank < len(worker.ranks):
+            raise ConfigError(f"request {request.request_id or request.uuid}: dp_rank {dp_rank} "
+                              f"out of range for dp_size {len(worker.ranks)}")
+        if detail is not None or queued_ms is not None:
+            rank = worker.ranks[dp_rank]
+            request.route = route_entry(self.kind, worker_id, rank, detail, self.block_size,
+                                        queued_ms, now_ms)
+        self.deliver(request, worker, dp_rank, now_ms)
+
+    def _read(self, answer):
+        """``(worker_id, dp_rank)`` from any pair of integers (numpy's too), else one line."""
+        try:
+            worker_id, dp_rank = answer
+        except (TypeError, ValueError):
+            raise self.policy.malformed(answer) from None
+        if not (_is_integer(worker_id) and _is_integer(dp_rank)):
+            raise self.policy.malformed(answer)
+        return int(worker_id), int(dp_rank)
+
+    def pending_count(self):
+        return len(self.queued)
+
+    # ------------------------------------------------------------------ notifications
+    def kv_stored(self, rank, hashes, now_ms):
+        self.policy.notify("on_kv_stored", self.scheduler_view(rank), hashes, now_ms)
+
+    def kv_removed(self, rank, hashes, now_ms):
+        self.policy.notify("on_kv_removed", self.scheduler_view(rank), hashes, now_ms)
+
+    def prefill_completed(self, uuid, now_ms):
+        self.policy.notify("on_prefill_completed", uuid, now_ms)
+
+    def terminal(self, uuid, now_ms):
+        if self.wants_terminal:
+            self.policy.notify("on_terminal", uuid, now_ms)
+
+    # ------------------------------------------------------------------ worker lifecycle
+    def worker_ready(self, worker, now_ms):
+        self.by_id[worker.worker_id] = worker
+        self.active.append(worker)
+        self.active.sort(key=lambda w: w.worker_id)
+        self._refresh_view()
+        self.policy.notify("on_worker_ready", _worker_view(worker), now_ms)
+
+    def worker_draining(self, worker, now_ms):
+        if worker in self.active:
+            self.active.remove(worker)
+            self._refresh_view()
+        self.policy.notify("on_worker_draining", _worker_view(worker), now_ms)
+
+    def worker_removed(self, worker, now_ms):
+        if worker in self.active:
+            self.active.remove(worker)
+            self._refresh_view()
+        self.by_id.pop(worker.worker_id, None)
+        for rank in worker.ranks:
+            self._views.pop(rank, None)
+        self.policy.notify("on_worker_removed", _worker_view(worker), now_ms)
+
+
+def route_entry(pool, worker_id, rank, detail, block_size, queued_ms, now_ms):
+    """The ``routing_history`` entry of a placement (report.py fills the other keys)."""
+    entry = {"pool": pool, "logical_worker_id": worker_id, "scheduler_id": rank.scheduler_id,
+             "dp_rank": rank.dp_rank}
+    if queued_ms is not None:
+        entry["outcome"] = "queued"
+        entry["queue_entered_at_ms"] = queued_ms
+        entry["released_at_ms"] = now_ms
+        entry["queue_wait_ms"] = now_ms - queued_ms
+    if detail is not None and detail.overlap_blocks is not None:
+        selected = detail.overlap_blocks
+        best = detail.best_overlap_blocks if detail.best_overlap_blocks is not None else selected
+        entry["reported_overlap_tokens"] = selected * block_size
+        entry["selected_overlap_blocks"] = selected
+        entry["best_available_overlap_blocks"] = best
+        entry["overlap_regret_blocks"] = best - selected
+    return entry
+
+
+def _is_integer(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _worker_view(worker):
+    return WorkerView(worker_id=worker.worker_id, dp_size=len(worker.ranks))
+
+
+def _hashes(request, block_size):
+    """The prompt's full-block sequence hashes at the engine's block size: the values the
+    engines' KV events carry (kept as the engine's own lookup cache while it has none)."""
+    hashes = request.hash_cache
+    if hashes is None:
+        hashes = request.hash_cache = request.prompt.block_hashes(block_size)
+    full = request.prompt_len // block_size
+    return hashes if len(hashes) == full else hashes[:full]
+
+

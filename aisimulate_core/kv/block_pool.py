@@ -18,7 +18,12 @@ Changes: ``new_seq()``, ``acquire(seq, hashes, start, n)``,
 bool`` (the reference's atomic admission: prefix hits pinned, then k fresh
 blocks, or nothing), ``allocate_each(seqs, k_each=1) -> bool``,
 ``commit(seq, hashes, first_block, count)``, ``release(seq)``; ``check()``
-verifies every invariant.
+verifies every invariant. Allocation refusals return False and change
+nothing; misuse raises NativeError: NativeArgumentError (also a ValueError)
+for bad arguments, NativeMemoryError (also a MemoryError) when the pool cannot
+be allocated, plain NativeError for an unknown handle, a hash not resident or
+a conflicting commit. ``owner`` (a rank and the JSON field of its size) names
+the pool in those messages.
 
 Eviction log (for the router's "removed" KV events; off by default and then
 free): ``log_evictions(enabled)`` turns it on or off (off drops what it

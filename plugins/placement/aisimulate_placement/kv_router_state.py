@@ -9,6 +9,8 @@ match length of the reference's radix tree over block chains (CLUSTER.md §2.5).
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
+from operator import add, sub
 from typing import Sequence
 
 SchedulerKey = tuple  # (worker_id, dp_rank)
@@ -45,22 +47,46 @@ class SchedulerState:
 
     def new_blocks(self, hashes: Sequence[int]) -> int:
         """N: how many of ``hashes`` are not in the active set yet."""
+        return len(hashes) - self._held_prefix(hashes)
+
+    def _held_prefix(self, hashes: Sequence[int]) -> int:
+        """How many leading blocks of ``hashes`` the active set holds.
+
+        The active set is a union of whole chains (a placed request adds all its blocks) and a
+        sequence hash names its whole prefix, so the blocks of ``hashes`` it holds are a prefix
+        of them, and their refcounts do not increase along the chain: binary searches find the
+        ends, and the updates loop in C (map over dict methods) on slices, not per block in
+        Python (a prompt has hundreds of blocks)."""
         active = self.active
-        return sum(1 for block in hashes if block not in active)
+        low, high = 0, len(hashes)
+        while low < high:
+            middle = (low + high) // 2
+            if hashes[middle] in active:
+                low = middle + 1
+            else:
+                high = middle
+        return low
 
     def add_active(self, hashes: Sequence[int]) -> None:
         active = self.active
-        for block in hashes:
-            active[block] = active.get(block, 0) + 1
+        held = self._held_prefix(hashes)
+        shared = hashes[:held]
+        active.update(zip(shared, list(map(add, map(active.__getitem__, shared), repeat(1)))))
+        active.update(dict.fromkeys(hashes[held:], 1))
 
     def drop_active(self, hashes: Sequence[int]) -> None:
+        # blocks only this request holds (refcount 1) are the tail of its chain
         active = self.active
-        for block in hashes:
-            count = active[block] - 1
-            if count:
-                active[block] = count
+        low, high = 0, len(hashes)
+        while low < high:
+            middle = (low + high) // 2
+            if active[hashes[middle]] > 1:
+                low = middle + 1
             else:
-                del active[block]
+                high = middle
+        shared = hashes[:low]
+        active.update(zip(shared, list(map(sub, map(active.__getitem__, shared), repeat(1)))))
+        deque(map(active.__delitem__, hashes[low:]), maxlen=0)
 
 
 class LaggedEvents:

@@ -249,3 +249,38 @@ def test_place_does_not_queue_without_threshold():
     cluster = Cluster()
     for uuid in range(3):
         assert cluster.place(uuid, 0.0, [uuid], 8000) is not QUEUED
+
+
+def test_shared_prefixes_count_once_until_their_last_request_ends():
+    cluster = Cluster({"router_track_prefill_tokens": False})   # logit = D + N
+    cluster.place(1, 0.0, [1, 2, 3, 4], 64)
+    cluster.place(2, 1.0, [1, 2, 5], 48)
+    cluster.terminal(1, 2.0)                  # blocks 1, 2 stay active for request 2
+    cluster.place(3, 3.0, [1, 2, 3], 48)
+    cluster.terminal(2, 4.0)
+    cluster.place(4, 5.0, [1, 2, 3, 4], 64)
+    assert cluster.logits() == [4, 4 + 1, 3 + 1, 3 + 1]
+
+
+def test_active_set_matches_a_recount():
+    """The refcounted active set against a recount over the unfinished requests, for prompts
+    drawn from a small tree of shared prefixes."""
+    import random
+
+    from aisimulate_placement.kv_router_state import SchedulerState
+    from test_kv_router_harness import chain
+
+    rng = random.Random(7)
+    state, live = SchedulerState(), []
+    for _ in range(400):
+        if live and rng.random() < 0.45:
+            state.drop_active(live.pop(rng.randrange(len(live))))
+        else:
+            hashes = tuple(chain([rng.randrange(3) for _ in range(rng.randrange(0, 9))]))
+            recount = set().union(*map(set, live)) if live else set()
+            assert state.new_blocks(hashes) == len(set(hashes) - recount)
+            state.add_active(hashes)
+            live.append(hashes)
+        recount = set().union(*map(set, live)) if live else set()
+        assert set(state.active) == recount
+        assert all(state.active[block] == sum(block in held for held in live) for block in recount)

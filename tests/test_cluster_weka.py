@@ -4,7 +4,8 @@ Compared in CLUSTER.md 7.2's canonical form: host-speed keys and per-request ``u
 numbers to 10 significant digits (values within 1e-9 of zero equal), weka records matched by
 ``request_id``, and the two identities whose bytes the reference does not document
 (``agentic_graph.graph_digest``, ``agentic_lifecycle_digest``) by their shape, 64 hex digits.
-Everything else, the weka source digest included, is equal to the reference's.
+Everything else, the weka source digest included, is equal to the reference's; and so are those
+two digests, byte for byte (``test_digests_are_the_references``).
 """
 
 from __future__ import annotations
@@ -103,6 +104,22 @@ def test_agentic_runs_report_what_the_reference_reports(name):
     report, fixture = run_fixture("agentic/" + name)
     assert_canonically_equal(report.summary, report.per_request, fixture["summary"],
                              fixture["per_request"])
+
+
+@pytest.mark.parametrize("name", [*AGENTIC_FIXTURES, "trace_agentic_legacy_as_v2"])
+def test_digests_are_the_references(name):
+    # the graph as the reference serializes it (nodes by id, sorted edges, its field order);
+    # the lifecycle transcript with one instant's ends batched in graph order
+    report, fixture = run_fixture("agentic/" + name)
+    for key in ("agentic_graph", "agentic_lifecycle_event_count", "agentic_lifecycle_digest"):
+        assert report.summary[key] == fixture["summary"][key], key
+
+
+def test_w1_digests_are_the_references(w1):
+    payload, expected = w1
+    summary = _in_root(run_replay, payload.read_text()).summary
+    assert summary["agentic_graph"] == expected["agentic_graph"]
+    assert summary["agentic_lifecycle_digest"] == expected["agentic_lifecycle_digest"]
 
 
 def test_the_doc_example_resolves_auto_to_relative_and_joins_late():

@@ -8,11 +8,11 @@ dispatched are skipped, those in flight still run. A play is a trajectory; its e
 latency is its last terminal minus its first root dispatch, counted for completed plays only.
 
 The report also gets the graph's identity (``AgenticTrace.digest``), each play's outcome and
-its lifecycle: a dispatched node contributes three events (dispatch, terminal, quiescence), a
-skipped node one, a settled play one; their count and a BLAKE3 digest of the events in order
-(kind, request or play, time, status) are summary keys. Each request carries the reference's
-``agentic`` object: its ids, its play's root and, on a spawned request, the request that
-spawned it.
+its lifecycle: a dispatched node contributes three events (dispatch, causal terminal,
+quiescence), a skipped node one, a settled play one; their count and the reference's BLAKE3
+digest of the transcript (``_Lifecycle``) are summary keys. Each request carries the
+reference's ``agentic`` object: its ids, its play's root and, on a spawned request, the
+request that spawned it.
 """
 
 from __future__ import annotations
@@ -23,12 +23,95 @@ import math
 import blake3
 
 from ..engine.request import SimRequest
+from .graph import json_float, json_value
 from .prompt import Prompt
 from .trace import HashInterner
 from .driver import WorkloadDriver
 
 BLOCKED, READY, EMITTED, COMPLETED, FAILED, SKIPPED = range(6)
-LIFECYCLE_DIGEST_DOMAIN = b"aisimulate-core-agentic-lifecycle-v1\0"
+LIFECYCLE_SCHEMA = "aisimulate.agentic.lifecycle.v1"
+LIFECYCLE_DIGEST_DOMAIN = b"aisimulate-agentic-lifecycle-v1\0"
+
+
+class _Ending:
+    """One request's end in a batch: (node, play, ids, status), the nodes its failure
+    skipped, and whether its play settled with it."""
+
+    __slots__ = ("node", "play", "play_id", "request_id", "status", "skipped", "settles")
+
+    def __init__(self, node, play, play_id, request_id, status, skipped, settles):
+        self.node = node
+        self.play = play
+        self.play_id = play_id
+        self.request_id = request_id
+        self.status = status
+        self.skipped = skipped
+        self.settles = settles
+
+
+class _Lifecycle:
+    """The reference's lifecycle transcript, hashed as it goes: one compact JSON object a line
+    (schema, ordinal, at_ms, play_id, request_id, event, status), BLAKE3 after a domain tag.
+
+    The reference hears the ends of one instant as one batch and records their causal
+    terminals (each followed by the nodes its failure skips) in graph order, then their
+    quiescences (a play's own after the last of its requests) in graph order; so ends are
+    held until the clock moves or a dispatch is recorded."""
+
+    def __init__(self):
+        self.count = 0                      # events recorded, held ones included
+        self._hasher = blake3.blake3(LIFECYCLE_DIGEST_DOMAIN)
+        self._ordinal = 0
+        self._at = None
+        self._held = []
+
+    def _write(self, at_ms, play_id, request_id, event, status=None):
+        line = (f'{{"schema":"{LIFECYCLE_SCHEMA}","ordinal":{self._ordinal},'
+                f'"at_ms":{json_float(float(at_ms))},"play_id":{json_value(play_id)}')
+        if request_id is not None:
+            line += f',"request_id":{json_value(request_id)}'
+        line += f',"event":"{event}"'
+        if status is not None:
+            line += f',"status":"{status}"'
+        self._hasher.update((line + "}\n").encode())
+        self._ordinal += 1
+
+    def dispatch(self, at_ms, play_id, request_id):
+        self.flush()
+        self.count += 1
+        self._write(at_ms, play_id, request_id, "dispatch")
+
+    def ended(self, at_ms, ending):
+        if self._held and at_ms != self._at:
+            self.flush()
+        self._at = at_ms
+        self._held.append(ending)
+        self.count += 2 + len(ending.skipped) + ending.settles
+
+    def flush(self):
+        if not self._held:
+            return
+        at, batch = self._at, sorted(self._held, key=lambda e: e.node)
+        self._held = []
+        skipped, settling, last = {}, set(), {}
+        for ending in batch:                # a failure's skips go with the play's first
+            skipped.setdefault(ending.play, []).extend(ending.skipped)
+            if ending.settles:
+                settling.add(ending.play)
+            last[ending.play] = ending.node
+        for ending in batch:
+            self._write(at, ending.play_id, ending.request_id, "causal_terminal", ending.status)
+            if ending.status != "completed" and skipped.get(ending.play):
+                for play_id, request_id in skipped.pop(ending.play):
+                    self._write(at, play_id, request_id, "skipped")
+        for ending in batch:
+            self._write(at, ending.play_id, ending.request_id, "quiescent")
+            if ending.play in settling and last[ending.play] == ending.node:
+                self._write(at, ending.play_id, None, "play_quiescent")
+
+    def digest(self):
+        self.flush()
+        return self._hasher.hexdigest()
 
 
 class AgenticRequest(SimRequest):
@@ -61,7 +144,7 @@ class _PlayState:
         self.failed = False
         self.root_dispatch_ms = None
         self.max_terminal_ms = None
-        self.failure = None                   # (request_id, status) of the first failure
+        self.failure = None                   # (request_id, status, node) of the first failure
         self.failed_at_ms = None
 
     def settled(self):
@@ -94,8 +177,7 @@ class AgenticDriver(WorkloadDriver):
                 self._play_of[i] = p
             for i in play.roots:
                 self._is_root[i] = True
-        self.lifecycle_events = 0             # counted as the module doc says
-        self._lifecycle = blake3.blake3(LIFECYCLE_DIGEST_DOMAIN)
+        self._lifecycle = _Lifecycle()
         roots = _root_ids(graph)
         self._root_id = [roots[p] for p in self._play_of]
         self._parent_id = _parent_ids(graph)
@@ -137,7 +219,8 @@ class AgenticDriver(WorkloadDriver):
                 continue
             out.append(self._request(index, ready_ms))
             self._state[index] = EMITTED
-            self._event("dispatch", self.graph.nodes[index].request_id, now_ms)
+            node = self.graph.nodes[index]
+            self._lifecycle.dispatch(now_ms, node.play_id, node.request_id)
             play = self._plays[self._play_of[index]]
             play.in_flight += 1
             if self._is_root[index] and (play.root_dispatch_ms is None
@@ -161,15 +244,19 @@ class AgenticDriver(WorkloadDriver):
         request.agentic = agentic
         return request
 
-    def _event(self, kind, name, at_ms, status=""):
-        self.lifecycle_events += 1
-        self._lifecycle.update(f"{kind}\0{name}\0{at_ms!r}\0{status}\n".encode())
+    @property
+    def lifecycle_events(self):
+        """Lifecycle events so far (counted as the module doc says)."""
+        return self._lifecycle.count
 
     def on_terminal(self, request, now_ms, status):
         index = request.driver_ref
-        play = self._plays[self._play_of[index]]
+        node = self.graph.nodes[index]
+        play_index = self._play_of[index]
+        play = self._plays[play_index]
         if play.max_terminal_ms is None or now_ms > play.max_terminal_ms:
             play.max_terminal_ms = now_ms
+        skipped = []
         if status == "completed":
             self._state[index] = COMPLETED
             play.completed += 1
@@ -179,19 +266,18 @@ class AgenticDriver(WorkloadDriver):
             self._state[index] = FAILED
             if not play.failed:
                 play.failed = True
-                play.failure = (self.graph.nodes[index].request_id, status)
                 play.failed_at_ms = now_ms
-                state = self._state
+                state, nodes = self._state, self.graph.nodes
                 for i in play.play.nodes:
                     if state[i] == BLOCKED or state[i] == READY:
                         state[i] = SKIPPED
-                        self._event("skipped", self.graph.nodes[i].request_id, now_ms)
+                        skipped.append((nodes[i].play_id, nodes[i].request_id))
+            # the play's failure is its first, the lowest node at one instant
+            if play.failure is None or (now_ms == play.failed_at_ms and index < play.failure[2]):
+                play.failure = (node.request_id, status, index)
         play.in_flight -= 1
-        request_id = self.graph.nodes[index].request_id
-        self._event("terminal", request_id, now_ms, status)
-        self._event("quiescent", request_id, now_ms)
-        if play.settled():
-            self._event("settled", play.play.play_id, now_ms)
+        self._lifecycle.ended(now_ms, _Ending(index, play_index, node.play_id, node.request_id,
+                                              status, skipped, play.settled()))
 
     # ------------------------------------------------------------------ report
     def trajectories(self):
@@ -221,7 +307,7 @@ class AgenticDriver(WorkloadDriver):
                                                else play.max_terminal_ms)
                 entry["settled_at_ms"] = play.max_terminal_ms
             if play.failure is not None:
-                entry["failure_request_id"], entry["failure_status"] = play.failure
+                entry["failure_request_id"], entry["failure_status"], _ = play.failure
             outcomes.append(entry)
         return outcomes
 
@@ -245,7 +331,7 @@ class AgenticDriver(WorkloadDriver):
             collector.add_extra(key, value)
 
     def lifecycle_digest(self):
-        return self._lifecycle.hexdigest()
+        return self._lifecycle.digest()
 
 
 __all__ = ["AgenticDriver", "AgenticRequest"]

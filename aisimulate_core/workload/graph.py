@@ -12,16 +12,13 @@ are those of the agentic Mooncake v2 row.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 
 import blake3
-import msgspec
 
 from ..errors import TraceError
-
-GRAPH_DIGEST_DOMAIN = b"aisimulate-core-agentic-graph-v1\0"
-_ENCODE = msgspec.json.Encoder().encode     # one JSON array per node: self-delimiting
 
 TRIGGERS = ("dispatch", "completion")
 RELATIONS = ("sequence", "spawn", "join", "replay_barrier")
@@ -45,12 +42,12 @@ class AgenticNode:
     __slots__ = ("request_id", "play_id", "session_id", "model", "input_length",
                  "max_output_tokens", "output_token_ids", "hash_ids", "not_before_ms",
                  "dependencies", "source_play_ordinal", "priority", "strict_priority",
-                 "policy_class", "where")
+                 "policy_class", "recorded_api_time_ms", "where")
 
     def __init__(self, request_id, play_id, session_id, input_length, max_output_tokens,
                  hash_ids, not_before_ms=0.0, dependencies=(), *, model="unknown",
                  output_token_ids=None, source_play_ordinal=None, priority=0,
-                 strict_priority=0, policy_class=None, where=None):
+                 strict_priority=0, policy_class=None, recorded_api_time_ms=None, where=None):
         self.request_id = request_id
         self.play_id = play_id
         self.session_id = session_id
@@ -65,6 +62,7 @@ class AgenticNode:
         self.priority = priority
         self.strict_priority = strict_priority
         self.policy_class = policy_class
+        self.recorded_api_time_ms = recorded_api_time_ms  # provenance: part of the identity only
         self.where = where
 
 
@@ -138,20 +136,81 @@ class AgenticTrace:
         return sorted({node.model for node in self.nodes})
 
     def digest(self):
-        """The graph's identity: BLAKE3 over its block size, source and every node with its
-        dependencies sorted, so equal graphs (whatever their file order) share it. Our own
-        serialization: the reference does not document its bytes (CLUSTER.md 7.2)."""
-        hasher = blake3.blake3(GRAPH_DIGEST_DOMAIN)
-        hasher.update(_ENCODE([self.block_size, self.source_format, self.source_digest]))
-        for node in self.nodes:
-            deps = sorted((d.request_id, d.trigger, d.relation, d.delay_ms)
-                          for d in node.dependencies)
-            hasher.update(_ENCODE([
-                node.request_id, node.play_id, node.session_id, node.model, node.input_length,
-                node.max_output_tokens, node.output_token_ids, node.hash_ids, node.not_before_ms,
-                deps, node.source_play_ordinal, node.priority, node.strict_priority,
-                node.policy_class]))
+        """The graph's identity as the reference computes it: BLAKE3 of the compact JSON of
+        ``{"block_size", "nodes"}``, the nodes by request id with their dependencies sorted
+        (source, trigger, relation, delay), each node's fields in the reference's order."""
+        hasher = blake3.blake3()
+        hasher.update(b'{"block_size":%d,"nodes":[' % self.block_size)
+        for k, node in enumerate(self.nodes):
+            hasher.update(_node_json(node, first=k == 0).encode())
+        hasher.update(b"]}")
         return hasher.hexdigest()
+
+_TRIGGER_RANK = {trigger: k for k, trigger in enumerate(TRIGGERS)}
+_RELATION_RANK = {relation: k for k, relation in enumerate(RELATIONS)}
+
+
+def json_float(x):
+    """``x`` as serde_json writes an f64 (Rust's ryu): the shortest round-trip digits, a ``.0``
+    on whole numbers, plain decimals from 1e-5 up to 1e16, exponents (``1e16``, ``1.5e-7``)
+    beyond."""
+    if x == 0.0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    sign, text = ("-", repr(-x)) if x < 0 else ("", repr(x))
+    mantissa, _, exponent = text.partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    point = len(whole) + int(exponent or 0) - (len(digits) - len(digits.lstrip("0")))
+    digits = digits.strip("0")
+    n = len(digits)
+    if n <= point <= 16:
+        body = digits + "0" * (point - n) + ".0"
+    elif 0 < point <= 16:
+        body = digits[:point] + "." + digits[point:]
+    elif -5 < point <= 0:
+        body = "0." + "0" * -point + digits
+    else:
+        body = digits[0] + ("." + digits[1:] if n > 1 else "") + f"e{point - 1}"
+    return sign + body
+
+
+def json_value(value):
+    """Compact JSON as serde_json writes it (non-ASCII kept, floats as ``json_float``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return json_float(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return "[" + ",".join(map(json_value, value)) + "]"
+
+
+def _node_json(node, first):
+    deps = sorted(node.dependencies, key=lambda d: (
+        d.request_id, _TRIGGER_RANK[d.trigger], _RELATION_RANK[d.relation], d.delay_ms))
+    parts = [f'"request_id":{json_value(node.request_id)}', f'"play_id":{json_value(node.play_id)}']
+    if node.source_play_ordinal is not None:
+        parts.append(f'"source_play_ordinal":{node.source_play_ordinal}')
+    parts += [f'"session_id":{json_value(node.session_id)}', f'"model":{json_value(node.model)}',
+              f'"input_length":{node.input_length}',
+              f'"max_output_tokens":{node.max_output_tokens}',
+              f'"output_token_ids":{json_value(node.output_token_ids)}',
+              # the reference's replay key of authored outputs is not reproduced: null
+              '"replay_key":null', f'"hash_ids":{json_value(node.hash_ids)}',
+              f'"not_before_ms":{json_float(float(node.not_before_ms))}']
+    if node.recorded_api_time_ms is not None:
+        parts.append(f'"recorded_api_time_ms":{json_float(float(node.recorded_api_time_ms))}')
+    parts += [f'"priority":{node.priority}', f'"strict_priority":{node.strict_priority}',
+              f'"policy_class":{json_value(node.policy_class)}',
+              '"dependencies":[' + ",".join(
+                  f'{{"request_id":{json_value(d.request_id)},"trigger":"{d.trigger}",'
+                  f'"delay_ms":{json_float(float(d.delay_ms))},"relation":"{d.relation}"}}'
+                  for d in deps) + "]"]
+    return ("" if first else ",") + "{" + ",".join(parts) + "}"
 
 
 def _fail(where, field, rule):

@@ -94,7 +94,7 @@ class LegacyRow(msgspec.Struct, kw_only=True):
 def graph_node(where, block_size, *, request_id, play_id, session_id, model, input_length,
                output_length, hash_ids, not_before_ms, dependencies, output_token_ids=None,
                source_play_ordinal=None, priority=None, strict_priority=None,
-               policy_class=None):
+               policy_class=None, recorded_api_time_ms=None):
     """One node, with the rules the graph builder does not know: required lengths and
     exactly one hash id per block (also used for Dynamo's agentic traces)."""
     if hash_ids is None:
@@ -119,7 +119,7 @@ def graph_node(where, block_size, *, request_id, play_id, session_id, model, inp
                        output_token_ids=output_token_ids,
                        source_play_ordinal=source_play_ordinal, priority=priority or 0,
                        strict_priority=strict_priority or 0, policy_class=policy_class,
-                       where=where)
+                       recorded_api_time_ms=recorded_api_time_ms, where=where)
 
 
 def _header(path, number, line):
@@ -156,7 +156,7 @@ def load_v2(path, number, line, lines):
                           for d in row.dependencies],
             output_token_ids=row.output_token_ids, source_play_ordinal=row.source_play_ordinal,
             priority=row.priority, strict_priority=row.strict_priority,
-            policy_class=row.policy_class))
+            policy_class=row.policy_class, recorded_api_time_ms=recorded))
     if not nodes:
         fail(path, "", "holds no requests after its header")
     return AgenticTrace.build(model_block_size(block), nodes, source_format=header.source.format,

@@ -315,7 +315,8 @@ def lower_play(where, name, play, ordinal, basis):
                 request.output_length,
                 _block_ids(identities, name, request_id, request, play.block_size),
                 to_ms(item.t - start), edges.of.get(item.source_id, ()), model=request.model,
-                source_play_ordinal=ordinal, where=where))
+                source_play_ordinal=ordinal, where=where, recorded_api_time_ms=(
+                    None if request.api_time is None else to_ms(request.api_time))))
     return nodes
 
 

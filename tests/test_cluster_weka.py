@@ -200,3 +200,17 @@ def test_weka_traffic_rules(traffic, expected):
     with pytest.raises(ConfigError) as info:
         load_payload(json.dumps(payload))
     assert str(info.value).splitlines() == expected
+
+
+def test_digest_numbers_are_written_as_serde_json_writes_them():
+    from aisimulate_core.workload.graph import json_float
+
+    # Rust's ryu, as the reference's serde_json uses it (the small ones checked against the
+    # wheel's pydantic-core, which shares the formatting below 1e16)
+    cases = {0.0: "0.0", 16.0: "16.0", 0.1: "0.1", 1e-4: "0.0001",
+             1e-5: "0.00001", 2.5e-5: "0.000025", 1e-6: "1e-6", 1.5e-7: "1.5e-7",
+             1e15: "1000000000000000.0", 1e16: "1e16", 159.20000000000002: "159.20000000000002",
+             12345000000000.0: "12345000000000.0", 1.2345678901234568e17: "1.2345678901234568e17",
+             5e-324: "5e-324", -3.5e-8: "-3.5e-8"}
+    assert {x: json_float(x) for x in cases} == cases
+    assert json_float(-0.0) == "-0.0"

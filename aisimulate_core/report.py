@@ -191,6 +191,8 @@ def summary_keys(*, goodput: bool = False, extras: Iterable[str] = ()) -> list[s
 class Report:
     summary: dict
     per_request: list | None = None
+    # {"sample_interval_ms", "samples"} when telemetry was asked for (not part of to_dict())
+    telemetry: dict | None = None
 
     def to_dict(self) -> dict:
         if self.per_request is None:

@@ -220,6 +220,16 @@ def _build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         metavar="FILE.jsonl",
         help="write one JSON object per request record ('-': stdout)",
     )
+    run.add_argument(
+        "--telemetry",
+        metavar="SAMPLES.jsonl",
+        help="write one telemetry sample per line: engine gauges, queues, traffic ('-': stdout)",
+    )
+    run.add_argument(
+        "--telemetry-interval-ms",
+        metavar="X",
+        help="virtual time between telemetry samples, in ms (default 1000)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     _add_common_options(run)
     listing = commands.add_parser("plugins", help="list loaded plugins and their providers")

@@ -231,7 +231,8 @@ def _mode_for(path: Path) -> int:
 
 
 class RecordWriter:
-    """Per-request records as JSON lines, written as they are handed over."""
+    """Per-request records (or telemetry samples) as JSON lines, written as they are handed
+    over."""
 
     def __init__(self, out: OutputFile) -> None:
         import msgspec
@@ -252,25 +253,32 @@ class RunOutputs:
     every temporary file and leaves each target as it was.
     """
 
-    def __init__(self, report: Target | None, records: Target | None) -> None:
-        self._targets = (records, report)  # records first: they are committed first
+    def __init__(self, report: Target | None, records: Target | None,
+                 samples: Target | None = None) -> None:
+        # records and samples first: they are committed before the report
+        self._targets = (records, samples, report)
         self._files: list[OutputFile] = []
         self.records: OutputFile | None = None
+        self.samples: OutputFile | None = None
         self.report: OutputFile | None = None
         self.record_writer: RecordWriter | None = None
+        self.sample_writer: RecordWriter | None = None
 
     def __enter__(self) -> RunOutputs:
         # opened here, not in __init__: once __enter__ returns, __exit__ cleans up whatever
         # interrupts the run
-        records, report = self._targets
+        records, samples, report = self._targets
         try:
             self.records = self._open(records)
+            self.samples = self._open(samples)
             self.report = self._open(report)
         except BaseException:
             self.discard()
             raise
         if self.records is not None:
             self.record_writer = RecordWriter(self.records)
+        if self.samples is not None:
+            self.sample_writer = RecordWriter(self.samples)
         return self
 
     def _open(self, target: Target | None) -> OutputFile | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -21,7 +22,9 @@ def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
     payload = load_payload(read_payload(payload_path))
     report_target = resolve_target("--output", args.output) if args.output else None
     records_target = resolve_target("--per-request", args.per_request) if args.per_request else None
-    targets = [t for t in (report_target, records_target) if t is not None]
+    samples_target = resolve_target("--telemetry", args.telemetry) if args.telemetry else None
+    interval = telemetry_interval(args)
+    targets = [t for t in (report_target, records_target, samples_target) if t is not None]
     check_targets(targets, inputs_of(payload_path, payload))
     if records_target is not None and not payload.spec.record_per_request:
         raise CliError("--per-request: the report has no per-request records "
@@ -30,11 +33,13 @@ def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
     progress = None
     if not args.quiet and sys.stderr.isatty():
         progress = ProgressLine(sys.stderr)
-    with RunOutputs(report_target, records_target) as outputs:
+    with RunOutputs(report_target, records_target, samples_target) as outputs:
         try:
-            # the records go to their (temporary) file as requests end: memory stays flat
+            # records and samples go to their (temporary) files as they come: memory stays flat
             report = run_replay(payload, plugin_manager=pm, progress=progress,
-                                on_record=outputs.record_writer)
+                                on_record=outputs.record_writer,
+                                telemetry_interval_ms=interval if samples_target else None,
+                                on_sample=outputs.sample_writer)
         finally:
             if progress is not None:
                 progress.close()
@@ -42,6 +47,23 @@ def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
     if not any(writes_stdout(target) for target in targets):  # else stdout carries the data
         write_stdout(format_summary(report.summary))
     return 0
+
+
+def telemetry_interval(args: argparse.Namespace) -> float:
+    """``--telemetry-interval-ms``: a finite number of milliseconds > 0 (default 1000)."""
+    given = args.telemetry_interval_ms
+    if given is None:
+        return 1000.0
+    if not args.telemetry:
+        raise CliError("--telemetry-interval-ms: needs --telemetry SAMPLES.jsonl")
+    try:
+        value = float(given)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise CliError(f"--telemetry-interval-ms: must be a finite number of ms > 0, got "
+                       f"{escape_controls(given)!r}")
+    return value
 
 
 def inputs_of(payload_path: Path, payload) -> list[tuple[str, Path]]:

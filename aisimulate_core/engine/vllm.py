@@ -78,11 +78,17 @@ class VllmRank(RankBase):
         # in flight, reported with its prefill completions when it ends
         self.observer = None
         self._stored = []
+        # telemetry reads the rank as of its latest pass completion or submission: a pass in
+        # flight has changed the queues already, the reference's gauges not yet
+        self.capture_gauges = False
+        self._gauges = None
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
         self._limit_output(request)
         self.waiting.append(request)
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
 
     def _limit_output(self, request):
         """Take ``request`` onto this rank: its output limit under max_model_len (and TRT-LLM's
@@ -162,7 +168,14 @@ class VllmRank(RankBase):
         decode = 0.0
         if n and self.charges_decode:
             decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
-        self._pass_steps = n
+        # decode steps (telemetry's accept_length_forward_count): a token after a preempted
+        # request's recompute comes from a prefill forward, not a decode step
+        steps = n
+        if ready:
+            for r in ready:
+                if r.generated > 0 and r.pass_chunk[1] >= 0:
+                    steps -= 1
+        self._pass_steps = steps
         self.pass_end_ms = (now_ms + prefill) + decode
         return self.pass_end_ms
 
@@ -480,6 +493,15 @@ class VllmRank(RankBase):
         pool = self.pool
         return pool.active(), pool.inactive()
 
+    def live_gauges(self):
+        """(active blocks, inactive blocks, running, waiting) now."""
+        pool = self.pool
+        return pool.active(), pool.inactive(), len(self.running), len(self.waiting)
+
+    def telemetry_gauges(self):
+        """``live_gauges()`` as of the latest pass completion or submission."""
+        return self._gauges if self._gauges is not None else self.live_gauges()
+
     def pending_prefill_tokens(self):
         """Prompt tokens not computed yet, over the requests waiting or running here."""
         total = 0
@@ -500,6 +522,11 @@ class VllmRank(RankBase):
 
     # ------------------------------------------------------------------ pass completion
     def complete(self):
+        self._complete()
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
+
+    def _complete(self):
         if self._macro_ends is not None:
             self._complete_extension()
         end_ms = self.pass_end_ms
@@ -545,7 +572,7 @@ class VllmRank(RankBase):
         stored, self._stored = self._stored, []
         for hashes in stored:
             observer.kv_stored(self, hashes)
-        evicted = self.pool.take_evicted()
+        evicted = self.pool.take_evicted(absent_only=True)
         if len(evicted):
             observer.kv_removed(self, evicted)
         for r in self._ready:

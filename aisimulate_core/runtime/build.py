@@ -166,8 +166,11 @@ def _attach_scaling(sim, payload, registries, custom):
             raise ConfigError("scaling_policy: needs initial_tick_ms() and on_tick(snapshot), got "
                               f"a {type(custom).__name__}")
         policy, label = custom, f"scaling policy {type(custom).__name__}"
-    sim.attach_cluster(Cluster(sim, policy, label, sim.cluster_pools(payload.spec),
-                               record_operations=True))
+    topology = payload.spec.topology
+    for kind, pool in sim.pools.items():
+        role = topology.workers if kind == "agg" else getattr(topology, kind)
+        pool.startup_delay_ms = role.startup_delay_ms
+    sim.attach_cluster(Cluster(sim, policy, label, record_operations=True))
 
 
 def _common(payload, registries, timers):

@@ -15,31 +15,47 @@ import math
 
 from ..errors import PluginError
 from .lifecycle import ACTIVE, DRAINING, REMOVED, STARTING, Lifecycle, PoolLifecycle
+from .telemetry import scheduler_rows
 from .traffic import TrafficWindow
 
 _TARGET_KEYS = {"agg": "target_decode", "prefill": "target_prefill", "decode": "target_decode"}
 
 
 class ClusterPool:
-    """One pool as scaling sees it: its lifecycle, its router, its live workers by id."""
+    """One pool of workers (``agg``, ``prefill`` or ``decode``): its lifecycle, its router, its
+    live workers by id, and every rank it ever had (cumulative counters outlive removals).
+    Every simulation keeps one per pool; scaling and telemetry read them."""
 
-    __slots__ = ("kind", "life", "router", "workers", "startup_delay_ms", "spawn")
+    __slots__ = ("kind", "life", "router", "workers", "all_ranks", "startup_delay_ms", "spawn")
 
-    def __init__(self, kind, life, router, workers, startup_delay_ms, spawn):
+    def __init__(self, kind, router, workers, startup_delay_ms=0.0, spawn=None):
         self.kind = kind
-        self.life = life
+        self.life = PoolLifecycle(kind, len(workers))
         self.router = router
         self.workers = {w.worker_id: w for w in workers}   # live (not removed) workers
+        self.all_ranks = [rank for w in workers for rank in w.ranks]
         self.startup_delay_ms = startup_delay_ms
         self.spawn = spawn           # worker_id -> a new Worker of this pool
 
+    def live_workers(self):
+        return [self.workers[i] for i in sorted(self.workers)]
+
+    def ids(self, state):
+        return self.life.ids(state)
+
+    def preemptions(self):
+        return sum(rank.preemptions for rank in self.all_ranks)
+
+    def decode_steps(self):
+        return sum(rank.decode_steps for rank in self.all_ranks)
+
 
 class Cluster:
-    def __init__(self, sim, policy, label, pools, *, record_operations):
+    def __init__(self, sim, policy, label, *, record_operations):
         self.sim = sim
         self.policy = policy
         self.label = label
-        self.pools = pools           # kind -> ClusterPool, in tick order (prefill before decode)
+        pools = self.pools = sim.pools   # kind -> ClusterPool, in tick order (prefill first)
         self.lifecycle = Lifecycle({kind: p.life for kind, p in pools.items()},
                                    record=record_operations)
         self.window = TrafficWindow()
@@ -159,6 +175,7 @@ class Cluster:
         life.origin[worker_id] = op.ordinal
         worker = pool.spawn(worker_id)
         pool.workers[worker_id] = worker
+        pool.all_ranks.extend(worker.ranks)
         delay = pool.startup_delay_ms
         if delay > 0:
             op.transition(worker_id, "worker_starting", STARTING, op.ordinal)
@@ -203,7 +220,15 @@ class Cluster:
                 continue
             snap[f"{prefix}_fpm_snapshots"] = self.sim.fpm_rows(pool, t)
             snap.update(pool.life.snapshot_counts(prefix))
-        snap["traffic"] = self.window.take_snapshot_traffic(t)
+        snap["traffic"] = self.window.take_snapshot_traffic(t, self.sim.decode_steps())
+        # beyond the reference's wheel (its public source has them): the engines' gauges and
+        # the routers' queues, which load-based policies read
+        pools = self.sim.pool_states()
+        for prefix in ("prefill", "decode"):
+            state = pools.get(prefix)
+            snap[f"{prefix}_scheduler_metrics"] = scheduler_rows(state)
+            snap[f"router_pending_{prefix}_requests"] = (
+                state.router.pending_count() if state is not None else 0)
         return snap
 
     def worker_seconds(self, end_ms):

@@ -19,7 +19,6 @@ from ..report import Collector, _uuid_text
 from ..runtime.event_queue import EventQueue
 from .checks import install_checks_from_env
 from .cluster import ClusterPool
-from .lifecycle import PoolLifecycle
 from .records import make_record
 
 PASS_DONE = 0
@@ -94,6 +93,7 @@ class Simulation:
         self.telemetry = None        # runtime/telemetry.py, when samples are asked for
         self.windows = ()            # traffic windows to feed (scaling snapshot, telemetry)
         self.make_worker = None      # (worker_id, key) -> a new worker of the pool (build.py)
+        self.pools = {}              # kind -> runtime/cluster.py ClusterPool
         self.driver = driver
         self.collector = collector
         self.gpus_per_worker = gpus_per_worker
@@ -124,15 +124,34 @@ class Simulation:
         router.deliver = self._deliver
         watch_engines(self, router, workers)
         self._dirty = set(range(len(workers)))
+        self.pools = {"agg": ClusterPool("agg", router, workers, spawn=self._spawn_aggregated)}
+
+    def _spawn_aggregated(self, worker_id):
+        return self.spawn_worker(worker_id, self.make_worker)
 
     def attach_cluster(self, cluster):
         """Install scaling (runtime/cluster.py) and the traffic windows it reads."""
         self.cluster = cluster
         self._feed_windows()
 
-    def attach_telemetry(self, telemetry):
-        self.telemetry = telemetry
+    def sample_telemetry(self, interval_ms, on_sample):
+        """Take telemetry samples every ``interval_ms`` of virtual time, each passed to
+        ``on_sample(sample)`` (runtime/telemetry.py); call before ``run``."""
+        from ..errors import ConfigError
+        from .telemetry import Telemetry
+        try:
+            self.telemetry = Telemetry(self, interval_ms, on_sample)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         self._feed_windows()
+        self.capture_gauges(self.workers)
+
+    def capture_gauges(self, workers):
+        """Telemetry reads the gauges each rank captured at its latest completion/submission."""
+        if self.telemetry is not None:
+            for worker in workers:
+                for rank in worker.ranks:
+                    rank.capture_gauges = True
 
     def _feed_windows(self):
         windows = []
@@ -142,18 +161,20 @@ class Simulation:
             windows.append(self.telemetry.window)
         self.windows = tuple(windows)
 
-    def cluster_pools(self, spec):
-        """The pools scaling manages: here the one aggregated pool."""
-        life = PoolLifecycle("agg", len(self.workers))
-        return {"agg": ClusterPool("agg", life, self.router, self.workers,
-                                   spec.topology.workers.startup_delay_ms,
-                                   lambda worker_id: self.spawn_worker(worker_id, self.make_worker))}
+    def pool_states(self):
+        """The pools as telemetry names them: the aggregated pool reports as ``decode``."""
+        return {"decode": self.pools["agg"]}
+
+    def decode_steps(self):
+        """Tokens after each request's first, emitted so far by the pools that decode."""
+        return self.pool_states()["decode"].decode_steps()
 
     def spawn_worker(self, worker_id, make_worker):
         """A worker added by scaling: its key is its id (aggregated ids are never reused)."""
         worker = make_worker(worker_id, len(self.workers))
         self.workers.append(worker)
         watch_engines(self, self.router, [worker])
+        self.capture_gauges([worker])
         return worker
 
     def flush_router(self, router, now_ms):
@@ -319,10 +340,14 @@ class Simulation:
             cluster.tick_due(t)
         if dirty:
             horizon = self._arrival_horizon()
+            cutoff = self.max_sim_time_ms
+            if self.windows:
+                # extended passes end by the next tick, worker ready or sample: it sees them
+                cutoff = min(cutoff, self._cluster_time(math.inf))
             for idx in sorted(dirty):
                 worker = workers[idx]
                 if not worker.busy:
-                    end = worker.start_pass(t, horizon, self.max_sim_time_ms)
+                    end = worker.start_pass(t, horizon, cutoff)
                     if end is not None:
                         if end == t and self._zero_time_pass(worker, t):
                             continue
@@ -349,15 +374,10 @@ class Simulation:
         return False
 
     def _arrival_horizon(self):
-        """The earliest time a known request could arrive, or the cluster change (tick, worker
-        ready, sample); passes starting later may see it."""
+        """The earliest time a known request could arrive; passes starting later may see it."""
         if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
-            horizon = math.inf  # a completion must free a slot first; truncation covers that
-        else:
-            horizon = self.driver.next_ready_ms()
-        if self.windows:
-            horizon = self._cluster_time(horizon)
-        return horizon
+            return math.inf  # a completion must free a slot first; truncation covers that
+        return self.driver.next_ready_ms()
 
     def _register_arrival(self, request, now_ms):
         request.uuid = self._next_uuid
@@ -422,6 +442,8 @@ class Simulation:
     # ------------------------------------------------------------------ report
     def report(self):
         """Finalize metrics (call once, after ``run``)."""
+        if self.telemetry is not None:
+            self.telemetry.finish(self.now_ms)
         collector = self.collector
         for worker in self.workers:
             for rank in worker.ranks:

@@ -1,0 +1,108 @@
+"""Telemetry samples: the cluster's state and traffic at regular virtual times (CLUSTER.md §4).
+
+With interval I and run end E (the last completion, or where a time cutoff stopped the run):
+a ``baseline`` sample (ordinal 0) at 0, ``periodic`` samples at k·I for k = 1, 2, ... while
+k·I <= E, each covering (previous, k·I], and a ``final`` one at E covering the rest unless E is
+itself a periodic time. A sample at T sees everything settled at T (pass completions, ready
+workers, arrivals placed at T) but no pass starting at T. Nothing here runs unless samples are
+asked for; each sample goes to ``on_sample`` as it is taken.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .traffic import TrafficWindow
+
+
+class Telemetry:
+    def __init__(self, sim, interval_ms, on_sample):
+        if not (isinstance(interval_ms, (int, float)) and not isinstance(interval_ms, bool)
+                and math.isfinite(interval_ms) and interval_ms > 0):
+            raise ValueError(f"telemetry interval must be a finite number of ms > 0, got "
+                             f"{interval_ms!r}")
+        self.sim = sim
+        self.interval_ms = float(interval_ms)
+        self.on_sample = on_sample
+        self.window = TrafficWindow()
+        self._ordinal = 0
+        self._k = 0                  # periodic samples taken
+        self._baseline = False
+        self._last_ms = None         # time of the last sample
+        self._preemptions = {}       # pool -> preemptions counted up to the last sample
+
+    def next_time(self):
+        if not self._baseline:
+            return 0.0
+        return (self._k + 1) * self.interval_ms
+
+    def due(self, t):
+        if not self._baseline:
+            self._baseline = True
+            self._take("baseline", 0.0, window=False)
+        while (self._k + 1) * self.interval_ms <= t:
+            self._k += 1
+            at = self._k * self.interval_ms
+            self._take("periodic", at)
+
+    def finish(self, end_ms):
+        """The run ended at ``end_ms``: the final sample, unless a periodic one was just there."""
+        if not self._baseline:
+            self.due(0.0)
+        self.due(end_ms)
+        if self._last_ms != end_ms:
+            self._take("final", end_ms)
+
+    # ------------------------------------------------------------------ one sample
+    def _take(self, kind, at, window=True):
+        sim = self.sim
+        start = self._last_ms if self._last_ms is not None else 0.0
+        sample = {"sample_ordinal": self._ordinal, "kind": kind, "interval_start_ms": start,
+                  "sampled_at_ms": at}
+        steps = sim.decode_steps()
+        if window:
+            sample["traffic"] = self.window.take_sample_traffic(at, steps)
+        else:  # the baseline reports no traffic; arrivals at 0 go to the first periodic sample
+            sample["traffic"] = TrafficWindow(at).take_sample_traffic(at, 0)
+        pools = sim.pool_states()
+        for prefix in ("prefill", "decode"):
+            sample[f"{prefix}_scheduler_metrics"] = scheduler_rows(pools.get(prefix))
+        for prefix in ("prefill", "decode"):
+            sample[f"{prefix}_interval_metrics"] = self._interval(prefix, pools.get(prefix))
+        for prefix in ("prefill", "decode"):
+            state = pools.get(prefix)
+            sample[f"router_pending_{prefix}_requests"] = (
+                state.router.pending_count() if state is not None else 0)
+        for which in ("active", "starting", "draining"):
+            for prefix in ("prefill", "decode"):
+                state = pools.get(prefix)
+                sample[f"{which}_{prefix}_ids"] = state.ids(which) if state is not None else []
+        self._ordinal += 1
+        self._last_ms = at
+        self.on_sample(sample)
+
+    def _interval(self, prefix, state):
+        total = state.preemptions() if state is not None else 0
+        new = total - self._preemptions.get(prefix, 0)
+        self._preemptions[prefix] = total
+        return {"cache_hit_tokens": 0, "cache_total_tokens": 0, "preemptions": new}
+
+
+def scheduler_rows(state):
+    """One row per rank of every live worker (starting and draining included), by worker id
+    then rank: the engine's gauges as of its latest pass completion or submission."""
+    if state is None:
+        return []
+    rows = []
+    for worker in state.live_workers():
+        for rank in worker.ranks:
+            active, inactive, running, waiting = rank.telemetry_gauges()
+            total = rank.num_blocks
+            rows.append({
+                "worker_id": worker.worker_id, "dp_rank": rank.dp_rank, "active_blocks": active,
+                "inactive_blocks": inactive, "total_blocks": total,
+                "active_cache_usage": active / total if total else 0.0,
+                "physical_cache_usage": (active + inactive) / total if total else 0.0,
+                "running_requests": running, "waiting_requests": waiting,
+            })
+    return rows

@@ -25,7 +25,7 @@ import msgspec
 
 from aisimulate_core.errors import TraceError
 
-from .rows import (MAX_LINE_BYTES, NonNegative, _chunks, decode_line, fail, iter_lines)
+from .rows import (MAX_LINE_BYTES, NonNegative, Seconds, _chunks, decode_line, fail, iter_lines)
 
 # the reference's per-request ceiling (a larger declared length is a malformed row)
 MAX_DECLARED_TOKENS = 10_000_000
@@ -37,12 +37,12 @@ _SEMANTIC_DOMAIN = b"aisimulate-weka-corpus-semantics-v2\0"
 
 
 class Request(msgspec.Struct, kw_only=True, tag_field="type"):
-    t: float                               # seconds
+    t: Seconds                             # bounded so that every sum of times stays finite
     model: str
     input_length: DeclaredTokens = msgspec.field(name="in")
     output_length: DeclaredTokens = msgspec.field(name="out")
     hash_ids: list[NonNegative] = []
-    api_time: float | None = None          # seconds; absent counts as 0 for dependencies
+    api_time: Seconds | None = None        # absent counts as 0 for dependencies
     # recorded but not replayed; typed so that a malformed value is refused as in the reference
     input_types: list[str] = []
     output_types: list[str] = []
@@ -60,7 +60,7 @@ class Streaming(Request, tag="s"):
 
 
 class Subagent(msgspec.Struct, kw_only=True, tag_field="type", tag="subagent"):
-    t: float                               # the marker, seconds
+    t: Seconds                             # the marker
     agent_id: str
     subagent_type: str
     status: str                            # completed (blocking) | async_launched (background)
@@ -112,7 +112,7 @@ def source_files(path):
     if stat.S_ISREG(info.st_mode):
         if not _is_weka_file(path):
             fail(path, "", "a weka source file must end in .json or .jsonl")
-        return [SourceFile(path, os.path.basename(path))]
+        return [SourceFile(path, _utf8(path, os.path.basename(path)))]
     if not stat.S_ISDIR(info.st_mode):
         fail(path, "", "a weka source must be a file or a directory")
     files = []
@@ -137,7 +137,16 @@ def _walk(directory, prefix, files):
         if stat.S_ISDIR(info.st_mode):
             _walk(path, prefix + name + "/", files)
         elif stat.S_ISREG(info.st_mode) and _is_weka_file(name):
-            files.append(SourceFile(path, prefix + name))
+            files.append(SourceFile(path, _utf8(path, prefix + name)))
+
+
+def _utf8(path, name):
+    """A source name is hashed as UTF-8 (ids, digest): a name that is not cannot be one."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        fail(path.encode(errors="replace").decode(), "", "a weka path must be valid UTF-8")
+    return name
 
 
 def _u64(n):

@@ -286,3 +286,19 @@ def test_a_basis_outside_the_three_is_refused():
         Weka().load(("x.json",), trace_block_size=None, weka_nested_timestamp_basis="sideways")
     assert str(info.value) == ("x.json: weka_nested_timestamp_basis: must be one of 'auto', "
                                "'absolute', 'relative', got \"sideways\"")
+
+
+def test_times_are_bounded_so_that_sums_stay_finite(tmp_path):
+    path = write(tmp_path, "w.jsonl", play([req(0.0, 16), req(1e300, 16)]))
+    assert error(path) == (f"{path}:1: requests[1].t: expected `float` <= 1.8446744073709552e+19, "
+                           "got 1e+300")
+
+
+def test_a_path_that_is_not_utf8_cannot_name_a_source(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    name = os.fsdecode(b"\xff.json")
+    try:
+        (tmp_path / "corpus" / name).write_text(DOC)
+    except (OSError, UnicodeError):
+        pytest.skip("the file system refuses the name")
+    assert error(tmp_path / "corpus") == f"{tmp_path}/corpus/?.json: a weka path must be valid UTF-8"

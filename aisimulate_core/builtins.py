@@ -16,7 +16,9 @@ def aisimulate_register_timing_providers(register: Register) -> None:
 
 @hookimpl
 def aisimulate_register_scaling_policies(register: Register) -> None:
+    from aisimulate_core.runtime.load_scaling import LoadScaling
     from aisimulate_core.runtime.scaling import NoScaling, ScheduledScaling
 
     register(NoScaling)
     register(ScheduledScaling)
+    register(LoadScaling)

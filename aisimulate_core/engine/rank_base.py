@@ -24,6 +24,11 @@ class RankBase:
     # (a rank that detects such a fixed point sets it; ``stuck_error`` explains it)
     stuck = False
 
+    def holds_kv(self):
+        """Whether KV is held here for a request outside the queues (disaggregated roles: a
+        held source, a reserved destination): a draining worker is not empty yet."""
+        return False
+
     def progressed(self):
         """Whether the pass just formed changed state (read only for zero-time passes)."""
         return self.pass_effect

@@ -46,10 +46,15 @@ class VllmPrefillRank(VllmRank):
         self.held_sources += 1
         self.cb.on_source_held(r, end_ms)
 
+    def holds_kv(self):
+        return self.held_sources > 0
+
     def release_source(self, r):
         """Free the KV of a held copy: the decode side has it, or the handoff failed."""
         self._release(r)
         self.held_sources -= 1
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
 
 
 class VllmDecodeRank(VllmRank):
@@ -113,7 +118,17 @@ class VllmDecodeRank(VllmRank):
         self._take_blocks(head, hashes, hits, fresh, footprint)
         self.holds += 1
         self.kv_version += 1
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
         return head, fresh * bs
+
+    def holds_kv(self):
+        return self.holds > 0 or bool(self.pending)
+
+    def live_gauges(self):
+        # a reserved destination waiting for its KV counts as waiting, as the reference shows
+        pool = self.pool
+        return pool.active(), pool.inactive(), len(self.running), len(self.waiting) + self.holds
 
     def activate(self, r):
         """The prompt's KV has arrived: ``r`` waits to start, ahead of the first waiting request
@@ -123,6 +138,11 @@ class VllmDecodeRank(VllmRank):
             self._commit_full_blocks(r, r.prompt_len // self.block_size)
         r.computed = r.prompt_len
         r.status = WAITING
+        self._join_waiting(r)
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
+
+    def _join_waiting(self, r):
         waiting = self.waiting
         order = r.waiting_order
         # preempted requests went to the front: the queue need not be in accept order

@@ -240,9 +240,10 @@ def _build_disaggregated(payload, registries, progress, on_event):
         max_in_flight=max_in_flight, max_sim_time_ms=payload.max_sim_time_ms,
         on_event=on_event, progress=progress)
     pools = {}
+    sim.make_workers = {}
     for stage, pool in (("prefill", topology.prefill), ("decode", topology.decode)):
-        make = worker_factory(roles[stage], timers[stage], sim.events, paths[stage],
-                              ROLE_RANKS[stage])
+        make = sim.make_workers[stage] = worker_factory(roles[stage], timers[stage], sim.events,
+                                                        paths[stage], ROLE_RANKS[stage])
         first = sum(len(p) for p in pools.values())
         pools[stage] = [make(w, first + w) for w in range(pool.initial_workers)]
     config = spec.adapters.placement.config or {}

@@ -159,7 +159,7 @@ class Cluster:
                 life.origin[worker_id] = op.ordinal
                 worker = pool.workers[worker_id]
                 pool.router.worker_draining(worker, t)
-                if not worker.has_work():
+                if not worker.holds_work():
                     idle.append(worker_id)
         for worker_id in sorted(idle):
             op.transition(worker_id, "worker_removed", REMOVED, op.ordinal)
@@ -200,7 +200,7 @@ class Cluster:
         settling, self._settling = self._settling, []
         for pool, worker in settling:
             worker_id = worker.worker_id
-            if pool.life.state.get(worker_id) != DRAINING or worker.has_work():
+            if pool.life.state.get(worker_id) != DRAINING or worker.holds_work():
                 continue
             origin = pool.life.origin.get(worker_id)
             op = self.lifecycle.begin(t, pool.life, "drain_settlement", origin=origin)

@@ -34,6 +34,7 @@ from collections import deque
 from ..errors import SimulationError
 from ..engine.request import SimRequest
 from .records import make_disagg_record
+from .cluster import ClusterPool
 from .simulation import PASS_DONE, Simulation, _GEN_MASK, watch_engines
 
 # rounds of same-time work after which a replay that does not advance is an error
@@ -115,7 +116,7 @@ class DisaggregatedSimulation(Simulation):
         self.prefill_workers = []
         self.decode_workers = []
         self.events = _RoleEvents(self)
-        self._n_prefill = 0
+        self._is_decode = []         # by worker key: whether it is a decode worker
         self._actions = deque()
         self._deferred = {}          # rank -> actions waiting for its worker's pass to end
         self._idle = (set(), set())  # per pool: keys of idle workers that may have work
@@ -131,7 +132,13 @@ class DisaggregatedSimulation(Simulation):
         self.prefill_workers = prefill_workers
         self.decode_workers = decode_workers
         self.workers = prefill_workers + decode_workers
-        self._n_prefill = len(prefill_workers)
+        self._is_decode = [False] * len(prefill_workers) + [True] * len(decode_workers)
+        self.pools = {
+            "prefill": ClusterPool("prefill", prefill_router, prefill_workers,
+                                   spawn=lambda worker_id: self._spawn("prefill", worker_id)),
+            "decode": ClusterPool("decode", decode_router, decode_workers,
+                                  spawn=lambda worker_id: self._spawn("decode", worker_id)),
+        }
         self.router = prefill_router
         self.routers = (prefill_router, decode_router)
         prefill_router.deliver = self._deliver_prefill
@@ -147,6 +154,20 @@ class DisaggregatedSimulation(Simulation):
 
     def _submission_pool(self):
         return self.prefill_workers
+
+    def pool_states(self):
+        return self.pools
+
+    def _spawn(self, kind, worker_id):
+        """A worker added to pool ``kind`` by scaling; its key is the next free one."""
+        worker = self.make_workers[kind](worker_id, len(self.workers))
+        self.workers.append(worker)
+        decode = kind == "decode"
+        self._is_decode.append(decode)
+        (self.decode_workers if decode else self.prefill_workers).append(worker)
+        watch_engines(self, self.routers[decode], [worker])
+        self.capture_gauges([worker])
+        return worker
 
     # ------------------------------------------------------------------ loop
     def _next_time(self):
@@ -195,6 +216,8 @@ class DisaggregatedSimulation(Simulation):
         idle_prefill, idle_decode = self._idle
         driver = self.driver
         rounds = 0
+        cluster = self.cluster
+        sampled = False
         while True:
             rounds += 1
             if rounds > _MAX_ROUNDS:
@@ -202,6 +225,11 @@ class DisaggregatedSimulation(Simulation):
             changed = False
             if queue.peek_time() <= t or (transfers and transfers[0][0] <= t):
                 changed = self._complete_due(t)
+            if self._flush_routers(t):
+                changed = True
+            if cluster is not None:
+                cluster.settle(t)
+                cluster.ready_due(t)
             if actions:
                 self._run_actions(t)
                 changed = True
@@ -211,6 +239,15 @@ class DisaggregatedSimulation(Simulation):
                 changed = True
             if driver.next_ready_ms() <= t and self._release_arrivals(t):
                 changed = True
+            if not changed and not sampled:
+                # the same-time work is settled: the telemetry sample, then the scaling tick
+                # (whose changes get their own rounds)
+                sampled = True
+                if self.telemetry is not None:
+                    self.telemetry.due(t)
+                if cluster is not None and cluster.next_tick_ms <= t:
+                    cluster.tick_due(t)
+                    changed = True
             if not changed:
                 break
         if idle_prefill or idle_decode:
@@ -220,6 +257,14 @@ class DisaggregatedSimulation(Simulation):
                     self._cut(key, t)
         else:
             self._no_extend = False
+
+    def _flush_routers(self, t):
+        """Deliver what the routers released from their queues; whether anything was."""
+        released = False
+        for router in self.routers:
+            if router._released and router.flush(t):
+                released = True
+        return released
 
     def _complete_due(self, t):
         """Steps 1 and 2: the pass completions and transfers due at ``t``."""
@@ -231,9 +276,13 @@ class DisaggregatedSimulation(Simulation):
                 self._unstale(time)
                 continue
             due.append(ident >> 32)
-        due.sort()  # prefill workers come first in the key order
+        is_decode, workers = self._is_decode, self.workers
+        due.sort(key=lambda k: (is_decode[k], workers[k].worker_id))  # prefill pool first
+        cluster = self.cluster
         for key in due:
             self._complete(key, t)
+            if cluster is not None:
+                cluster.worker_idle("decode" if is_decode[key] else "prefill", workers[key])
         transfers = self._transfers
         done = bool(due)
         while transfers and transfers[0][0] <= t:
@@ -248,7 +297,7 @@ class DisaggregatedSimulation(Simulation):
         self._extended.discard(key)
         held = self._held = []
         worker.complete_pass()
-        decode = key >= self._n_prefill
+        decode = self._is_decode[key]
         actions = self._actions
         produced = bool(held)
         # each rank of the group completes in turn, idle ones included
@@ -290,11 +339,15 @@ class DisaggregatedSimulation(Simulation):
 
     def _start(self, key, t):
         worker = self.workers[key]
-        decode = key >= self._n_prefill
+        decode = self._is_decode[key]
         for rank in worker.ranks:
             rank.pass_effect = False
         horizon = self._decode_horizon(key) if decode and not self._no_extend else t
-        end = worker.start_pass(t, horizon, self.max_sim_time_ms)
+        cutoff = self.max_sim_time_ms
+        if self.windows:
+            # extended passes end by the next tick, worker ready or sample: it sees them
+            cutoff = min(cutoff, self._cluster_time(math.inf))
+        end = worker.start_pass(t, horizon, cutoff)
         if end is None:
             return False
         if end > t:
@@ -381,6 +434,8 @@ class DisaggregatedSimulation(Simulation):
             else:
                 handoff.prefill.rank.release_source(handoff.prefill)
                 self._idle[0].add(handoff.prefill_key)
+                if self.cluster is not None:
+                    self.cluster.worker_idle("prefill", self.workers[handoff.prefill_key])
                 if kind == RELEASE_SOURCE:
                     handoff.released_ms = t
                     if handoff.record is not None:
@@ -512,7 +567,14 @@ class DisaggregatedSimulation(Simulation):
     # ------------------------------------------------------------------ report
     def _worker_seconds(self):
         """Each pool's worker count times every clock advance, summed in time order over the
-        visited times (every pass end included, also inside extended passes)."""
+        visited times (every pass end included, also inside extended passes); under scaling
+        each worker's own time from its start to its removal or the end."""
+        if self.cluster is not None:
+            seconds = self.cluster.worker_seconds(self.now_ms)
+            return dict(prefill_worker_seconds=seconds["prefill"],
+                        decode_worker_seconds=seconds["decode"],
+                        prefill_gpus_per_worker=self.prefill_gpus_per_worker,
+                        decode_gpus_per_worker=self.gpus_per_worker)
         times = set(self._visited)
         for worker in self.workers:
             for rank in worker.ranks:

@@ -152,6 +152,7 @@ class Simulation:
             for worker in workers:
                 for rank in worker.ranks:
                     rank.capture_gauges = True
+                    rank._gauges = rank.live_gauges()
 
     def _feed_windows(self):
         windows = []

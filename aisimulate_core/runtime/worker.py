@@ -37,6 +37,13 @@ class Worker:
                 return True
         return False
 
+    def holds_work(self):
+        """Whether any rank has requests queued or running, or holds KV for one."""
+        for rank in self.ranks:
+            if rank.running or rank.waiting or rank.holds_kv():
+                return True
+        return False
+
     def start_pass(self, now_ms, horizon_ms=float("inf"), cutoff_ms=float("inf")):
         """Start a grouped pass; returns its end time, or None when no rank has work."""
         if len(self.ranks) == 1:

@@ -182,6 +182,31 @@ def test_prefill_pool_tracks_no_blocks():
     assert five_requests().router.settings.for_pool("prefill") == Cluster(kind="prefill").router.settings
 
 
+def test_prefill_pool_counts_a_request_until_its_kv_leaves():
+    """A 2P+1D reference run (k4's payload, overlap_score_credit 0.5,
+    decode_active_request_weight 5): a prefill worker counts a request in A_w until the
+    prefill worker releases its KV after the transfer (the record's source_released_ms), not
+    until its prefill ends nor until it finishes decoding; the runtime tells the prefill pool's
+    policy with on_terminal then. Prefill logits as logged: 23.8125, 11.5625, 1.875, 6.375."""
+    cluster = Cluster({"overlap_score_credit": 0.5, "decode_active_request_weight": 5},
+                      workers=2, kind="prefill")
+    cluster.place(1, 0.0, list(range(1, 25)), 381)
+    cluster.place(2, 0.6, list(range(100, 112)), 185)
+    cluster.stored(10.0, list(range(1, 24)))
+    cluster.prefill_done(1, 10.0)
+    cluster.stored(10.6, list(range(100, 111)), worker_id=1)
+    cluster.prefill_done(2, 10.6)
+    cluster.terminal(2, 12.11552)                  # source released
+    cluster.terminal(1, 17.11552)
+    cluster.place(3, 31.274, [1, 2, 3, 300], 54)   # overlap 3 on worker 0
+    cluster.stored(41.274, [1, 2, 3])
+    cluster.prefill_done(3, 41.274)                # its KV is released only at 47.1
+    cluster.place(4, 43.925, list(range(1, 7)) + [400], 102)
+    assert cluster.logits() == [23.8125, 11.5625, 1.875, 6.375]
+    assert [d.worker_id for d in cluster.router.decisions] == [0, 1, 0, 1]
+    assert cluster.router.decisions[-1].costs[(0, 0)] == 102 / 16 - 0.5 * 6 + 5
+
+
 def test_decode_pool_counts_blocks_only():
     """§2.9: D + floor(isl/bs) + r·A, no sharing, no overlap credit, overlap reported 0."""
     for weight, expected in ((0, [4.0, 9.0]), (2, [4.0, 11.0])):

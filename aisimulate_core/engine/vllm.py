@@ -82,13 +82,14 @@ class VllmRank(RankBase):
         # flight has changed the queues already, the reference's gauges not yet
         self.capture_gauges = False
         self._gauges = None
+        self.in_flight = False       # a pass formed by schedule() has not completed yet
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
         self._limit_output(request)
         self.waiting.append(request)
         if self.capture_gauges:
-            self._gauges = self.live_gauges()
+            self._gauges = self.submission_gauges()
 
     def _limit_output(self, request):
         """Take ``request`` onto this rank: its output limit under max_model_len (and TRT-LLM's
@@ -177,6 +178,7 @@ class VllmRank(RankBase):
                     steps -= 1
         self._pass_steps = steps
         self.pass_end_ms = (now_ms + prefill) + decode
+        self.in_flight = True
         return self.pass_end_ms
 
     # ------------------------------------------------------------------ decode-only runs
@@ -498,6 +500,26 @@ class VllmRank(RankBase):
         pool = self.pool
         return pool.active(), pool.inactive(), len(self.running), len(self.waiting)
 
+    def submission_gauges(self):
+        """``live_gauges()`` at a submission: with a pass in flight, the reference's engine
+        shows the requests that pass finishes as gone already (their blocks cached)."""
+        active, inactive, running, waiting = self.live_gauges()
+        if self.in_flight:
+            bs = self.block_size
+            for r in self._finishing_in_flight():
+                active -= r.held_blocks
+                inactive += (r.prompt_len + r.out_limit - 1) // bs if self.caching else 0
+                running -= 1
+        return active, inactive, running, waiting
+
+    def _finishing_in_flight(self):
+        """Requests whose last token comes with the pass in flight."""
+        P = self.pass_index + (len(self._macro_ends) - 1 if self._macro_ends else 0)
+        done = [r for r in self.finishing.get(P, ())
+                if r.in_stretch and r.base_pass + r.out_limit - r.base_gen - 1 == P]
+        done += [r for r in self._ready if r.generated + 1 >= r.out_limit]
+        return done
+
     def telemetry_gauges(self):
         """``live_gauges()`` as of the latest pass completion or submission."""
         return self._gauges if self._gauges is not None else self.live_gauges()
@@ -522,6 +544,7 @@ class VllmRank(RankBase):
 
     # ------------------------------------------------------------------ pass completion
     def complete(self):
+        self.in_flight = False
         self._complete()
         if self.capture_gauges:
             self._gauges = self.live_gauges()

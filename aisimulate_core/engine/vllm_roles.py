@@ -81,6 +81,8 @@ class VllmDecodeRank(VllmRank):
         r.waiting_order = self._accepted
         self._accepted += 1
         self.pending.append(r)
+        if self.capture_gauges:
+            self._gauges = self.submission_gauges()
         return True
 
     def retry(self):
@@ -126,9 +128,11 @@ class VllmDecodeRank(VllmRank):
         return self.holds > 0 or bool(self.pending)
 
     def live_gauges(self):
-        # a reserved destination waiting for its KV counts as waiting, as the reference shows
+        # a destination waiting for its reservation or its KV counts as waiting, as the
+        # reference shows
         pool = self.pool
-        return pool.active(), pool.inactive(), len(self.running), len(self.waiting) + self.holds
+        return (pool.active(), pool.inactive(), len(self.running),
+                len(self.waiting) + self.holds + len(self.pending))
 
     def activate(self, r):
         """The prompt's KV has arrived: ``r`` waits to start, ahead of the first waiting request

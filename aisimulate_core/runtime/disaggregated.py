@@ -217,7 +217,8 @@ class DisaggregatedSimulation(Simulation):
         driver = self.driver
         rounds = 0
         cluster = self.cluster
-        sampled = False
+        telemetry = self.telemetry
+        sampled = ticked = False
         while True:
             rounds += 1
             if rounds > _MAX_ROUNDS:
@@ -239,12 +240,17 @@ class DisaggregatedSimulation(Simulation):
                 changed = True
             if driver.next_ready_ms() <= t and self._release_arrivals(t):
                 changed = True
-            if not changed and not sampled:
+                if not sampled and telemetry is not None and telemetry.periodic_due(t):
+                    # a periodic sample counts the arrivals at t but is taken before they are
+                    # placed (observed on the reference; the baseline at 0 sees them placed)
+                    sampled = True
+                    telemetry.due(t)
+            if not changed and not ticked:
                 # the same-time work is settled: the telemetry sample, then the scaling tick
                 # (whose changes get their own rounds)
-                sampled = True
-                if self.telemetry is not None:
-                    self.telemetry.due(t)
+                ticked = sampled = True
+                if telemetry is not None:
+                    telemetry.due(t)
                 if cluster is not None and cluster.next_tick_ms <= t:
                     cluster.tick_due(t)
                     changed = True

@@ -36,6 +36,10 @@ class Telemetry:
             return 0.0
         return (self._k + 1) * self.interval_ms
 
+    def periodic_due(self, t):
+        """Whether a periodic sample falls at or before ``t``."""
+        return self._baseline and (self._k + 1) * self.interval_ms <= t
+
     def due(self, t):
         if not self._baseline:
             self._baseline = True

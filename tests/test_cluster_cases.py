@@ -1,0 +1,67 @@
+"""The cluster layer against the reference: every case of ../shared/bench/cluster/ and our own
+recorded cases (tests/fixtures/cluster_reference/) through the CLI, compared in canonical form
+(CLUSTER.md §7: summary, per-request records, lifecycle operations, telemetry samples)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cluster_compare import compare, run_case
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_CASES = ROOT.parent / "shared" / "bench" / "cluster"
+OWN_CASES = ROOT / "tests" / "fixtures" / "cluster_reference"
+
+# name -> telemetry interval (ms) the case was recorded with, or None (no telemetry); the flags
+# of ../shared/bench/cluster/README.md
+SHARED = {
+    "k1_kv_router_agg_2w": None,
+    "k2_kv_router_knobs_mooncake": None,
+    "k3_kv_router_dp2_chunked": None,
+    "k4_kv_router_disagg_2p1d": None,
+    "k5_kv_router_queue_scaling": 10.0,
+    "s1_schedule_scaling_agg_rr": 40.0,
+    "s2_schedule_scaling_disagg_rr": 30.0,
+    "w1_weka_two_plays": None,
+}
+# recorded by us with ../shared/tools/peer_run.py (README.md in that folder says what each shows)
+OWN = {
+    "disagg_sample_before_placement": 30.0,
+}
+
+
+def _check(case, expected, interval, tmp_path):
+    theirs = json.loads(expected.read_text())
+    summary, records, samples = run_case(ROOT, case, telemetry_interval_ms=interval, tmp=tmp_path)
+    problems = compare(summary, records, theirs, samples=samples,
+                       relabel_workers=case.name.startswith("k"))
+    assert problems == [], "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_shared_cluster_case_matches_the_reference(name, tmp_path):
+    case = SHARED_CASES / f"{name}.json"
+    if not case.exists():
+        pytest.skip(f"{case} is not beside the checkout")
+    _check(case, SHARED_CASES / f"{name}.expected.json", SHARED[name], tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+def test_recorded_cluster_case_matches_the_reference(name, tmp_path):
+    _check(OWN_CASES / f"{name}.json", OWN_CASES / f"{name}.expected.json", OWN[name], tmp_path)
+
+
+def test_the_comparison_sees_a_difference(tmp_path):
+    """The canonical comparison is not blind: one changed worker-seconds value is reported."""
+    case = OWN_CASES / "disagg_sample_before_placement.json"
+    theirs = json.loads((OWN_CASES / "disagg_sample_before_placement.expected.json").read_text())
+    summary, records, samples = run_case(ROOT, case, telemetry_interval_ms=30.0, tmp=tmp_path)
+    summary["decode_worker_seconds"] += 1e-6
+    samples[1]["prefill_scheduler_metrics"][0]["waiting_requests"] += 1
+    problems = compare(summary, records, theirs, samples=samples)
+    assert [p.split(":")[0] for p in problems] == [
+        "$.summary.decode_worker_seconds",
+        "$.telemetry[1].prefill_scheduler_metrics[0].waiting_requests"]

@@ -162,6 +162,12 @@ CASES += [(_n, PL + _n + ".json", True, "expect_error") for _n in (
 CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in ("weka_doc_play", "weka_corpus_dir")]
 CASES.append(("agentic/weka_doc_play_absolute", PL + "weka_doc_play_absolute.json", True,
               "expect_error"))
+# two random plays of the weka differential check: prefill-only requests found whole in the
+# cache (they end as they are admitted: a later lifecycle batch of that instant), and a
+# blocking subagent whose duration_ms ends before its own requests (joined at once, no error)
+# among hash-chain worker streams, nested relative times
+CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
+    "weka_cached_prefill_only", "weka_short_duration_streams")]
 # the wheel replays weka and agentic Dynamo graphs on a disaggregated 1P+1D deployment too
 CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
     "weka_corpus_disagg", "trace_dynamo_agentic_disagg")]

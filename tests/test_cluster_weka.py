@@ -94,7 +94,8 @@ def test_w1_figures(w1):
         "weka:2484a9d05e6abf7b:play:alpha", "weka:d62594fc3d660888:play:beta"]
 
 
-WEKA_FIXTURES = ["weka_doc_play", "weka_corpus_dir", "weka_corpus_disagg"]
+WEKA_FIXTURES = ["weka_doc_play", "weka_corpus_dir", "weka_corpus_disagg",
+                 "weka_cached_prefill_only", "weka_short_duration_streams"]
 AGENTIC_FIXTURES = ["trace_agentic_v2", "trace_agentic_v2_speedup", "trace_agentic_failure",
                     "trace_dynamo_agentic", "trace_dynamo_agentic_disagg", *WEKA_FIXTURES]
 

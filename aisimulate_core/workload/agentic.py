@@ -53,17 +53,20 @@ class _Lifecycle:
     """The reference's lifecycle transcript, hashed as it goes: one compact JSON object a line
     (schema, ordinal, at_ms, play_id, request_id, event, status), BLAKE3 after a domain tag.
 
-    The reference hears the ends of one instant as one batch and records their causal
-    terminals (each followed by the nodes its failure skips) in graph order, then their
-    quiescences (a play's own after the last of its requests) in graph order; so ends are
-    held until the clock moves or a dispatch is recorded."""
+    The reference hears the ends of one instant as one batch (every worker's passes that end
+    then) and records their causal terminals (each followed by the nodes its failure skips)
+    in graph order, then their quiescences (a play's own after the last of its requests) in
+    graph order; requests that end as they are admitted (a prefill-only prompt found whole in
+    the cache) come in a later batch of that instant. So ends are held until the clock moves
+    or a dispatch is recorded."""
 
     def __init__(self):
         self.count = 0                      # events recorded, held ones included
         self._hasher = blake3.blake3(LIFECYCLE_DIGEST_DOMAIN)
         self._ordinal = 0
         self._at = None
-        self._held = []
+        self._held = []                     # ends of passes at self._at
+        self._held_at_admission = []        # ends at admission at self._at
 
     def _write(self, at_ms, play_id, request_id, event, status=None):
         line = (f'{{"schema":"{LIFECYCLE_SCHEMA}","ordinal":{self._ordinal},'
@@ -81,18 +84,21 @@ class _Lifecycle:
         self.count += 1
         self._write(at_ms, play_id, request_id, "dispatch")
 
-    def ended(self, at_ms, ending):
-        if self._held and at_ms != self._at:
+    def ended(self, at_ms, ending, at_admission):
+        if at_ms != self._at:
             self.flush()
         self._at = at_ms
-        self._held.append(ending)
+        (self._held_at_admission if at_admission else self._held).append(ending)
         self.count += 2 + len(ending.skipped) + ending.settles
 
     def flush(self):
-        if not self._held:
-            return
-        at, batch = self._at, sorted(self._held, key=lambda e: e.node)
-        self._held = []
+        for held in (self._held, self._held_at_admission):
+            if held:
+                self._write_batch(sorted(held, key=lambda e: e.node))
+                held.clear()
+
+    def _write_batch(self, batch):
+        at = self._at
         skipped, settling, last = {}, set(), {}
         for ending in batch:                # a failure's skips go with the play's first
             skipped.setdefault(ending.play, []).extend(ending.skipped)
@@ -276,8 +282,11 @@ class AgenticDriver(WorkloadDriver):
             if play.failure is None or (now_ms == play.failed_at_ms and index < play.failure[2]):
                 play.failure = (node.request_id, status, index)
         play.in_flight -= 1
+        admissions = request.admissions
+        at_admission = (not request.stretches and bool(admissions)
+                        and admissions[-1][0] == now_ms)
         self._lifecycle.ended(now_ms, _Ending(index, play_index, node.play_id, node.request_id,
-                                              status, skipped, play.settled()))
+                                              status, skipped, play.settled()), at_admission)
 
     # ------------------------------------------------------------------ report
     def trajectories(self):

@@ -33,22 +33,6 @@ LIFECYCLE_SCHEMA = "aisimulate.agentic.lifecycle.v1"
 LIFECYCLE_DIGEST_DOMAIN = b"aisimulate-agentic-lifecycle-v1\0"
 
 
-class _Ending:
-    """One request's end in a batch: (node, play, ids, status), the nodes its failure
-    skipped, and whether its play settled with it."""
-
-    __slots__ = ("node", "play", "play_id", "request_id", "status", "skipped", "settles")
-
-    def __init__(self, node, play, play_id, request_id, status, skipped, settles):
-        self.node = node
-        self.play = play
-        self.play_id = play_id
-        self.request_id = request_id
-        self.status = status
-        self.skipped = skipped
-        self.settles = settles
-
-
 class _Lifecycle:
     """The reference's lifecycle transcript, hashed as it goes: one compact JSON object a line
     (schema, ordinal, at_ms, play_id, request_id, event, status), BLAKE3 after a domain tag.
@@ -58,15 +42,16 @@ class _Lifecycle:
     in graph order, then their quiescences (a play's own after the last of its requests) in
     graph order; requests that end as they are admitted (a prefill-only prompt found whole in
     the cache) come in a later batch of that instant. So ends are held until the clock moves
-    or a dispatch is recorded."""
+    or a dispatch is recorded. A request is quiescent when it holds nothing any more: at its
+    terminal, or later when a disaggregated prefill worker releases its source blocks."""
 
     def __init__(self):
         self.count = 0                      # events recorded, held ones included
         self._hasher = blake3.blake3(LIFECYCLE_DIGEST_DOMAIN)
         self._ordinal = 0
         self._at = None
-        self._held = []                     # ends of passes at self._at
-        self._held_at_admission = []        # ends at admission at self._at
+        # per batch of self._at (passes, admissions): terminals and quiescences held
+        self._held = (([], []), ([], []))
 
     def _write(self, at_ms, play_id, request_id, event, status=None):
         line = (f'{{"schema":"{LIFECYCLE_SCHEMA}","ordinal":{self._ordinal},'
@@ -84,40 +69,58 @@ class _Lifecycle:
         self.count += 1
         self._write(at_ms, play_id, request_id, "dispatch")
 
-    def ended(self, at_ms, ending, at_admission):
+    def _batch(self, at_ms, at_admission):
         if at_ms != self._at:
             self.flush()
-        self._at = at_ms
-        (self._held_at_admission if at_admission else self._held).append(ending)
-        self.count += 2 + len(ending.skipped) + ending.settles
+            self._at = at_ms
+        return self._held[at_admission]
+
+    def terminal(self, at_ms, at_admission, node, play, play_id, request_id, status, skipped):
+        """``skipped``: (play_id, request_id) of the nodes this failure skipped."""
+        self._batch(at_ms, at_admission)[0].append(
+            (node, play, play_id, request_id, status, skipped))
+        self.count += 1 + len(skipped)
+
+    def quiescent(self, at_ms, at_admission, node, play, play_id, request_id, settles):
+        self._batch(at_ms, at_admission)[1].append((node, play, play_id, request_id, settles))
+        self.count += 1 + settles
 
     def flush(self):
-        for held in (self._held, self._held_at_admission):
-            if held:
-                self._write_batch(sorted(held, key=lambda e: e.node))
-                held.clear()
-
-    def _write_batch(self, batch):
-        at = self._at
-        skipped, settling, last = {}, set(), {}
-        for ending in batch:                # a failure's skips go with the play's first
-            skipped.setdefault(ending.play, []).extend(ending.skipped)
-            if ending.settles:
-                settling.add(ending.play)
-            last[ending.play] = ending.node
-        for ending in batch:
-            self._write(at, ending.play_id, ending.request_id, "causal_terminal", ending.status)
-            if ending.status != "completed" and skipped.get(ending.play):
-                for play_id, request_id in skipped.pop(ending.play):
-                    self._write(at, play_id, request_id, "skipped")
-        for ending in batch:
-            self._write(at, ending.play_id, ending.request_id, "quiescent")
-            if ending.play in settling and last[ending.play] == ending.node:
-                self._write(at, ending.play_id, None, "play_quiescent")
+        for terminals, quiescent in self._held:
+            terminals.sort()
+            quiescent.sort()
+            skipped = {}                     # a failure's skips go with the play's first
+            for node, play, _, _, _, skips in terminals:
+                skipped.setdefault(play, []).extend(skips)
+            for node, play, play_id, request_id, status, _ in terminals:
+                self._write(self._at, play_id, request_id, "causal_terminal", status)
+                if status != "completed" and skipped.get(play):
+                    for skipped_play, skipped_id in skipped.pop(play):
+                        self._write(self._at, skipped_play, skipped_id, "skipped")
+            settling = {play for _, play, _, _, settles in quiescent if settles}
+            last = {play: node for node, play, _, _, _ in quiescent}
+            for node, play, play_id, request_id, _ in quiescent:
+                self._write(self._at, play_id, request_id, "quiescent")
+                if play in settling and last[play] == node:
+                    self._write(self._at, play_id, None, "play_quiescent")
+            terminals.clear()
+            quiescent.clear()
 
     def digest(self):
         self.flush()
         return self._hasher.hexdigest()
+
+
+def _ends_at_admission(request, now_ms):
+    """Whether a request ends as it is admitted (no pass of its own ends now): a prefill-only
+    prompt found whole in the cache, or in a disaggregated run one handed to its decode worker
+    with nothing to decode. The reference hears those after the passes of the instant."""
+    handoff = request.handoff
+    copy = request if handoff is None else handoff.decode
+    if copy is None or copy.stretches:
+        return False
+    admissions = copy.admissions
+    return bool(admissions) and admissions[-1][0] == now_ms
 
 
 class AgenticRequest(SimRequest):
@@ -141,7 +144,7 @@ def _parent_ids(graph):
 
 class _PlayState:
     __slots__ = ("play", "in_flight", "completed", "failed", "root_dispatch_ms",
-                 "max_terminal_ms", "failure", "failed_at_ms")
+                 "max_terminal_ms", "failure", "failed_at_ms", "settled_at_ms")
 
     def __init__(self, play):
         self.play = play
@@ -152,6 +155,7 @@ class _PlayState:
         self.max_terminal_ms = None
         self.failure = None                   # (request_id, status, node) of the first failure
         self.failed_at_ms = None
+        self.settled_at_ms = None             # when its last request went quiescent
 
     def settled(self):
         return self.in_flight == 0 and (self.failed or self.completed == len(self.play.nodes))
@@ -255,7 +259,9 @@ class AgenticDriver(WorkloadDriver):
         """Lifecycle events so far (counted as the module doc says)."""
         return self._lifecycle.count
 
-    def on_terminal(self, request, now_ms, status):
+    def on_terminal(self, request, now_ms, status, quiescent=True):
+        """``quiescent``: the request holds nothing any more; a runtime that releases some of
+        it later passes False and calls ``on_quiescent`` then."""
         index = request.driver_ref
         node = self.graph.nodes[index]
         play_index = self._play_of[index]
@@ -281,12 +287,26 @@ class AgenticDriver(WorkloadDriver):
             # the play's failure is its first, the lowest node at one instant
             if play.failure is None or (now_ms == play.failed_at_ms and index < play.failure[2]):
                 play.failure = (node.request_id, status, index)
+        at_admission = _ends_at_admission(request, now_ms)
+        self._lifecycle.terminal(now_ms, at_admission, index, play_index, node.play_id,
+                                 node.request_id, status, skipped)
+        if quiescent:
+            self._quiesce(index, now_ms, at_admission)
+
+    def on_quiescent(self, request, now_ms):
+        """A request that reached its terminal earlier released the last it held."""
+        self._quiesce(request.driver_ref, now_ms, False)
+
+    def _quiesce(self, index, now_ms, at_admission):
+        node = self.graph.nodes[index]
+        play_index = self._play_of[index]
+        play = self._plays[play_index]
         play.in_flight -= 1
-        admissions = request.admissions
-        at_admission = (not request.stretches and bool(admissions)
-                        and admissions[-1][0] == now_ms)
-        self._lifecycle.ended(now_ms, _Ending(index, play_index, node.play_id, node.request_id,
-                                              status, skipped, play.settled()), at_admission)
+        settles = play.settled()
+        if settles:
+            play.settled_at_ms = now_ms
+        self._lifecycle.quiescent(now_ms, at_admission, index, play_index, node.play_id,
+                                  node.request_id, settles)
 
     # ------------------------------------------------------------------ report
     def trajectories(self):
@@ -303,18 +323,15 @@ class AgenticDriver(WorkloadDriver):
         outcomes = []
         for play in self._plays:
             entry = {"play_id": play.play.play_id}
-            if play.failed:
-                entry["status"] = "failed"
-            elif play.completed == len(play.play.nodes):
-                entry["status"] = "completed"
-            else:
+            if play.settled_at_ms is None:
                 entry["status"] = "incomplete"
-            if entry["status"] != "incomplete":
+            else:
+                entry["status"] = "failed" if play.failed else "completed"
                 # decided at the first failure or the last completion; settled when the
-                # last request in flight ended
+                # last request in flight went quiescent
                 entry["causal_terminal_ms"] = (play.failed_at_ms if play.failed
                                                else play.max_terminal_ms)
-                entry["settled_at_ms"] = play.max_terminal_ms
+                entry["settled_at_ms"] = play.settled_at_ms
             if play.failure is not None:
                 entry["failure_request_id"], entry["failure_status"], _ = play.failure
             outcomes.append(entry)

@@ -168,6 +168,11 @@ CASES.append(("agentic/weka_doc_play_absolute", PL + "weka_doc_play_absolute.jso
 # among hash-chain worker streams, nested relative times
 CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
     "weka_cached_prefill_only", "weka_short_duration_streams")]
+# disaggregated random plays: a prefill worker releasing a request's source blocks after its
+# decode ended (the request, and its play, settle then), and prefill-only requests ending as
+# they reach their decode worker (a later lifecycle batch of that instant)
+CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
+    "weka_disagg_late_release", "weka_disagg_prefill_only")]
 # the wheel replays weka and agentic Dynamo graphs on a disaggregated 1P+1D deployment too
 CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
     "weka_corpus_disagg", "trace_dynamo_agentic_disagg")]

@@ -15,20 +15,15 @@ import pytest
 from aisimulate_core import run_replay
 from aisimulate_core.native import BACKEND
 from reference import HOST_KEYS, ROOT
+from test_cluster_cases import SHARED
 
 BENCH = ROOT.parent / "shared" / "bench" / "cluster"
 
-# case -> its telemetry interval (None: no --telemetry), from ../shared/bench/cluster/README.md
-CASES = {
-    "k1_kv_router_agg_2w": None,
-    "k2_kv_router_knobs_mooncake": None,
-    "k3_kv_router_dp2_chunked": None,
-    "k4_kv_router_disagg_2p1d": None,
-    "k5_kv_router_queue_scaling": 10.0,
-    "s1_schedule_scaling_agg_rr": 40.0,
-    "s2_schedule_scaling_disagg_rr": 30.0,
-    "w1_weka_two_plays": None,
-}
+# case -> its telemetry interval (None: no --telemetry), the flags of that folder's README
+CASES = SHARED
+
+if not BENCH.is_dir():
+    pytest.skip(f"{BENCH} is not beside the checkout", allow_module_level=True)
 
 # run from the project root (the cases' paths are relative to it); prints one JSON object
 SCRIPT = """

@@ -23,10 +23,11 @@ def qualified_name(cls: Any) -> str:
 # installed alone can say what to install; keep in step with plugins/*/pyproject.toml and the
 # core's extras in pyproject.toml.
 BUNDLED_PROVIDERS: dict[tuple[str, str], str] = {
-    ("placement policy", "round_robin"): "aisimulate-placement",
+    **{("placement policy", name): "aisimulate-placement"
+       for name in ("round_robin", "kv_router", "kv_aware", "least_loaded")},
     **{("trace format", name): "aisimulate-trace-formats"
        for name in ("mooncake", "mooncake-delta", "agentic_mooncake", "applied_compute_agentic",
-                    "dynamo")},
+                    "dynamo", "weka")},
     ("timing provider", "aic"): "aisimulate-aic-timing",
 }
 EXTRA_OF_DISTRIBUTION = {

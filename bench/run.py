@@ -42,6 +42,9 @@ def workloads():
     found = []
     for path in sorted((SHARED / "bench").glob("*.json")):
         found.append((path.stem, path, True))
+    for path in sorted((SHARED / "bench" / "cluster").glob("*.json")):
+        if not path.name.endswith(".expected.json"):
+            found.append((path.stem, path, True))
     for path in sorted((ROOT / "bench").glob("*.json")):
         found.append((path.stem, path, not path.stem.startswith("aic_")))
     return found

@@ -121,8 +121,8 @@ def test_plugins_lists_round_robin(capsys):
         "placement", "policy:", words[6]]
     assert "round_robin" in [name.rstrip(",") for name in words[6:]]
     builtins = lines.index(next(line for line in lines if line.startswith("builtins ")))
-    assert lines[builtins].split()[-5:] == [
-        "aisimulate_register_scaling_policies", "scaling", "policy:", "none,", "schedule"]
+    assert lines[builtins].split()[-6:] == [
+        "aisimulate_register_scaling_policies", "scaling", "policy:", "load,", "none,", "schedule"]
     assert lines[builtins + 1].split() == [
         "aisimulate_register_timing_providers", "timing", "provider:", "fixed,", "polynomial"]
 

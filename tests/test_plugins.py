@@ -99,7 +99,7 @@ def test_plugin_object_registers_a_placement_policy():
 def test_builtins_register_timing_and_scaling():
     registries = collect_registries(make_plugin_manager(autoload=False))
     assert registries.timing.names() == ["fixed", "polynomial"]
-    assert registries.scaling.names() == ["none", "schedule"]
+    assert registries.scaling.names() == ["load", "none", "schedule"]
     assert registries.scaling.get("none") is NoScaling
     assert registries.placement.names() == []
     assert registries.trace_formats.names() == []

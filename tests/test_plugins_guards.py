@@ -300,6 +300,6 @@ def test_plugins_pairs_each_hook_with_its_own_providers(capsys, entry_points):
         ["aisimulate_register_timing_providers", "(none)"],
         ["aisimulate_register_trace_formats", "trace", "format:", "second_format"],
         ["third", "third-dist", "3.0", "aisimulate_add_cli_options"],
-        ["builtins", "aisimulate-core", "0.1.0", "aisimulate_register_scaling_policies", "scaling", "policy:", "none,", "schedule"],
+        ["builtins", "aisimulate-core", "0.1.0", "aisimulate_register_scaling_policies", "scaling", "policy:", "load,", "none,", "schedule"],
         ["aisimulate_register_timing_providers", "timing", "provider:", "fixed,", "polynomial"],
     ]

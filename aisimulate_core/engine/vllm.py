@@ -26,6 +26,7 @@ class VllmRank(RankBase):
     # what a pass costs; the disaggregated roles turn one off (engine/vllm_roles.py)
     charges_prefill = True
     charges_decode = True
+    holds_sources = False        # the disaggregated prefill role keeps a finished copy's KV
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0, scheduler_id=0):
         self.worker_idx = worker_idx
@@ -545,11 +546,6 @@ class VllmRank(RankBase):
     # ------------------------------------------------------------------ pass completion
     def complete(self):
         self.in_flight = False
-        self._complete()
-        if self.capture_gauges:
-            self._gauges = self.live_gauges()
-
-    def _complete(self):
         if self._macro_ends is not None:
             self._complete_extension()
         end_ms = self.pass_end_ms
@@ -588,6 +584,10 @@ class VllmRank(RankBase):
                 done.sort(key=self.running.index)
             for r in done:
                 self._finish_stretch(r, P, end_ms)
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
+        if self.observer is not None and self.observer.ordered:
+            self.observer.end_pass()
 
     def _report_pass(self, observer):
         """Tell the router what the pass that ends now did: the full blocks it computed, the
@@ -598,8 +598,22 @@ class VllmRank(RankBase):
         evicted = self.pool.take_evicted(absent_only=True)
         if len(evicted):
             observer.kv_removed(self, evicted)
-        for r in self._ready:
-            observer.prefill_done(self, r)
+        ready = self._ready
+        if observer.ordered:
+            # the reference signals each request in running order, each draining the
+            # router's queue on its own: the router sorts this pass's signals by it
+            running = self.running
+            P = self.pass_index - 1
+            order = {r.uuid: running.index(r) for r in ready}
+            for r in self.finishing.get(P, ()):
+                if r.in_stretch and r.base_pass + r.out_limit - r.base_gen - 1 == P:
+                    order[r.uuid] = running.index(r)
+            observer.begin_pass(order)
+        for r in ready:
+            # a first token that is also the last is a terminal only, except on a prefill
+            # worker, whose copies stop at their first token: that is their prefill completion
+            if r.generated + 1 < r.out_limit or self.holds_sources:
+                observer.prefill_done(self, r)
 
     def _open_stretch(self, r, P):
         r.in_stretch = True

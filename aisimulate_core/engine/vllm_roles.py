@@ -27,6 +27,7 @@ from .vllm import VllmRank
 
 class VllmPrefillRank(VllmRank):
     charges_decode = False
+    holds_sources = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

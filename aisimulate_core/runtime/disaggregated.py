@@ -440,6 +440,8 @@ class DisaggregatedSimulation(Simulation):
             else:
                 handoff.prefill.rank.release_source(handoff.prefill)
                 self._idle[0].add(handoff.prefill_key)
+                # the prefill pool's router counts the request until its KV leaves
+                self.routers[0].terminal(handoff.request.uuid, t)
                 if self.cluster is not None:
                     self.cluster.worker_idle("prefill", self.workers[handoff.prefill_key])
                 if kind == RELEASE_SOURCE:
@@ -522,6 +524,12 @@ class DisaggregatedSimulation(Simulation):
                           output_token_ids=request.output_token_ids, dp_rank=request.dp_rank)
         copy.handoff = handoff
         return copy
+
+    def _route_terminal(self, request, end_ms):
+        handoff = request.handoff
+        if handoff is None or handoff.held_ms is None:
+            self.routers[0].terminal(request.uuid, end_ms)   # it never held a source
+        self.routers[1].terminal(request.uuid, end_ms)
 
     def _finish(self, handoff, end_ms, status):
         request = handoff.request

@@ -24,7 +24,7 @@ from ..placement import QUEUED, Placement, PlacementRequest, PoolView, Scheduler
 class Router:
     __slots__ = ("kind", "policy", "view", "deliver", "block_size", "by_id", "active",
                  "queued", "_released", "wants_kv", "wants_prefill", "wants_terminal",
-                 "_views", "_label")
+                 "_views", "_label", "_batch", "_order")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
                  deliver=None):
@@ -35,6 +35,8 @@ class Router:
         self.active = []             # active workers (ready, not draining), ascending id
         self.queued = {}             # uuid -> (request, queued at ms)
         self._released = []
+        self._batch = None           # a pass's signals, while its rank completes
+        self._order = None
         self._views = {}             # rank -> SchedulerView
         self._label = provider.label()
         self.view = PoolView(kind, block_size=block_size,
@@ -150,11 +152,32 @@ class Router:
         self.policy.notify("on_kv_removed", self.scheduler_view(rank), hashes, now_ms)
 
     def prefill_completed(self, uuid, now_ms):
-        self.policy.notify("on_prefill_completed", uuid, now_ms)
+        if self._batch is not None:
+            self._batch.append((uuid, "on_prefill_completed"))
+        else:
+            self.policy.notify("on_prefill_completed", uuid, now_ms)
 
     def terminal(self, uuid, now_ms):
         if self.wants_terminal:
-            self.policy.notify("on_terminal", uuid, now_ms)
+            if self._batch is not None:
+                self._batch.append((uuid, "on_terminal"))
+            else:
+                self.policy.notify("on_terminal", uuid, now_ms)
+
+    def begin_pass(self, order):
+        """A rank's pass completes: hold its prefill completions and terminals, then deliver
+        them in ``order`` (request uuid -> running position; rejections last)."""
+        self._batch = []
+        self._order = order
+
+    def end_pass(self, now_ms):
+        batch, order = self._batch, self._order
+        self._batch = self._order = None
+        if len(batch) > 1:
+            last = len(order) + len(batch)
+            batch.sort(key=lambda signal: order.get(signal[0], last))
+        for uuid, method in batch:
+            self.policy.notify(method, uuid, now_ms)
 
     # ------------------------------------------------------------------ worker lifecycle
     def worker_ready(self, worker, now_ms):

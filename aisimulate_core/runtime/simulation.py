@@ -50,11 +50,19 @@ class EngineEvents:
     """A rank's observer when its pool's router watches the engines: pass-level events become
     the router's notifications, stamped with the simulation clock (the pass end)."""
 
-    __slots__ = ("sim", "router")
+    __slots__ = ("sim", "router", "ordered")
 
     def __init__(self, sim, router):
         self.sim = sim
         self.router = router
+        # prefill completions and terminals of a pass reach the router in running order
+        self.ordered = router.wants_prefill or router.wants_terminal
+
+    def begin_pass(self, order):
+        self.router.begin_pass(order)
+
+    def end_pass(self):
+        self.router.end_pass(self.sim.now_ms)
 
     def kv_stored(self, rank, hashes):
         if self.router.wants_kv:
@@ -417,6 +425,10 @@ class Simulation:
                 window.placed(route["selected_overlap_blocks"], request.prompt_len,
                               self.router.block_size)
 
+    def _route_terminal(self, request, end_ms):
+        for router in self.routers:
+            router.terminal(request.uuid, end_ms)
+
     def _on_finish(self, request, end_ms, status):
         request.terminal_ms = end_ms
         request.terminal_status = status
@@ -428,8 +440,7 @@ class Simulation:
         if status == "completed":
             self.completed += 1
         self.collector.on_terminal(record)
-        for router in self.routers:
-            router.terminal(request.uuid, end_ms)
+        self._route_terminal(request, end_ms)
         if self.windows and status == "completed":
             for window in self.windows:
                 window.completed_request(record)

@@ -12,7 +12,6 @@ import math
 
 import pytest
 
-from aisimulate_core import run_replay
 from aisimulate_core.cli import main
 from test_cluster_lifecycle import expected, parity_problems, payload, run_case
 

@@ -26,8 +26,10 @@ observations of two pool sizes (which also makes each change wait ``window_ticks
 the next). A key missing from the snapshot makes that signal absent; a pool with no signal at
 all is left alone.
 
-* **Scale up** by ``scale_up_step`` when any signal's mean is above its high watermark, unless
-  workers of that pool are still starting (the capacity asked for is on its way).
+* **Scale up** when any signal's mean is above its high watermark, unless workers of that pool
+  are still starting (the capacity asked for is on its way): by as many workers as would bring
+  the worst signal back to its high watermark if the load spread evenly (``ceil(active × mean /
+  high) − active``), at least 1 and at most ``scale_up_step``.
 * **Scale down** by ``scale_down_step`` once every present signal's mean has been below its low
   watermark for ``scale_down_ticks`` consecutive full-window ticks; never below the workers
   still needed to keep each signal under its high watermark once the load is spread over fewer
@@ -48,7 +50,7 @@ knob                                  default   meaning
 ``interval_ms``                       1000      time between ticks; the first is at interval_ms
 ``window_ticks``                      3         observations averaged per decision
 ``scale_down_ticks``                  5         consecutive low ticks before a step down
-``scale_up_step``                     1         workers added per scale-up
+``scale_up_step``                     1         most workers added per scale-up
 ``scale_down_step``                   1         workers removed per scale-down
 ``max_queue_per_worker`` (pool)       2.0       queue high watermark; null: signal off
 ``min_queue_per_worker`` (pool)       half max  queue low watermark
@@ -137,7 +139,10 @@ class LoadScaling:
             pool.low_ticks = 0
             if pool.starting:
                 return current
-            return min(current + self.scale_up_step, pool.max_workers)
+            # as many workers as bring the worst signal back to its high watermark if the load
+            # spread evenly, within the step
+            step = math.ceil(pool.active * pool.pressure) - pool.active
+            return min(current + min(max(step, 1), self.scale_up_step), pool.max_workers)
         if means and all(means[s] < pool.low[s] for s in means):
             pool.low_ticks += 1
         else:

@@ -2,7 +2,10 @@
 errors, and whole runs through ``run_replay`` that scale a pool up on a burst and back down."""
 
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -301,3 +304,46 @@ def test_bad_config_in_a_payload_is_one_line_per_problem():
 def test_the_mooncake_study_payloads_load(name):
     payload = load_payload((ROOT / "examples" / name).read_text())
     assert payload.spec.sla.is_set
+
+
+def disaggregated_burst(config):
+    """The burst on 1 prefill worker and 1 decode worker whose engine runs 2 sequences."""
+    def rank(seqs):
+        return {"backend": "vllm", "block_size": 16, "num_gpu_blocks": 1024, "max_num_seqs": seqs,
+                "max_num_batched_tokens": 8192,
+                "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 5.0}}
+    spec = json.loads(burst_spec(LOAD))
+    spec["topology"] = {"kind": "disaggregated", "prefill": {"initial_workers": 1},
+                        "decode": {"initial_workers": 1}}
+    spec["engine"] = {"prefill": {"rank": rank(128)}, "decode": {"rank": rank(2)}}
+    spec["adapters"]["scaling"] = {"provider": "load", "config": config}
+    return json.dumps(spec)
+
+
+def test_disaggregated_pools_scale_on_their_own_signals_within_the_gpu_budget():
+    config = dict(LOAD["config"])
+    unbounded = run_replay(disaggregated_burst(config)).summary
+    pools = [(op["pool"], op["cause"]) for op in unbounded["lifecycle_operations"]]
+    # the decode engines queue; the prefill worker never does
+    assert {pool for pool, _ in pools} == {"decode"}
+    assert pools[:3] == [("decode", "planner_scale")] * 3
+    budget = run_replay(disaggregated_burst(dict(config, gpu_budget=3))).summary
+    ops = transitions(budget)
+    # 1 prefill + 2 decode GPUs: one decode worker more, then the budget holds
+    assert [moves for _, cause, moves in ops if cause == "planner_scale"] \
+        == [[(1, "worker_ready")], [(1, "worker_draining"), (1, "worker_removed")]]
+    assert budget["decode_worker_seconds"] < unbounded["decode_worker_seconds"]
+
+
+def test_the_autoscaled_burst_is_the_same_on_both_backends():
+    script = ("import sys; from aisimulate_core import run_replay; "
+              "from aisimulate_core.native import BACKEND; s = run_replay(sys.stdin.read()).summary; "
+              "print(BACKEND, s['lifecycle_operations'], s['decode_worker_seconds'])")
+    outputs = []
+    for backend in ("c", "python"):
+        env = dict(os.environ, AISIMULATE_BACKEND=backend)
+        done = subprocess.run([sys.executable, "-c", script], input=burst_spec(LOAD), env=env,
+                              cwd=ROOT, capture_output=True, text=True, check=True)
+        outputs.append(done.stdout.split(" ", 1))
+    assert [backend for backend, _ in outputs] == ["c", "python"]
+    assert outputs[0][1] == outputs[1][1]

@@ -64,8 +64,15 @@ class _Lifecycle:
         self._hasher.update((line + "}\n").encode())
         self._ordinal += 1
 
-    def dispatch(self, at_ms, play_id, request_id):
-        self.flush()
+    def dispatch(self, at_ms, play_id, request_id, sources):
+        """``sources``: the nodes the dispatched one depends on. The reference dispatches what
+        is ready after the passes of the instant and before the ends at admission, unless
+        one of those is what it waited for."""
+        at_admission = self._held[1][0]
+        if at_ms != self._at or any(end[0] in sources for end in at_admission):
+            self.flush()
+        else:
+            self._write_batch(*self._held[0])
         self.count += 1
         self._write(at_ms, play_id, request_id, "dispatch")
 
@@ -87,24 +94,27 @@ class _Lifecycle:
 
     def flush(self):
         for terminals, quiescent in self._held:
-            terminals.sort()
-            quiescent.sort()
-            skipped = {}                     # a failure's skips go with the play's first
-            for node, play, _, _, _, skips in terminals:
-                skipped.setdefault(play, []).extend(skips)
-            for node, play, play_id, request_id, status, _ in terminals:
-                self._write(self._at, play_id, request_id, "causal_terminal", status)
-                if status != "completed" and skipped.get(play):
-                    for skipped_play, skipped_id in skipped.pop(play):
-                        self._write(self._at, skipped_play, skipped_id, "skipped")
-            settling = {play for _, play, _, _, settles in quiescent if settles}
-            last = {play: node for node, play, _, _, _ in quiescent}
-            for node, play, play_id, request_id, _ in quiescent:
-                self._write(self._at, play_id, request_id, "quiescent")
-                if play in settling and last[play] == node:
-                    self._write(self._at, play_id, None, "play_quiescent")
-            terminals.clear()
-            quiescent.clear()
+            self._write_batch(terminals, quiescent)
+
+    def _write_batch(self, terminals, quiescent):
+        terminals.sort()
+        quiescent.sort()
+        skipped = {}                         # a failure's skips go with the play's first
+        for _, play, _, _, _, skips in terminals:
+            skipped.setdefault(play, []).extend(skips)
+        for _, play, play_id, request_id, status, _ in terminals:
+            self._write(self._at, play_id, request_id, "causal_terminal", status)
+            if status != "completed" and skipped.get(play):
+                for skipped_play, skipped_id in skipped.pop(play):
+                    self._write(self._at, skipped_play, skipped_id, "skipped")
+        settling = {play for _, play, _, _, settles in quiescent if settles}
+        last = {play: node for node, play, _, _, _ in quiescent}
+        for node, play, play_id, request_id, _ in quiescent:
+            self._write(self._at, play_id, request_id, "quiescent")
+            if play in settling and last[play] == node:
+                self._write(self._at, play_id, None, "play_quiescent")
+        terminals.clear()
+        quiescent.clear()
 
     def digest(self):
         self.flush()
@@ -188,6 +198,8 @@ class AgenticDriver(WorkloadDriver):
             for i in play.roots:
                 self._is_root[i] = True
         self._lifecycle = _Lifecycle()
+        self._sources = [frozenset(graph.index[d.request_id] for d in node.dependencies)
+                         for node in nodes]
         roots = _root_ids(graph)
         self._root_id = [roots[p] for p in self._play_of]
         self._parent_id = _parent_ids(graph)
@@ -230,7 +242,7 @@ class AgenticDriver(WorkloadDriver):
             out.append(self._request(index, ready_ms))
             self._state[index] = EMITTED
             node = self.graph.nodes[index]
-            self._lifecycle.dispatch(now_ms, node.play_id, node.request_id)
+            self._lifecycle.dispatch(now_ms, node.play_id, node.request_id, self._sources[index])
             play = self._plays[self._play_of[index]]
             play.in_flight += 1
             if self._is_root[index] and (play.root_dispatch_ms is None

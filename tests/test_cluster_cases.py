@@ -82,3 +82,50 @@ def test_the_comparison_sees_a_difference(tmp_path):
     assert [p.split(":")[0] for p in problems] == [
         "$.summary.decode_worker_seconds",
         "$.telemetry[1].prefill_scheduler_metrics[0].waiting_requests"]
+
+
+class _Recorder:
+    """The payload's own ``schedule`` policy, keeping every snapshot it is handed."""
+
+    def __init__(self, payload):
+        from aisimulate_core.runtime.scaling import ScheduledScaling
+
+        self.policy = ScheduledScaling(payload["spec"]["adapters"]["scaling"]["config"])
+        self.snapshots = []
+
+    def initial_tick_ms(self):
+        return self.policy.initial_tick_ms()
+
+    def on_tick(self, snapshot):
+        self.snapshots.append(snapshot)
+        return self.policy.on_tick(snapshot)
+
+
+def test_idle_ranks_report_zero_fpm_rows_every_whole_second():
+    """CLUSTER.md §3.8: a rank silent for 1000 ms or more at a tick reports an all-zero row and
+    its clock moves on by whole seconds (worker 0 idle from 25 ms, worker 1 never ran)."""
+    from aisimulate_core import run_replay
+    from cluster_compare import diff
+
+    case = OWN_CASES / "idle_fpm_rows.json"
+    payload = json.loads(case.read_text())
+    theirs = json.loads((OWN_CASES / "idle_fpm_rows.expected.json").read_text())
+    recorder = _Recorder(payload)
+    import os
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        run_replay(case.read_text(), scaling_policy=recorder)
+    finally:
+        os.chdir(cwd)
+    assert [s["now_ms"] for s in recorder.snapshots] == [100.0, 1500.0, 2900.0, 3005.0]
+    # our snapshot adds the engines' gauges and the router queues (documented extensions)
+    extensions = {"prefill_scheduler_metrics", "decode_scheduler_metrics",
+                  "router_pending_prefill_requests", "router_pending_decode_requests"}
+    ours = [{k: v for k, v in snapshot.items() if k not in extensions}
+            for snapshot in recorder.snapshots]
+    problems = diff(ours, theirs["scaling_snapshots"], "$.scaling_snapshots")
+    assert problems == []
+    rows = [[(r["worker_id"], r["wall_time"]) for r in s["decode_fpm_snapshots"]]
+            for s in recorder.snapshots]
+    assert rows == [[(0, 0.005)], [(0, 0.0), (1, 0.0)], [(0, 0.0), (1, 0.0)], [(1, 0.0)]]

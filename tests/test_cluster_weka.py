@@ -239,8 +239,6 @@ def test_disaggregated_plays_match_but_for_when_they_settle(name):
     assert canonical_records(report.per_request) == canonical_records(fixture["per_request"])
 
 
-@pytest.mark.xfail(strict=True, reason="the disaggregated runtime does not call the driver's "
-                   "on_quiescent when it releases a source after the request's terminal")
 @pytest.mark.parametrize("name", LATE_RELEASE)
 def test_disaggregated_plays_settle_when_their_sources_are_released(name):
     report, fixture = run_fixture("agentic/" + name)

@@ -101,8 +101,6 @@ def test_on_tick_is_asked_at_the_ticks_with_the_references_snapshot(name):
     assert problems == []
 
 
-@pytest.mark.xfail(strict=True, reason="the snapshot's FPM rows are not built: "
-                   "Simulation.fpm_rows (runtime/simulation.py) returns [] for every pool")
 @pytest.mark.parametrize("name", sorted(SCHEDULED))
 def test_fpm_rows_are_the_references(name):
     _, policy, theirs = drive(name)
@@ -185,9 +183,6 @@ def test_a_bad_answer_is_one_plugin_error_line(answer, message):
     assert failure(answer) == message
 
 
-@pytest.mark.xfail(strict=True, reason="the message of a non-numeric next_tick_ms names neither "
-                   "the policy nor the key: \"scaling policy returned 'soon', expected a number "
-                   "of ms\" (runtime/cluster.py _number)")
 def test_a_bad_next_tick_names_the_policy_and_the_key():
     message = failure({"target_prefill": None, "target_decode": None, "next_tick_ms": "soon"})
     assert message.startswith("scaling policy Answers: on_tick() returned next_tick_ms 'soon'")

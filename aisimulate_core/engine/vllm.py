@@ -18,6 +18,7 @@ from bisect import bisect_left
 from collections import deque
 
 from ..errors import SimulationError
+from . import fpm
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, request_name
 
@@ -84,6 +85,13 @@ class VllmRank(RankBase):
         self.capture_gauges = False
         self._gauges = None
         self.in_flight = False       # a pass formed by schedule() has not completed yet
+        # forward-pass metrics for scaling snapshots (engine/fpm.py), kept only when asked
+        self.fpm_on = False
+        self.fpm_last = None         # (end ms, row) of the latest completed pass
+        self.fpm_clock = 0.0         # when its last row was reported, or the rank activated
+        self._fpm_chunks = []
+        self._fpm_queue = None
+        self._fpm_pending = None
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
@@ -113,6 +121,8 @@ class VllmRank(RankBase):
         if not self.running and not self.waiting:
             return None
         P = self.pass_index
+        if self.fpm_on:
+            self._fpm_chunks = []
         bs = self.block_size
         budget = self.max_batched
         n_dec = self.n_dec
@@ -180,6 +190,9 @@ class VllmRank(RankBase):
         self._pass_steps = steps
         self.pass_end_ms = (now_ms + prefill) + decode
         self.in_flight = True
+        if self.fpm_on:
+            self._fpm_queue = fpm.queue_stats(self.waiting)   # what the pass left waiting
+            self._fpm_pending = fpm.pass_row(self, now_ms, P, ready)
         return self.pass_end_ms
 
     # ------------------------------------------------------------------ decode-only runs
@@ -305,6 +318,8 @@ class VllmRank(RankBase):
             self._pf_prefix += prompt_start
             self._pf_tokens += tokens
             r.pass_chunk = (tokens, prompt_end, prompt_start)
+            if self.fpm_on:
+                self._fpm_chunks.append(r)
         else:
             r.pass_chunk = (tokens, -1, -1)
         if self.caching:
@@ -546,6 +561,8 @@ class VllmRank(RankBase):
     # ------------------------------------------------------------------ pass completion
     def complete(self):
         self.in_flight = False
+        if self.fpm_on:
+            self.fpm_last = fpm.completed(self)
         if self._macro_ends is not None:
             self._complete_extension()
         end_ms = self.pass_end_ms

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 
+from ..engine import fpm
 from ..errors import PluginError
 from .lifecycle import ACTIVE, DRAINING, REMOVED, STARTING, Lifecycle, PoolLifecycle
 from .telemetry import scheduler_rows
@@ -63,7 +65,11 @@ class Cluster:
         self._order = 0
         self._tick_ordinal = 0
         self._settling = []          # draining workers that may hold nothing now
-        first = _number(self._call("initial_tick_ms()", policy.initial_tick_ms))
+        self._last_tick_ms = -math.inf
+        for pool in pools.values():
+            watch_passes(pool.live_workers(), 0.0)
+        first = self._time("initial_tick_ms()", "",
+                           self._call("initial_tick_ms()", policy.initial_tick_ms))
         self.next_tick_ms = max(0.0, first) if math.isfinite(first) else math.inf
 
     def _call(self, what, function, *args):
@@ -93,6 +99,7 @@ class Cluster:
                 continue     # cancelled while starting
             op = self.lifecycle.begin(t, pool.life, "worker_ready_event", origin=origin)
             op.transition(worker_id, "worker_ready", ACTIVE, origin)
+            watch_passes([pool.workers[worker_id]], t)
             pool.router.worker_ready(pool.workers[worker_id], t)
             self.lifecycle.commit(op, self.sim.flush_router(pool.router, t))
 
@@ -126,10 +133,15 @@ class Cluster:
             targets[key] = value
         following = answer["next_tick_ms"]
         if following is not None:
-            following = _number(following)
-            if math.isnan(following):
-                raise PluginError(f"{self.label}: on_tick() returned next_tick_ms NaN")
+            following = self._time("on_tick()", "next_tick_ms ", following)
         return targets, following
+
+    def _time(self, what, key, value):
+        """A policy's time in ms: a real number, not NaN (infinity means never)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+            raise PluginError(f"{self.label}: {what} returned {key}{value!r}, expected a number "
+                              f"of ms{' or None' if key else ''}")
+        return float(value)
 
     # ------------------------------------------------------------------ pool changes
     def _apply(self, pool, target, t, tick_ordinal):
@@ -174,6 +186,7 @@ class Cluster:
         life.added_ms[worker_id] = t
         life.origin[worker_id] = op.ordinal
         worker = pool.spawn(worker_id)
+        watch_passes([worker], t)
         pool.workers[worker_id] = worker
         pool.all_ranks.extend(worker.ranks)
         delay = pool.startup_delay_ms
@@ -218,8 +231,9 @@ class Cluster:
             if pool is None:
                 snap.update(PoolLifecycle(prefix, 0).snapshot_counts(prefix))
                 continue
-            snap[f"{prefix}_fpm_snapshots"] = self.sim.fpm_rows(pool, t)
+            snap[f"{prefix}_fpm_snapshots"] = fpm.snapshot_rows(pool, self._last_tick_ms, t)
             snap.update(pool.life.snapshot_counts(prefix))
+        self._last_tick_ms = t
         snap["traffic"] = self.window.take_snapshot_traffic(t, self.sim.decode_steps())
         # beyond the reference's wheel (its public source has them): the engines' gauges and
         # the routers' queues, which load-based policies read
@@ -235,8 +249,10 @@ class Cluster:
         return {kind: pool.life.worker_seconds(end_ms) for kind, pool in self.pools.items()}
 
 
-def _number(value):
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise PluginError(f"scaling policy returned {value!r}, expected a number of ms") from None
+def watch_passes(workers, now_ms):
+    """The ranks of ``workers`` keep forward-pass metrics, their idle clock starting now."""
+    for worker in workers:
+        for rank in worker.ranks:
+            if hasattr(rank, "fpm_on"):
+                rank.fpm_on = True
+                rank.fpm_clock = now_ms

@@ -50,7 +50,7 @@ class Handoff:
     __slots__ = ("request", "prefill", "decode", "prefill_key", "decode_key", "prefill_route",
                  "decode_route",
                  "held_ms", "reserved_ms", "activated_ms", "released_ms", "transfer_tokens",
-                 "record")
+                 "record", "quiesce_pending")
 
     def __init__(self, request):
         self.request = request
@@ -67,6 +67,7 @@ class Handoff:
         self.released_ms = None
         self.transfer_tokens = 0     # fresh (missing) prompt tokens of the reservation
         self.record = None           # the report record, once terminal
+        self.quiesce_pending = False # terminal while its source is still held (agentic drivers)
 
 
 class _RoleEvents:
@@ -117,6 +118,7 @@ class DisaggregatedSimulation(Simulation):
         self.decode_workers = []
         self.events = _RoleEvents(self)
         self._is_decode = []         # by worker key: whether it is a decode worker
+        self._spawned = False        # scaling added a worker (keys out of pool order)
         self._actions = deque()
         self._deferred = {}          # rank -> actions waiting for its worker's pass to end
         self._idle = (set(), set())  # per pool: keys of idle workers that may have work
@@ -162,6 +164,7 @@ class DisaggregatedSimulation(Simulation):
         """A worker added to pool ``kind`` by scaling; its key is the next free one."""
         worker = self.make_workers[kind](worker_id, len(self.workers))
         self.workers.append(worker)
+        self._spawned = True
         decode = kind == "decode"
         self._is_decode.append(decode)
         (self.decode_workers if decode else self.prefill_workers).append(worker)
@@ -218,6 +221,7 @@ class DisaggregatedSimulation(Simulation):
         rounds = 0
         cluster = self.cluster
         telemetry = self.telemetry
+        prefill_router, decode_router = self.routers
         sampled = ticked = False
         while True:
             rounds += 1
@@ -226,7 +230,7 @@ class DisaggregatedSimulation(Simulation):
             changed = False
             if queue.peek_time() <= t or (transfers and transfers[0][0] <= t):
                 changed = self._complete_due(t)
-            if self._flush_routers(t):
+            if (prefill_router._released or decode_router._released) and self._flush_routers(t):
                 changed = True
             if cluster is not None:
                 cluster.settle(t)
@@ -270,7 +274,7 @@ class DisaggregatedSimulation(Simulation):
         for router in self.routers:
             if router._released and router.flush(t):
                 released = True
-        return released
+        return released  # (the loop tests _released first: most rounds release nothing)
 
     def _complete_due(self, t):
         """Steps 1 and 2: the pass completions and transfers due at ``t``."""
@@ -283,7 +287,11 @@ class DisaggregatedSimulation(Simulation):
                 continue
             due.append(ident >> 32)
         is_decode, workers = self._is_decode, self.workers
-        due.sort(key=lambda k: (is_decode[k], workers[k].worker_id))  # prefill pool first
+        if len(due) > 1:
+            if self._spawned:   # keys no longer follow pool then id order
+                due.sort(key=lambda k: (is_decode[k], workers[k].worker_id))
+            else:
+                due.sort()      # prefill workers first, each pool in id order
         cluster = self.cluster
         for key in due:
             self._complete(key, t)
@@ -442,6 +450,9 @@ class DisaggregatedSimulation(Simulation):
                 self._idle[0].add(handoff.prefill_key)
                 # the prefill pool's router counts the request until its KV leaves
                 self.routers[0].terminal(handoff.request.uuid, t)
+                if handoff.quiesce_pending:
+                    handoff.quiesce_pending = False
+                    self.driver.on_quiescent(handoff.request, t)
                 if self.cluster is not None:
                     self.cluster.worker_idle("prefill", self.workers[handoff.prefill_key])
                 if kind == RELEASE_SOURCE:
@@ -524,6 +535,17 @@ class DisaggregatedSimulation(Simulation):
                           output_token_ids=request.output_token_ids, dp_rank=request.dp_rank)
         copy.handoff = handoff
         return copy
+
+    def _driver_terminal(self, request, end_ms, status):
+        """A driver that tracks what requests hold (agentic) hears of a terminal whose source
+        KV is still held as not quiescent, and of the release later (``on_quiescent``)."""
+        handoff = request.handoff
+        if (handoff is not None and handoff.held_ms is not None and handoff.released_ms is None
+                and hasattr(self.driver, "on_quiescent")):
+            handoff.quiesce_pending = True
+            self.driver.on_terminal(request, end_ms, status, quiescent=False)
+        else:
+            self.driver.on_terminal(request, end_ms, status)
 
     def _route_terminal(self, request, end_ms):
         handoff = request.handoff

@@ -24,7 +24,7 @@ from ..placement import QUEUED, Placement, PlacementRequest, PoolView, Scheduler
 class Router:
     __slots__ = ("kind", "policy", "view", "deliver", "block_size", "by_id", "active",
                  "queued", "_released", "wants_kv", "wants_prefill", "wants_terminal",
-                 "_views", "_label", "_batch", "_order")
+                 "_views", "_label", "_batch", "_order", "_active_ids")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
                  deliver=None):
@@ -65,6 +65,7 @@ class Router:
         return view
 
     def _refresh_view(self):
+        self._active_ids = {w.worker_id: w for w in self.active}
         view = self.view
         view.workers = tuple(WorkerView(worker_id=w.worker_id, dp_size=len(w.ranks))
                              for w in self.active)
@@ -74,11 +75,7 @@ class Router:
     def place(self, request, now_ms, dp_rank):
         """Place an arriving ``request`` (asking for ``dp_rank`` or None): delivered now, or
         kept by the policy. Returns whether it was delivered."""
-        answer = self.policy.place(PlacementRequest(
-            request.uuid, dp_rank, request.prompt_len, request.session_id, now_ms=now_ms,
-            request_id=request.request_id, priority=request.priority,
-            strict_priority=request.strict_priority,
-            block_hashes=lambda: _hashes(request, self.block_size)))
+        answer = self.policy.place(_Routed(request, dp_rank, now_ms, self.block_size))
         if answer is QUEUED:
             self.queued[request.uuid] = (request, now_ms)
             return False
@@ -117,8 +114,8 @@ class Router:
         else:
             worker_id, dp_rank = self._read(answer)
             detail = None
-        worker = self.by_id.get(worker_id)
-        if worker is None or worker not in self.active:
+        worker = self._active_ids.get(worker_id)
+        if worker is None:
             raise PluginError(f"{self._label}: place() returned worker {worker_id}, which is not "
                               f"an active worker of the {self.kind} pool (active: "
                               f"{[w.worker_id for w in self.active]})")
@@ -230,12 +227,37 @@ def _worker_view(worker):
     return WorkerView(worker_id=worker.worker_id, dp_size=len(worker.ranks))
 
 
+class _Routed(PlacementRequest):
+    """The ``PlacementRequest`` of a simulated request, built field by field (this runs once
+    per request); ``block_hashes`` are computed on first read."""
+
+    __slots__ = ("_request", "_block_size")
+
+    def __init__(self, request, dp_rank, now_ms, block_size):
+        self.uuid = request.uuid
+        self.now_ms = now_ms
+        self.dp_rank = dp_rank
+        self.input_length = request.prompt_len
+        self.session_id = request.session_id
+        self.request_id = request.request_id
+        self.priority = request.priority
+        self.strict_priority = request.strict_priority
+        self._hashes = None
+        self._request = request
+        self._block_size = block_size
+
+    @property
+    def block_hashes(self):
+        hashes = self._hashes
+        if hashes is None:
+            hashes = self._hashes = _hashes(self._request, self._block_size)
+        return hashes
+
+
 def _hashes(request, block_size):
     """The prompt's full-block sequence hashes at the engine's block size: the values the
-    engines' KV events carry (kept as the engine's own lookup cache while it has none)."""
-    hashes = request.hash_cache
-    if hashes is None:
-        hashes = request.hash_cache = request.prompt.block_hashes(block_size)
+    engines' KV events carry."""
+    hashes = request.prompt.block_hashes(block_size)
     full = request.prompt_len // block_size
     return hashes if len(hashes) == full else hashes[:full]
 

@@ -190,8 +190,6 @@ class Simulation:
         """Deliver what ``router`` released; returns the released requests' uuids."""
         return [_uuid_text(r.uuid) for r in router.flush(now_ms)]
 
-    def fpm_rows(self, pool, now_ms):
-        return []
 
     # ------------------------------------------------------------------ embedding API
     def submit(self, request):
@@ -447,9 +445,12 @@ class Simulation:
         if self._external and request.uuid in self._external:
             self._external.discard(request.uuid)  # submitted: not the driver's request
         else:
-            self.driver.on_terminal(request, end_ms, status)
+            self._driver_terminal(request, end_ms, status)
         if self.on_event is not None:
             self.on_event(status, end_ms, request)
+
+    def _driver_terminal(self, request, end_ms, status):
+        self.driver.on_terminal(request, end_ms, status)
 
     # ------------------------------------------------------------------ report
     def report(self):

@@ -224,6 +224,6 @@ def test_a_disaggregated_play_settles_when_its_last_source_is_released():
     report, fixture = run_fixture("agentic/weka_disagg_late_release")
     late = [o for o in report.summary["agentic_play_outcomes"]
             if o["settled_at_ms"] != o["causal_terminal_ms"]]
-    assert late == [{"play_id": "weka:0e9fd615dc3e93d3:play:p1", "status": "completed",
+    assert late == [{"play_id": "weka:ac13943353a85fbf:play:p1", "status": "completed",
                      "causal_terminal_ms": 275.55, "settled_at_ms": 276.0}]
     assert late[0] in fixture["summary"]["agentic_play_outcomes"]

@@ -134,7 +134,8 @@ def test_the_command_line_writes_one_json_line_per_sample(tmp_path, capsys):
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("given", ["0", "-40", "nan", "inf", "-inf", "1e400", "forty", ""])
+@pytest.mark.parametrize("given", ["0", "-40", "nan", "inf", "-inf", "1e400", "forty", "",
+                                   "1e-300", "0.0009"])
 def test_the_command_line_refuses_a_bad_interval_with_one_line(tmp_path, capsys, given):
     path = case_file(tmp_path)
     samples = tmp_path / "samples.jsonl"
@@ -144,7 +145,7 @@ def test_the_command_line_refuses_a_bad_interval_with_one_line(tmp_path, capsys,
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (f"aisimulate: error: --telemetry-interval-ms: must be a finite number of ms "
-                   f"> 0, got {given!r}\n")
+                   f">= 0.001, got {given!r}\n")
     assert not samples.exists()
 
 
@@ -161,7 +162,7 @@ def test_run_replay_refuses_a_bad_interval(bad):
 
     with pytest.raises(ConfigError) as error:
         run_case(THREE, telemetry_interval_ms=bad)
-    assert str(error.value) == f"telemetry interval must be a finite number of ms > 0, got {bad!r}"
+    assert str(error.value) == f"telemetry interval must be a finite number of ms >= 0.001, got {bad!r}"
 
 
 @pytest.mark.parametrize("name, interval", [(THREE, 40.0), ("telemetry_preemption", 100.0),
@@ -177,3 +178,21 @@ def test_kept_samples_equal_the_callbacks(name, interval):
     alone = []
     run_case(name, on_sample=alone.append)
     assert alone == run_case(name, telemetry_interval_ms=1000).telemetry["samples"]
+
+
+def test_a_run_needing_more_samples_than_the_bound_stops_with_one_line(tmp_path):
+    # a tiny interval on a long run would sample for ever (the reference hangs): bounded
+    from aisimulate_core.errors import SimulationError
+    import aisimulate_core
+    from aisimulate_core.runtime import telemetry
+
+    payload = json.loads(case_file(tmp_path).read_text())
+    bound = telemetry.MAX_SAMPLES
+    telemetry.MAX_SAMPLES = 50
+    try:
+        with pytest.raises(SimulationError) as error:
+            aisimulate_core.run_replay(json.dumps(payload), telemetry_interval_ms=0.5)
+    finally:
+        telemetry.MAX_SAMPLES = bound
+    assert str(error.value).startswith("telemetry: sampling every 0.5 ms takes more than 50 "
+                                       "samples by ")

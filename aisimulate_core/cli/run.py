@@ -50,7 +50,9 @@ def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
 
 
 def telemetry_interval(args: argparse.Namespace) -> float:
-    """``--telemetry-interval-ms``: a finite number of milliseconds > 0 (default 1000)."""
+    """``--telemetry-interval-ms``: a finite number of milliseconds >= 0.001 (default 1000)."""
+    from aisimulate_core.runtime.telemetry import MIN_INTERVAL_MS
+
     given = args.telemetry_interval_ms
     if given is None:
         return 1000.0
@@ -60,9 +62,9 @@ def telemetry_interval(args: argparse.Namespace) -> float:
         value = float(given)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise CliError(f"--telemetry-interval-ms: must be a finite number of ms > 0, got "
-                       f"{escape_controls(given)!r}")
+    if not (math.isfinite(value) and value >= MIN_INTERVAL_MS):
+        raise CliError(f"--telemetry-interval-ms: must be a finite number of ms >= "
+                       f"{MIN_INTERVAL_MS:g}, got {escape_controls(given)!r}")
     return value
 
 

@@ -12,15 +12,22 @@ from __future__ import annotations
 
 import math
 
+from ..errors import SimulationError
 from .traffic import TrafficWindow
+
+# A tiny interval on a long run would sample without end (the reference hangs on
+# --telemetry-interval-ms 1e-300): intervals are at least a microsecond, and a run takes at
+# most this many samples (1 ms samples over a quarter of an hour)
+MIN_INTERVAL_MS = 0.001
+MAX_SAMPLES = 1_000_000
 
 
 class Telemetry:
     def __init__(self, sim, interval_ms, on_sample):
         if not (isinstance(interval_ms, (int, float)) and not isinstance(interval_ms, bool)
-                and math.isfinite(interval_ms) and interval_ms > 0):
-            raise ValueError(f"telemetry interval must be a finite number of ms > 0, got "
-                             f"{interval_ms!r}")
+                and math.isfinite(interval_ms) and interval_ms >= MIN_INTERVAL_MS):
+            raise ValueError(f"telemetry interval must be a finite number of ms >= "
+                             f"{MIN_INTERVAL_MS:g}, got {interval_ms!r}")
         self.sim = sim
         self.interval_ms = float(interval_ms)
         self.on_sample = on_sample
@@ -46,6 +53,10 @@ class Telemetry:
             self._take("baseline", 0.0, window=False)
         while (self._k + 1) * self.interval_ms <= t:
             self._k += 1
+            if self._k > MAX_SAMPLES:
+                raise SimulationError(
+                    f"telemetry: sampling every {self.interval_ms:g} ms takes more than "
+                    f"{MAX_SAMPLES:,} samples by {t:g} ms; use a larger --telemetry-interval-ms")
             at = self._k * self.interval_ms
             self._take("periodic", at)
 

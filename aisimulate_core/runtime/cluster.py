@@ -45,8 +45,15 @@ class ClusterPool:
     def ids(self, state):
         return self.life.ids(state)
 
-    def preemptions(self):
-        return sum(rank.preemptions for rank in self.all_ranks)
+    def counters(self):
+        """(cache hit tokens, cache total tokens, preemptions) summed over every rank ever: the
+        prefix-cache counters are SGLang's (0 on the vLLM engines)."""
+        hit = total = preempted = 0
+        for rank in self.all_ranks:
+            hit += getattr(rank, "cache_hit_tokens", 0)
+            total += getattr(rank, "cache_total_tokens", 0)
+            preempted += rank.preemptions
+        return hit, total, preempted
 
     def decode_steps(self):
         return sum(rank.decode_steps for rank in self.all_ranks)

@@ -36,7 +36,7 @@ class Telemetry:
         self._k = 0                  # periodic samples taken
         self._baseline = False
         self._last_ms = None         # time of the last sample
-        self._preemptions = {}       # pool -> preemptions counted up to the last sample
+        self._counted = {}           # pool -> its counters as of the last sample
 
     def next_time(self):
         if not self._baseline:
@@ -97,10 +97,13 @@ class Telemetry:
         self.on_sample(sample)
 
     def _interval(self, prefix, state):
-        total = state.preemptions() if state is not None else 0
-        new = total - self._preemptions.get(prefix, 0)
-        self._preemptions[prefix] = total
-        return {"cache_hit_tokens": 0, "cache_total_tokens": 0, "preemptions": new}
+        """New preemptions and (SGLang) prefix-cache hits over the interval, from the ranks'
+        cumulative counters (removed workers' included)."""
+        totals = state.counters() if state is not None else (0, 0, 0)
+        last = self._counted.get(prefix, (0, 0, 0))
+        self._counted[prefix] = totals
+        hit, total, preempted = (now - then for now, then in zip(totals, last))
+        return {"cache_hit_tokens": hit, "cache_total_tokens": total, "preemptions": preempted}
 
 
 def scheduler_rows(state):

@@ -59,9 +59,39 @@ def aisimulate_register_placement_policies(register: Register) -> None:
     """Register placement policies: ``register(PolicyClass)`` for each.
 
     Called once when the run's providers are resolved. ``spec.adapters.placement.provider``
-    names one. A policy subclasses ``aisimulate_core.placement.PlacementPolicy``; it is built
-    once per pool as ``PolicyClass(config, pool)`` and asked ``place(request)`` for every
-    request that arrives at that pool.
+    names one. A policy subclasses ``aisimulate_core.placement.PlacementPolicy`` and is built
+    once per pool (the aggregated pool, or the prefill and the decode pool) as
+    ``PolicyClass(config, pool)``:
+
+    :param config: ``spec.adapters.placement.config`` (a dict; ``{}`` when absent). Keys the
+        class does not list in ``CONFIG_KEYS`` are refused with their JSON path, unless it sets
+        ``CONFIG_KEYS = None`` and checks them itself.
+    :param pool: the live ``PoolView``: ``kind`` ("agg", "prefill", "decode"), ``block_size``
+        and ``max_num_batched_tokens`` of the pool's engine, the active ``workers`` and one
+        read-only ``SchedulerView`` per (worker, DP rank) in ``schedulers`` (running and
+        waiting requests, active/inactive/total KV blocks, active prefill tokens, read live
+        from the engine), and ``release(uuid, answer)`` for requests the policy queued.
+
+    The runtime then calls ``place(request)`` for every request that reaches the pool, with a
+    ``PlacementRequest`` (``uuid``, ``now_ms``, ``input_length``, ``block_hashes``: the
+    prompt's full-block sequence hashes at the engine's block size, ``session_id``,
+    ``request_id``, ``dp_rank`` asked for, ``priority``, ``strict_priority``). The answer is
+    ``(worker_id, dp_rank)``, a ``Placement`` (the same with the overlap the policy saw, for
+    the records' ``routing_history``) or ``QUEUED``. The notifications a policy names in its
+    ``OBSERVES`` class (or instance) attribute are delivered as they happen, in the same-time
+    order the module ``aisimulate_core.placement`` documents:
+
+    * ``"kv_events"``: ``on_kv_stored(scheduler, hashes, now_ms)`` at the end of the pass that
+      computed full blocks, ``on_kv_removed(scheduler, hashes, now_ms)`` when the engine
+      evicted cached blocks;
+    * ``"prefill"``: ``on_prefill_completed(uuid, now_ms)``;
+    * ``"terminal"``: ``on_terminal(uuid, now_ms)`` (in a disaggregated prefill pool: when the
+      request's KV leaves the prefill worker);
+    * always: ``on_worker_ready``, ``on_worker_draining``, ``on_worker_removed`` (``WorkerView``,
+      ``now_ms``) as scaling changes the pool.
+
+    The prefill completions and terminals of one pass come one by one in the engine's running
+    order. Round robin observes nothing and pays one ``place`` call per request.
     """
 
 
@@ -70,8 +100,22 @@ def aisimulate_register_scaling_policies(register: Register) -> None:
     """Register scaling policies: ``register(PolicyClass)`` for each.
 
     Called once when the run's providers are resolved. ``spec.adapters.scaling.provider``
-    names one; it is built as ``PolicyClass(config)``. ``initial_tick_ms()`` gives the first
-    scaling tick (``math.inf``: never). The core registers ``none``.
+    names one; it is built as ``PolicyClass(config)``:
+
+    :param config: ``spec.adapters.scaling.config`` (a dict; ``{}`` when absent).
+
+    The runtime calls ``initial_tick_ms()`` once (``math.inf``: never), then at each tick
+    ``on_tick(snapshot)``, which returns ``{"target_prefill", "target_decode",
+    "next_tick_ms"}``: each target the wanted number of non-draining workers of that pool (an
+    int, or None to leave it alone; aggregated runs read ``target_decode``), and the next
+    tick's absolute virtual time (None, or a time not after now, stops ticking). Ticks fire
+    only while work remains. The snapshot has the reference's keys (``tick_ordinal``,
+    ``now_ms``, ``prefill_fpm_snapshots``, ``decode_fpm_snapshots``, the active / starting /
+    draining / non-draining / total counts and ids of each pool, ``traffic`` since the last
+    tick) plus ``prefill_scheduler_metrics`` / ``decode_scheduler_metrics`` (the telemetry
+    rows) and ``router_pending_*_requests``. The core registers ``none``, ``schedule`` and
+    ``load``; an embedding program may pass any object with these two methods as
+    ``run_replay(..., scaling_policy=obj)``.
     """
 
 

@@ -39,9 +39,6 @@ class _RankEvents:
     def __init__(self, sim):
         self.sim = sim
 
-    def on_admit(self, request, now_ms, reused_tokens, is_readmission):
-        pass
-
     def on_finish(self, request, end_ms, status):
         self.sim._on_finish(request, end_ms, status)
 

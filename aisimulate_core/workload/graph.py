@@ -154,6 +154,8 @@ def json_float(x):
     """``x`` as serde_json writes an f64 (Rust's ryu): the shortest round-trip digits, a ``.0``
     on whole numbers, plain decimals from 1e-5 up to 1e16, exponents (``1e16``, ``1.5e-7``)
     beyond."""
+    if 1e-4 <= abs(x) < 1e16:
+        return repr(x)                      # Python's repr agrees in this range
     if x == 0.0:
         return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
     sign, text = ("-", repr(-x)) if x < 0 else ("", repr(x))
@@ -185,7 +187,11 @@ def json_value(value):
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
+        if value.isprintable() and '"' not in value and "\\" not in value:
+            return f'"{value}"'             # nothing to escape (the usual id)
         return json.dumps(value, ensure_ascii=False)
+    if all(type(item) is int for item in value):
+        return "[" + ",".join(map(str, value)) + "]"
     return "[" + ",".join(map(json_value, value)) + "]"
 
 

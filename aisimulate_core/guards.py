@@ -186,11 +186,12 @@ class GuardedTraceFormat:
         self.provider = provider
         self.format = call_provider(provider, "construction", provider.cls)
 
-    def load(self, paths, *, trace_block_size):
+    def load(self, paths, *, trace_block_size, **options):
+        """``options``: the traffic fields the format declares in ``TRAFFIC_OPTIONS``."""
         # the lowering checks what comes back (a Trace or an AgenticTrace)
         try:
             return call_provider(self.provider, "load()", self.format.load, paths,
-                                   trace_block_size=trace_block_size)
+                                 trace_block_size=trace_block_size, **options)
         except PluginError as error:
             cause = error.__cause__
             if isinstance(cause, OSError) and cause.filename is not None:

@@ -2,9 +2,8 @@
 
 Every trace format and driver reproduces the reference's per-request timings exactly; records
 are matched as multisets of their observable facts, summaries at 1e-9 relative. The agentic
-summaries differ only in two identities the reference hashes with BLAKE3 over its own
-serialization (``agentic_graph.graph_digest``, ``agentic_lifecycle_digest``), which we do not
-produce.
+summaries match whole, their BLAKE3 identities (``agentic_graph.graph_digest``,
+``agentic_lifecycle_digest``) byte for byte.
 """
 
 import os
@@ -26,7 +25,6 @@ TRACE_CASES = [
 ]
 AGENTIC_CASES = ["trace_agentic_v2", "trace_agentic_v2_speedup", "trace_agentic_failure",
                  "trace_dynamo_agentic"]
-UNHASHED = ("agentic_lifecycle_digest",)
 
 
 @pytest.mark.parametrize("name", TRACE_CASES)
@@ -36,19 +34,13 @@ def test_trace_replay_matches_reference(name):
     assert record_mismatches(report.per_request, fixture["per_request"]) == []
 
 
-def agentic_summary(summary):
-    out = {k: v for k, v in summary.items() if k not in UNHASHED}
-    out["agentic_graph"] = {k: v for k, v in summary["agentic_graph"].items() if k != "graph_digest"}
-    return out
-
-
 def agentic_facts(records):
     return sorted((r["request_id"], r["play_id"], r["session_id"], r["dispatched_at_ms"],
                    r["arrival_time_ms"], r["terminal_status"]) for r in records)
 
 
 def check_agentic(report, fixture):
-    assert summary_mismatches(report.summary, agentic_summary(fixture["summary"])) == []
+    assert summary_mismatches(report.summary, fixture["summary"]) == []
     assert record_mismatches(report.per_request, fixture["per_request"]) == []
     assert agentic_facts(report.per_request) == agentic_facts(fixture["per_request"])
 

@@ -85,6 +85,9 @@ class VllmRank(RankBase):
         self.capture_gauges = False
         self._gauges = None
         self.in_flight = False       # a pass formed by schedule() has not completed yet
+        # any of the above (a router's observer, telemetry gauges, FPM): one test per pass
+        # when none is
+        self.watched = False
         # forward-pass metrics for scaling snapshots (engine/fpm.py), kept only when asked
         self.fpm_on = False
         self.fpm_last = None         # (end ms, row) of the latest completed pass
@@ -121,8 +124,6 @@ class VllmRank(RankBase):
         if not self.running and not self.waiting:
             return None
         P = self.pass_index
-        if self.fpm_on:
-            self._fpm_chunks = []
         bs = self.block_size
         budget = self.max_batched
         n_dec = self.n_dec
@@ -189,10 +190,12 @@ class VllmRank(RankBase):
                     steps -= 1
         self._pass_steps = steps
         self.pass_end_ms = (now_ms + prefill) + decode
-        self.in_flight = True
-        if self.fpm_on:
-            self._fpm_queue = fpm.queue_stats(self.waiting)   # what the pass left waiting
-            self._fpm_pending = fpm.pass_row(self, now_ms, P, ready)
+        if self.watched:
+            self.in_flight = True
+            if self.fpm_on:
+                self._fpm_queue = fpm.queue_stats(self.waiting)   # what the pass left waiting
+                self._fpm_pending = fpm.pass_row(self, now_ms, P, ready)
+                self._fpm_chunks = []
         return self.pass_end_ms
 
     # ------------------------------------------------------------------ decode-only runs
@@ -560,9 +563,11 @@ class VllmRank(RankBase):
 
     # ------------------------------------------------------------------ pass completion
     def complete(self):
-        self.in_flight = False
-        if self.fpm_on:
-            self.fpm_last = fpm.completed(self)
+        watched = self.watched
+        if watched:
+            self.in_flight = False
+            if self.fpm_on:
+                self.fpm_last = fpm.completed(self)
         if self._macro_ends is not None:
             self._complete_extension()
         end_ms = self.pass_end_ms
@@ -571,7 +576,7 @@ class VllmRank(RankBase):
         # a pass cut off by the run's time limit never completes: its prompt work is not counted
         self.committed_prefill_tokens += self._pf_tokens
         self.decode_steps += self._pass_steps
-        if self.observer is not None:
+        if watched and self.observer is not None:
             self._report_pass(self.observer)
         if self._rejected:
             rejected = self._rejected
@@ -601,10 +606,11 @@ class VllmRank(RankBase):
                 done.sort(key=self.running.index)
             for r in done:
                 self._finish_stretch(r, P, end_ms)
-        if self.capture_gauges:
-            self._gauges = self.live_gauges()
-        if self.observer is not None and self.observer.ordered:
-            self.observer.end_pass()
+        if watched:
+            if self.capture_gauges:
+                self._gauges = self.live_gauges()
+            if self.observer is not None and self.observer.ordered:
+                self.observer.end_pass()
 
     def _report_pass(self, observer):
         """Tell the router what the pass that ends now did: the full blocks it computed, the

@@ -262,4 +262,5 @@ def watch_passes(workers, now_ms):
         for rank in worker.ranks:
             if hasattr(rank, "fpm_on"):
                 rank.fpm_on = True
+                rank.watched = True
                 rank.fpm_clock = now_ms

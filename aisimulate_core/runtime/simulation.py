@@ -82,6 +82,7 @@ def watch_engines(sim, router, workers):
     for worker in workers:
         for rank in worker.ranks:
             rank.observer = events
+            rank.watched = True
             if router.wants_kv:
                 rank.pool.log_evictions(True)
 
@@ -157,6 +158,7 @@ class Simulation:
             for worker in workers:
                 for rank in worker.ranks:
                     rank.capture_gauges = True
+                    rank.watched = True
                     rank._gauges = rank.live_gauges()
 
     def _feed_windows(self):
@@ -317,6 +319,7 @@ class Simulation:
         queue = self.queue
         workers = self.workers
         dirty = self._dirty
+        cluster = self.cluster
         while queue.peek_time() <= t:
             _, kind, ident = queue.pop()
             idx = ident >> 32
@@ -325,12 +328,10 @@ class Simulation:
                 continue  # a wake-up, or the pass was cut short and rescheduled earlier
             worker.complete_pass()
             dirty.add(idx)
-            if self.cluster is not None:
-                self.cluster.worker_idle("agg", worker)
-        router = self.router
-        if router.queued:
-            router.flush(t)
-        cluster = self.cluster
+            if cluster is not None:
+                cluster.worker_idle("agg", worker)
+        if self.router.queued:
+            self.router.flush(t)
         if cluster is not None:
             cluster.settle(t)
             cluster.ready_due(t)
@@ -338,10 +339,11 @@ class Simulation:
         if limit > 0:
             for request in self.driver.pop_ready(t, limit):
                 self._place(request, t)
-        if self.telemetry is not None:
-            self.telemetry.due(t)
-        if cluster is not None:
-            cluster.tick_due(t)
+        if self.windows:
+            if self.telemetry is not None:
+                self.telemetry.due(t)
+            if cluster is not None:
+                cluster.tick_due(t)
         if dirty:
             horizon = self._arrival_horizon()
             cutoff = self.max_sim_time_ms

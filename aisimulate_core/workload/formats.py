@@ -14,6 +14,16 @@ method; the core instantiates it without arguments once per run::
 ``dynamo`` may receive several. ``trace_block_size`` is the payload's value: 512 unless set,
 or None for formats that embed their own block size (``dynamo``, ``weka``).
 
+A format that needs traffic fields beyond those names them in ``TRAFFIC_OPTIONS`` (a tuple of
+``traffic`` attribute names); the core passes each as a keyword of ``load``::
+
+    class Weka(TraceFormat):
+        NAME = "weka"
+        TRAFFIC_OPTIONS = ("weka_nested_timestamp_basis",)
+
+        def load(self, paths, *, trace_block_size, weka_nested_timestamp_basis=None):
+            ...
+
 ``load`` parses and checks the rows: a bad row raises ``TraceError`` naming the file, the
 line and the field ("trace.jsonl:3: output_length: is required"), and so does a file that
 cannot be read ("trace.jsonl: cannot read the trace file: Permission denied"). Nothing else
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 class TraceFormat:
     NAME = ""
+    TRAFFIC_OPTIONS: tuple = ()
 
     def load(self, paths, *, trace_block_size):
         raise NotImplementedError

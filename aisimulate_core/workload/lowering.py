@@ -10,7 +10,6 @@ replayed by the dependency-graph driver, which takes no concurrency cap and no t
 from __future__ import annotations
 
 from ..errors import ConfigError, PluginError
-from ..guards import call_provider
 from ..spec.converter import show
 from .agentic import AgenticDriver
 from .driver import TimedDriver
@@ -53,14 +52,7 @@ def load_trace(traffic, registries):
 
 
 def _load(loader, traffic, options):
-    if not options:
-        return loader.load(traffic.paths, trace_block_size=traffic.trace_block_size)
-    inner = getattr(loader, "format", None)
-    if inner is None:                       # an unguarded registry hands out the format itself
-        return loader.load(traffic.paths, trace_block_size=traffic.trace_block_size, **options)
-    # the guard's load() takes no options yet: call the format through the same guard helper
-    return call_provider(loader.provider, "load()", inner.load, traffic.paths,
-                         trace_block_size=traffic.trace_block_size, **options)
+    return loader.load(traffic.paths, trace_block_size=traffic.trace_block_size, **options)
 
 
 def trace_driver(payload, loaded):

@@ -38,6 +38,11 @@ OWN = {
     "kv_disagg_queue_lag": None,
     "kv_disagg_knobs": None,
     "kv_release_keeps_arrival_overlap": None,
+    "sglang_schedule_scaling_rr": 40.0,
+    "sglang_kv_agg_2w": None,
+    "sglang_kv_agg_2w_evicting": None,
+    "sglang_kv_1w_evicting": 20.0,
+    "sglang_kv_queue_scaling": 10.0,
 }
 
 

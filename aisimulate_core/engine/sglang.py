@@ -9,6 +9,8 @@ through ``new_token_ratio`` (sglang_budget.py).
 
 Running requests are not touched per decode pass: sglang_running.py keeps them arithmetically.
 KV bookkeeping (radix tree, pages) is in sglang_kv.py.
+What the cluster layer reads (gauges, counters, router KV events, FPM rows) is in
+sglang_cluster.py; it runs only when the runtime sets ``watched``.
 
 Per request, the SimRequest slots hold: ``computed`` = materialized tokens (KV slots written),
 ``held_blocks`` = allocated tokens (whole pages), ``committed_blocks`` = tokens on the tree,
@@ -26,13 +28,14 @@ from ..kv.radix_cache import RadixCache
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, never_scheduled
 from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, retraction_ratio
+from .sglang_cluster import SglangClusterHooks
 from .sglang_kv import SglangKv, stamp
 from .sglang_running import RunningBatch
 from .sglang_stall import fit_reason, head_stall_reason, starved_decoder_reason
 from .sglang_tokens import ensure_tokens, lpm_order
 
 
-class SglangRank(SglangKv, RankBase):
+class SglangRank(SglangClusterHooks, SglangKv, RankBase):
     config_path = "$.spec.engine.rank"     # SGLang runs aggregated only
     def __init__(self, engine, timer, pool=None, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):
@@ -84,6 +87,7 @@ class SglangRank(SglangKv, RankBase):
         self.group_size = 1
         # a decode step that found no KV page and changed nothing (see schedule)
         self._starved = False
+        self._init_cluster_hooks()
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
@@ -94,6 +98,8 @@ class SglangRank(SglangKv, RankBase):
             room = limit - request.prompt_len
             request.out_limit = min(request.max_output, room if room > 0 else 0)
         self.waiting.append(request)
+        if self.watched and self.capture_gauges:
+            self._gauges = self.submission_gauges()
 
     def has_work(self):
         return bool(self.running or self.waiting or self.rounds_left)
@@ -107,6 +113,7 @@ class SglangRank(SglangKv, RankBase):
         self.stuck = False
         if not running and not waiting and not self.rounds_left:
             return None
+        watched = self.watched
         self._k0 = self._k2 = 0
         self._pass_committed = 0     # prompt tokens computed; they count once the pass ends
         defer = self.rounds_left > 0
@@ -117,7 +124,7 @@ class SglangRank(SglangKv, RankBase):
             lpm_order(self, waiting)
         can_run = ()
         if waiting and not defer:
-            can_run, sum_isl, sum_prefix, computed = self._prefill_batch(now_ms)
+            can_run, sum_isl, sum_prefix, computed = self._prefill_batch(now_ms, watched)
         batch = len(can_run)
         self.prefill_in_pass = batch > 0 and computed > 0
         self.model_work_in_pass = self.prefill_in_pass
@@ -132,13 +139,17 @@ class SglangRank(SglangKv, RankBase):
                 else:
                     fresh.append(r)
             self._interval_idle = False
-            self._first_tokens(fresh)
+            self._first_tokens(fresh, watched)
             end_ms = now_ms + prefill_ms
         else:
             # members always have output left: an idle deferred round is one with no decoders
             self._interval_idle = defer and not running
             settled = self.ratio.settled()
-            decode_ms, retraction = self._decode_step()
+            if watched:
+                self._watch_decoders()
+            decode_ms, retraction = self._decode_step(watched)
+            if watched:
+                self._watch_decoded(self._emitted_any)
             end_ms = now_ms + decode_ms
             if self._emitted_any:
                 self.model_work_in_pass = True
@@ -170,6 +181,8 @@ class SglangRank(SglangKv, RankBase):
         if not self.grouped:
             self.finish_round(self.prefill_in_pass, self.model_work_in_pass)
         self.pass_end_ms = end_ms
+        if watched:
+            self._watch_formed(now_ms, end_ms, batch)
         return end_ms
 
     def join_group(self, dp_size):
@@ -229,7 +242,7 @@ class SglangRank(SglangKv, RankBase):
                                f"{self.dp_rank}, stuck at {now_ms} ms)")
 
     # ------------------------------------------------------------------ prefill admission
-    def _prefill_batch(self, now_ms):
+    def _prefill_batch(self, now_ms, watched):
         """SGLang ``get_new_batch_prefill``: the waiting requests this pass prefills, in order.
 
         Returns (batch, Σ chunk ends, Σ prefixes, Σ computed tokens)."""
@@ -245,6 +258,7 @@ class SglangRank(SglangKv, RankBase):
                          lambda: budget.reserved_exact(running, ratio))
         rem_input = float(budget.max_prefill)
         rem_chunk = float(budget.chunk_size)
+        chunks = self._pass_chunks if watched else None
         can_run = []
         sum_isl = sum_prefix = computed = 0
         while len(can_run) < slots and waiting:
@@ -299,6 +313,8 @@ class SglangRank(SglangKv, RankBase):
                     r.max_reused = prefix
                 r.status = RUNNING
             can_run.append(r)
+            if chunks is not None:
+                chunks.append((r, prefix, chunk_end, fresh_kv))
             sum_isl += chunk_end
             sum_prefix += prefix
             computed += chunk_end - prefix
@@ -311,7 +327,7 @@ class SglangRank(SglangKv, RankBase):
         return can_run, sum_isl, sum_prefix, computed
 
     # ------------------------------------------------------------------ tokens
-    def _first_tokens(self, fresh):
+    def _first_tokens(self, fresh, watched):
         """The prefill forward's first token for each request whose prompt completed."""
         P = self.pass_index
         ps = self.page_size
@@ -350,6 +366,8 @@ class SglangRank(SglangKv, RankBase):
                 self._emit(r, P)
                 self._cache_materialized(r, stamp(P, 1, r.bucket_key))
             self._emitted_any = True
+            if watched:
+                self._prefilled.extend(growing)
         else:
             # they get their first token at the next decode step, which then caches their
             # prompt pages (shareable, so that insert cannot be deferred)
@@ -357,7 +375,7 @@ class SglangRank(SglangKv, RankBase):
         for r in growing:
             self.running.join(r, r.bucket_key)
 
-    def _decode_step(self):
+    def _decode_step(self, watched):
         """One decode forward over ``running``; returns (its time, a retraction ratio or None)."""
         running = self.running
         if not running:
@@ -389,13 +407,13 @@ class SglangRank(SglangKv, RankBase):
         self._emitted_any = True
         done = running.record_decode(self.pass_index)
         if self._catch_up:
-            self._cache_caught_up(done)
+            self._cache_caught_up(done, watched)
         for r in done:
             running.leave(r)
             self._complete(r)
         return decode_ms, retraction
 
-    def _cache_caught_up(self, done):
+    def _cache_caught_up(self, done, watched):
         """Members that missed their first token (no KV room) emitted it now: cache their pages."""
         P = self.pass_index
         running = self.running
@@ -403,6 +421,8 @@ class SglangRank(SglangKv, RankBase):
             if r.in_stretch and r not in done:
                 running.sync(r)
                 self._cache_materialized(r, stamp(P, 1, r.bucket_key))
+                if watched:
+                    self._prefilled.append(r)     # its first token came with this step
         self._catch_up = []
 
     def _shortest_output(self):
@@ -434,6 +454,9 @@ class SglangRank(SglangKv, RankBase):
         self._pass_done(end_ms)
         # a pass cut off by the run's time limit never completes: its prompt work is not counted
         self.committed_prefill_tokens += self._pass_committed
+        watched = self.watched
+        if watched:
+            self._watch_completed()
         done = self._done
         if done:
             self._done = []
@@ -441,4 +464,6 @@ class SglangRank(SglangKv, RankBase):
                 if status == "completed":
                     self._record_itl(r)
                 self.cb.on_finish(r, end_ms, status)
+        if watched:
+            self._watch_settled()
 

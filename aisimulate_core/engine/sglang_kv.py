@@ -25,7 +25,8 @@ def stamp(pass_index, phase, k):
 
 class SglangKv:
     """Mixed into SglangRank: ``self.cache``, ``self.running``, ``self.page_size``,
-    ``self.caching`` and ``self.pass_index`` are the rank's."""
+    ``self.caching`` and ``self.pass_index`` are the rank's; ``self._stored`` (a list while a
+    router watches the rank, else None) collects the spans each insert puts on the tree."""
 
     def _stamp0(self):
         self._k0 += 1
@@ -90,6 +91,8 @@ class SglangKv:
         old = r.seq
         tokens = ensure_tokens(r, upto)
         node, present = cache.insert(old, tokens, r.committed_blocks, upto, access, access)
+        if self._stored is not None:
+            self._stored.append((r, r.committed_blocks, upto))
         if node is not old:
             cache.lock(node)
             if old is not cache.root:
@@ -161,6 +164,8 @@ class SglangKv:
             _, present = cache.insert(node, tokens, r.committed_blocks, upto, access, access)
             if present:
                 cache.free(present)
+            if self._stored is not None:
+                self._stored.append((r, r.committed_blocks, upto))
         if node is not cache.root:
             cache.unlock(node)
         r.seq = None

@@ -79,14 +79,10 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None):
 
 
 def make_router(kind, provider, config, workers, role_config):
-    """The router of one pool; a policy that watches engines needs engines that report."""
+    """The router of one pool."""
     rank = role_config.rank
-    router = Router(kind, provider, config, workers, block_size=rank.block_size,
-                    max_num_batched_tokens=getattr(rank, "max_num_batched_tokens", None))
-    if router.observes_engine and rank.backend == "sglang":
-        raise ConfigError(f"$.spec.adapters.placement.provider: '{provider.name}' watches the "
-                          f"engines' KV events, which the SGLang engine does not report yet")
-    return router
+    return Router(kind, provider, config, workers, block_size=rank.block_size,
+                  max_num_batched_tokens=getattr(rank, "max_num_batched_tokens", None))
 
 
 def request_factories(requests):

@@ -18,6 +18,9 @@ only for policies that ask, so round robin costs nothing beyond its ``place`` ca
 =====================  ==============================================================
 ``"kv_events"``        ``on_kv_stored`` / ``on_kv_removed``: full blocks an engine computed
                        (at the end of the pass that computed them) or evicted
+``"kv_index"``         ``SchedulerView.cached_prefix(hashes)`` answers from the engine what
+                       an index fed by those events (without lag) would hold, at no cost
+                       per block
 ``"prefill"``          ``on_prefill_completed``: the pass that computed a request's last
                        prompt token ended
 ``"terminal"``         ``on_terminal``: a placed request completed, was rejected or cut off
@@ -39,7 +42,7 @@ from aisimulate_core.registry import check_provider_config
 PoolKind = Literal["agg", "prefill", "decode"]
 POOL_KINDS: tuple[str, ...] = ("agg", "prefill", "decode")
 CONFIG_PATH = "$.spec.adapters.placement.config"
-OBSERVABLE = frozenset({"kv_events", "prefill", "terminal"})
+OBSERVABLE = frozenset({"kv_events", "kv_index", "prefill", "terminal"})
 
 
 class _Queued:
@@ -113,6 +116,14 @@ class SchedulerView:
         """Prompt tokens not yet computed of the requests waiting or running on the rank."""
         return self._rank.pending_prefill_tokens()
 
+    def cached_prefix(self, hashes: Sequence[int]) -> int:
+        """How many leading blocks of ``hashes`` (full-block sequence hashes) this scheduler's
+        engine reported stored and not removed: the longest prefix an index fed by its KV
+        events would match, as of the engine's latest pass end (blocks a pass in flight
+        computes are not in yet, blocks it evicted still are). Needs ``"kv_index"`` in the
+        policy's ``OBSERVES``."""
+        return self._rank.indexed_prefix(hashes)
+
     def __repr__(self) -> str:
         return f"SchedulerView(worker {self.worker_id}, dp rank {self.dp_rank})"
 
@@ -121,6 +132,9 @@ class PoolView:
     """A pool as its policy sees it: its kind, the engine facts that matter for routing, the
     live schedulers of its active workers, and ``release`` for queued requests.
 
+    ``engine_index`` says whether the engines answer ``SchedulerView.cached_prefix`` (a policy
+    that wants it lists ``"kv_index"`` in ``OBSERVES``; otherwise it keeps an index of the
+    ``"kv_events"``).
     ``workers`` and ``schedulers`` list the active workers (ready, not draining) in ascending
     ``worker_id`` and, per worker, ascending rank; they change only between notifications.
     """
@@ -128,7 +142,8 @@ class PoolView:
     def __init__(self, kind: PoolKind, workers: Sequence[WorkerView] = (), *,
                  block_size: int = 16, max_num_batched_tokens: int | None = None,
                  schedulers: Sequence[SchedulerView] = (),
-                 release: Callable[[int, Any], None] | None = None) -> None:
+                 release: Callable[[int, Any], None] | None = None,
+                 engine_index: bool = False) -> None:
         if kind not in POOL_KINDS:
             raise ValueError(f"pool kind must be one of {POOL_KINDS}, got {kind!r}")
         self.kind = kind
@@ -137,6 +152,8 @@ class PoolView:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.schedulers = tuple(schedulers)
         self._release = release
+        # whether the pool's engines answer SchedulerView.cached_prefix ("kv_index")
+        self.engine_index = engine_index
 
     def release(self, uuid: int, answer: Any) -> None:
         """Place the queued request ``uuid`` now with ``answer`` (``(worker_id, dp_rank)`` or a

@@ -80,6 +80,8 @@ class VllmRank(RankBase):
         # in flight, reported with its prefill completions when it ends
         self.observer = None
         self._stored = []
+        self._in_flight_index = None   # (stored, evicted) hash sets of the pass in flight
+        self._evicted_in_flight = []
         # telemetry reads the rank as of its latest pass completion or submission: a pass in
         # flight has changed the queues already, the reference's gauges not yet
         self.capture_gauges = False
@@ -514,6 +516,34 @@ class VllmRank(RankBase):
         pool = self.pool
         return pool.active(), pool.inactive()
 
+    def indexed_prefix(self, hashes):
+        """The leading blocks of ``hashes`` an index fed by this rank's KV events would hold:
+        what the pool holds, minus blocks the pass in flight committed, plus blocks it evicted
+        (their events come at its end)."""
+        pool = self.pool
+        held = pool.match(hashes)
+        evicted = pool.take_evicted()
+        if len(evicted):
+            self._evicted_in_flight.extend(evicted)
+            self._in_flight_index = None
+        if not self._stored and not self._evicted_in_flight:
+            return held
+        index = self._in_flight_index
+        if index is None:
+            stored = set()
+            for run in self._stored:
+                stored.update(run)
+            index = self._in_flight_index = (stored, set(self._evicted_in_flight))
+        stored, gone = index
+        count = 0
+        for i, block in enumerate(hashes):
+            # resident: indexed unless this pass stored it; gone: indexed until this pass ends,
+            # unless this pass had stored it in the first place
+            if (block in stored) if i < held else (block not in gone or block in stored):
+                break
+            count += 1
+        return count
+
     def live_gauges(self):
         """(active blocks, inactive blocks, running, waiting) now."""
         pool = self.pool
@@ -616,11 +646,16 @@ class VllmRank(RankBase):
         """Tell the router what the pass that ends now did: the full blocks it computed, the
         cached blocks evicted for it, the prompts it completed (in that order)."""
         stored, self._stored = self._stored, []
-        for hashes in stored:
-            observer.kv_stored(self, hashes)
-        evicted = self.pool.take_evicted(absent_only=True)
-        if len(evicted):
-            observer.kv_removed(self, evicted)
+        if observer.sends_kv:
+            for hashes in stored:
+                observer.kv_stored(self, hashes)
+            evicted = self.pool.take_evicted(absent_only=True)
+            if len(evicted):
+                observer.kv_removed(self, evicted)
+        else:  # the router reads the engine itself (indexed_prefix): a new pass, a new log
+            self.pool.take_evicted()
+            self._evicted_in_flight = []
+            self._in_flight_index = None
         ready = self._ready
         if observer.ordered:
             # the reference signals each request in running order, each draining the
@@ -742,6 +777,7 @@ class VllmRank(RankBase):
             r.committed_blocks = full_blocks
             if self.observer is not None:
                 self._stored.append(hashes[done:full_blocks])
+                self._in_flight_index = None
 
     def _lookup_hashes(self, r, n_blocks):
         """Sequence hashes of the first ``n_blocks`` blocks of prompt + generated tokens."""

@@ -23,7 +23,8 @@ from ..placement import QUEUED, Placement, PlacementRequest, PoolView, Scheduler
 
 class Router:
     __slots__ = ("kind", "policy", "view", "deliver", "block_size", "by_id", "active",
-                 "queued", "_released", "wants_kv", "wants_prefill", "wants_terminal",
+                 "queued", "_released", "wants_kv", "wants_index", "wants_prefill",
+                 "wants_terminal",
                  "_views", "_label", "_batch", "_order", "_active_ids")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
@@ -41,7 +42,9 @@ class Router:
         self._label = provider.label()
         self.view = PoolView(kind, block_size=block_size,
                              max_num_batched_tokens=max_num_batched_tokens,
-                             release=self._on_release)
+                             release=self._on_release,
+                             engine_index=all(hasattr(rank, "indexed_prefix")
+                                              for w in workers for rank in w.ranks))
         for worker in workers:
             self.by_id[worker.worker_id] = worker
             self.active.append(worker)
@@ -49,13 +52,14 @@ class Router:
         self.policy = GuardedPlacement(provider, config, self.view)
         observes = getattr(self.policy.policy, "OBSERVES", frozenset())
         self.wants_kv = "kv_events" in observes
+        self.wants_index = "kv_index" in observes
         self.wants_prefill = "prefill" in observes
         self.wants_terminal = "terminal" in observes
 
     @property
     def observes_engine(self):
         """Whether the engines must report pass-level events (KV blocks, prefill ends)."""
-        return self.wants_kv or self.wants_prefill
+        return self.wants_kv or self.wants_index or self.wants_prefill
 
     def scheduler_view(self, rank):
         view = self._views.get(rank)

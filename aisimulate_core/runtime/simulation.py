@@ -47,13 +47,14 @@ class EngineEvents:
     """A rank's observer when its pool's router watches the engines: pass-level events become
     the router's notifications, stamped with the simulation clock (the pass end)."""
 
-    __slots__ = ("sim", "router", "ordered")
+    __slots__ = ("sim", "router", "ordered", "sends_kv")
 
     def __init__(self, sim, router):
         self.sim = sim
         self.router = router
         # prefill completions and terminals of a pass reach the router in running order
         self.ordered = router.wants_prefill or router.wants_terminal
+        self.sends_kv = router.wants_kv
 
     def begin_pass(self, order):
         self.router.begin_pass(order)
@@ -83,7 +84,7 @@ def watch_engines(sim, router, workers):
         for rank in worker.ranks:
             rank.observer = events
             rank.watched = True
-            if router.wants_kv:
+            if router.wants_kv or router.wants_index:
                 rank.pool.log_evictions(True)
 
 

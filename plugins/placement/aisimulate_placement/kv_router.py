@@ -83,8 +83,15 @@ class KvRouter(PlacementPolicy):
         # the decode pool neither credits overlap nor tracks prefill: it needs no index and no
         # prefill notifications, and reports overlap 0 as the reference does
         self._uses_index = pool.kind != "decode"
+        # without event lag the index is what the engines hold as of their latest pass end:
+        # the runtime answers that from the engine (SchedulerView.cached_prefix), sparing the
+        # per-block events; with lag the router keeps its own index of delayed events
+        self._engine_index = (self._uses_index and settings.kv_event_lag_ms == 0
+                              and pool.engine_index)
         if not self._uses_index:
             self.OBSERVES = frozenset({"terminal"})
+        elif self._engine_index:
+            self.OBSERVES = frozenset({"kv_index", "prefill", "terminal"})
         self._states: dict[tuple, SchedulerState] = {}
         self._placed: dict[int, list] = {}   # uuid -> [state, prefill share, held blocks]
         self._queue = (PendingQueue(settings.router_queue_policy)
@@ -120,6 +127,12 @@ class KvRouter(PlacementPolicy):
     def _overlaps(self, candidates: Sequence[SchedulerView], hashes: Sequence[int]) -> dict:
         overlaps = {}
         if not hashes:
+            return overlaps
+        if self._engine_index:
+            for view in candidates:
+                matched = view.cached_prefix(hashes)
+                if matched:
+                    overlaps[(view.worker_id, view.dp_rank)] = matched
             return overlaps
         states = self._states
         for view in candidates:

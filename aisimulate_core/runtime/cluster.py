@@ -15,7 +15,8 @@ import math
 import numbers
 
 from ..engine import fpm
-from ..errors import PluginError
+from ..errors import AisimError, PluginError
+from ..messages import escape_controls
 from .lifecycle import ACTIVE, DRAINING, REMOVED, STARTING, Lifecycle, PoolLifecycle
 from .telemetry import scheduler_rows
 from .traffic import TrafficWindow
@@ -82,12 +83,11 @@ class Cluster:
     def _call(self, what, function, *args):
         try:
             return function(*args)
-        except Exception as error:  # noqa: BLE001 - a policy's failure is one line
-            from ..errors import AisimError
-            if isinstance(error, AisimError):
-                raise
-            raise PluginError(f"{self.label}: {what} raised {type(error).__name__}: {error}") \
-                from error
+        except AisimError:
+            raise
+        except Exception as error:  # a policy's failure is one line naming it
+            raise PluginError(escape_controls(
+                f"{self.label}: {what} raised {type(error).__name__}: {error}")) from error
 
     # ------------------------------------------------------------------ the clock
     def next_time(self):

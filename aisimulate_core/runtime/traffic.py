@@ -11,7 +11,7 @@ from __future__ import annotations
 
 class TrafficWindow:
     __slots__ = ("start_ms", "arrivals", "completed", "isl", "osl", "ttft", "ttft_n", "itl",
-                 "itl_n", "hit", "hit_n", "steps_mark", "steps_now")
+                 "itl_n", "hit", "hit_n", "steps_mark")
 
     def __init__(self, start_ms=0.0):
         self._open(start_ms, 0)
@@ -27,8 +27,7 @@ class TrafficWindow:
         self.itl_n = 0
         self.hit = 0.0
         self.hit_n = 0
-        self.steps_mark = steps_mark
-        self.steps_now = steps_mark
+        self.steps_mark = steps_mark     # the ranks' cumulative decode steps at the start
 
     # ------------------------------------------------------------------ feeds
     def arrival(self):

@@ -43,6 +43,8 @@ OWN = {
     "sglang_kv_agg_2w_evicting": None,
     "sglang_kv_1w_evicting": 20.0,
     "sglang_kv_queue_scaling": 10.0,
+    "sglang_kv_nocache": None,
+    "sglang_rr_dp2_scaling": 25.0,
 }
 
 

@@ -40,10 +40,12 @@ def _in_root(function, *args, **kwargs):
         os.chdir(cwd)
 
 
-@pytest.mark.parametrize("name", ["sglang_schedule_scaling_rr", "sglang_kv_queue_scaling"])
+@pytest.mark.parametrize("name", ["sglang_schedule_scaling_rr", "sglang_kv_queue_scaling",
+                                  "sglang_rr_dp2_scaling"])
 def test_sglang_fpm_rows_match_the_reference(name):
     """The scaling snapshots of an SGLang run, FPM rows included (prefill-only and decode-only
-    passes, queues left waiting, idle ranks), are the reference's (recorded with --snapshots)."""
+    passes, queues left waiting, idle ranks, attention-DP ranks reporting the grouped pass's
+    duration), are the reference's (recorded with --snapshots)."""
     from aisimulate_core import run_replay
     from cluster_compare import diff
 

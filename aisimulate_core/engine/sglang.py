@@ -182,7 +182,7 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
             self.finish_round(self.prefill_in_pass, self.model_work_in_pass)
         self.pass_end_ms = end_ms
         if watched:
-            self._watch_formed(now_ms, end_ms, batch)
+            self._watch_formed(now_ms, batch)
         return end_ms
 
     def join_group(self, dp_size):

@@ -51,7 +51,8 @@ class SglangClusterHooks:
         self._pass_chunks = []       # (request, prefix, chunk end, fresh) prefilled this pass
         self._pass_hits = (0, 0)
         self._prefilled = []         # first token emitted this pass, more to come
-        self._decoder_lens = None    # members' lengths before this pass's decode step
+        self._decoders = None        # members before this pass's decode step
+        self._decoder_lens = None    # their lengths (for FPM)
         self.fpm_on = False
         self.fpm_last = None         # (end ms, row) of the latest completed pass
         self.fpm_clock = 0.0
@@ -96,18 +97,20 @@ class SglangClusterHooks:
 
     # ------------------------------------------------------------------ per pass
     def _watch_decoders(self):
-        """Before a decode step: the members it steps (retracted ones included, as in the
-        reference's FPM), their lengths before the step."""
+        """Before a decode step: how many members it steps and, for FPM, their lengths before
+        the step (retracted ones included, as in the reference's FPM)."""
         running = self.running
-        D = running.D
-        self._decoder_lens = [r.prompt_len + r.base_gen + D - r.open_start for r in running]
+        self._decoders = len(running)
+        if self.fpm_on:
+            D = running.D
+            self._decoder_lens = [r.prompt_len + r.base_gen + D - r.open_start for r in running]
 
     def _watch_decoded(self, emitted):
         """After the decode step: every member left in the batch emitted a token (when any
         did): those are the pass's decode steps."""
-        self._pass_steps = len(self._decoder_lens) - len(self._retracted) if emitted else 0
+        self._pass_steps = self._decoders - len(self._retracted) if emitted else 0
 
-    def _watch_formed(self, now_ms, end_ms, batch):
+    def _watch_formed(self, now_ms, batch):
         """The pass just formed: its counters, FPM row and gauges, kept until it completes."""
         hit = total = 0
         for _, prefix, chunk_end, fresh in self._pass_chunks:
@@ -117,12 +120,12 @@ class SglangClusterHooks:
             else:
                 total += chunk_end - prefix
         self._pass_hits = (hit, total)
-        if batch or self._decoder_lens is None:
+        if batch or self._decoders is None:
             self._pass_steps = 0          # a prefill forward's first tokens are not decode steps
         if self.fpm_on:
-            self._fpm_pending = sglang_fpm.pass_row(self, now_ms, end_ms)
+            self._fpm_pending = sglang_fpm.pass_row(self, now_ms)
         self._pass_chunks = []
-        self._decoder_lens = None
+        self._decoders = self._decoder_lens = None
 
     def _watch_completed(self):
         """The pass completes: counters, FPM, and the router's KV and prefill events."""
@@ -131,7 +134,10 @@ class SglangClusterHooks:
         self.cache_total_tokens += total
         self.decode_steps += self._pass_steps
         if self.fpm_on:
-            self.fpm_last = (self.pass_end_ms, self._fpm_pending)
+            row = self._fpm_pending
+            # the duration of the grouped pass (attention DP): every rank's ends with the slowest
+            row["wall_time"] = (self.pass_end_ms - row["wall_time"]) / 1000.0
+            self.fpm_last = (self.pass_end_ms, row)
         prefilled, self._prefilled = self._prefilled, []
         observer = self._observer
         if observer is None:

@@ -2,7 +2,8 @@
 scheduler builds it: the prefill chunks that computed tokens (prompt length, tokens already in
 KV, tokens computed), the members a decode step stepped (their lengths before the step, a
 member retracted by that step included), and the queue the pass leaves waiting (retracted
-requests included). Population variances.
+requests included). Population variances. ``wall_time`` is the duration of the grouped
+pass (attention DP), as the reference reports it.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from .fpm import ROW_KEYS, _sum_var, queue_stats
 
 
-def pass_row(rank, now_ms, end_ms):
-    """The row of the pass ``rank`` just formed at ``now_ms``, ending at ``end_ms``."""
+def pass_row(rank, now_ms):
+    """The row of the pass ``rank`` just formed at ``now_ms``; its ``wall_time`` holds the
+    start until the pass completes (sglang_cluster.py makes it the grouped pass's duration)."""
     chunks = [(r.prompt_len, prefix, chunk_end - prefix)
               for r, prefix, chunk_end, _ in rank._pass_chunks if chunk_end > prefix]
     _, prompt_var = _sum_var([prompt for prompt, _, _ in chunks])
@@ -22,7 +24,7 @@ def pass_row(rank, now_ms, end_ms):
     qd_sum, qd_var = _sum_var(queued_decode)
     # in ROW_KEYS order
     return dict(zip(ROW_KEYS, (
-        (end_ms - now_ms) / 1000.0,
+        now_ms,
         len(chunks), sum(computed for _, _, computed in chunks), prompt_var,
         sum(prefix for _, prefix, _ in chunks),
         len(decoders), decode_sum, decode_var,

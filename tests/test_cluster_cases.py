@@ -45,6 +45,7 @@ OWN = {
     "sglang_kv_queue_scaling": 10.0,
     "sglang_kv_nocache": None,
     "sglang_rr_dp2_scaling": 25.0,
+    "sglang_dp_idle_rank": None,
 }
 
 

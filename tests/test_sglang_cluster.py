@@ -40,8 +40,20 @@ def _in_root(function, *args, **kwargs):
         os.chdir(cwd)
 
 
+# the kinds of pass a case's FPM rows show (so that the comparison is not of empty rows only)
+ROWS_SEEN = {"sglang_schedule_scaling_rr": ("num_prefill_requests", "num_decode_requests"),
+             "sglang_kv_queue_scaling": ("num_prefill_requests",),
+             "sglang_rr_dp2_scaling": ("num_prefill_requests", "num_decode_requests"),
+             "sglang_dp_idle_rank": ("num_decode_requests",)}
+IDLE_RANK_ROWS = pytest.mark.xfail(strict=True, reason=(
+    "a rank idle in its worker's grouped pass completes an empty pass in the reference (an "
+    "all-zero FPM row with the grouped pass's wall_time); runtime/worker.py does not complete "
+    "idle ranks yet"))
+
+
 @pytest.mark.parametrize("name", ["sglang_schedule_scaling_rr", "sglang_kv_queue_scaling",
-                                  "sglang_rr_dp2_scaling"])
+                                  "sglang_rr_dp2_scaling",
+                                  pytest.param("sglang_dp_idle_rank", marks=IDLE_RANK_ROWS)])
 def test_sglang_fpm_rows_match_the_reference(name):
     """The scaling snapshots of an SGLang run, FPM rows included (prefill-only and decode-only
     passes, queues left waiting, idle ranks, attention-DP ranks reporting the grouped pass's
@@ -56,9 +68,8 @@ def test_sglang_fpm_rows_match_the_reference(name):
     ours = [{k: v for k, v in s.items() if k not in EXTENSIONS} for s in recorder.snapshots]
     assert diff(ours, theirs["scaling_snapshots"], "$.scaling_snapshots") == []
     rows = [row for s in recorder.snapshots for row in s["decode_fpm_snapshots"]]
-    assert any(row["num_prefill_requests"] for row in rows)
-    if name == "sglang_schedule_scaling_rr":
-        assert any(row["num_decode_requests"] for row in rows)
+    for field in ROWS_SEEN.get(name, ()):
+        assert any(row[field] for row in rows), field
 
 
 def _tree_pages(cache):

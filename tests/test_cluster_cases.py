@@ -46,6 +46,7 @@ OWN = {
     "sglang_kv_nocache": None,
     "sglang_rr_dp2_scaling": 25.0,
     "sglang_dp_idle_rank": None,
+    "vllm_dp_group_wall_time": None,
 }
 
 

@@ -47,6 +47,8 @@ OWN = {
     "sglang_rr_dp2_scaling": 25.0,
     "sglang_dp_idle_rank": None,
     "vllm_dp_group_wall_time": None,
+    "sglang_kv_page1": None,
+    "sglang_kv_knobs_mooncake": None,
 }
 
 

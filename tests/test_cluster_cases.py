@@ -49,6 +49,7 @@ OWN = {
     "vllm_dp_group_wall_time": None,
     "sglang_kv_page1": None,
     "sglang_kv_knobs_mooncake": None,
+    "sglang_kv_queue_retract": 10.0,
 }
 
 

@@ -43,6 +43,7 @@ def _in_root(function, *args, **kwargs):
 # the kinds of pass a case's FPM rows show (so that the comparison is not of empty rows only)
 ROWS_SEEN = {"sglang_schedule_scaling_rr": ("num_prefill_requests", "num_decode_requests"),
              "sglang_kv_queue_scaling": ("num_prefill_requests",),
+             "sglang_kv_queue_retract": ("num_prefill_requests", "num_queued_prefill"),
              "sglang_rr_dp2_scaling": ("num_prefill_requests", "num_decode_requests"),
              "sglang_dp_idle_rank": ("num_decode_requests",),
              "vllm_dp_group_wall_time": ("num_prefill_requests", "num_decode_requests")}
@@ -69,7 +70,7 @@ def _check_snapshots(name):
 
 
 @pytest.mark.parametrize("name", ["sglang_schedule_scaling_rr", "sglang_kv_queue_scaling",
-                                  "sglang_rr_dp2_scaling",
+                                  "sglang_kv_queue_retract", "sglang_rr_dp2_scaling",
                                   pytest.param("sglang_dp_idle_rank", marks=IDLE_RANK_ROWS)])
 def test_sglang_fpm_rows_match_the_reference(name):
     """The scaling snapshots of an SGLang run, FPM rows included (prefill-only and decode-only

@@ -386,6 +386,19 @@ def test_summary_table_with_goodput_and_missing_keys():
     assert table.endswith("goodput             1.500 req/s, 20.0 output tok/s (3 requests within SLA)\n")
 
 
+def test_summary_table_says_what_scaling_did():
+    # the s1 case's operations: 2 workers, 4 at 60 (two starting), 3 at 80 (one cancelled), ...
+    case = Path(__file__).resolve().parents[2] / "shared" / "bench" / "cluster" / \
+        "s1_schedule_scaling_agg_rr.expected.json"
+    if not case.exists():
+        pytest.skip("../shared is not beside the checkout")
+    operations = json.loads(case.read_text())["lifecycle_operations"]
+    table = format_summary({"lifecycle_operations": operations})
+    assert table.endswith("scaling             8 operations; agg 2 → 2 active (min 1, max 3)\n")
+    assert format_summary({"lifecycle_operations": []}).endswith("scaling             no change\n")
+    assert "scaling" not in format_summary({})
+
+
 def test_progress_line():
     stream = io.StringIO()
     progress = ProgressLine(stream)

@@ -67,8 +67,33 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"({_number(summary.get('goodput_completed_requests'), 0)} requests within SLA)",
             )
         )
+    scaling = _scaling_fact(summary.get("lifecycle_operations"))
+    if scaling is not None:
+        facts.append(("scaling", scaling))
     lines.extend(align([list(fact) for fact in facts]))
     return "\n".join(lines) + "\n"
+
+
+def _scaling_fact(operations: Any) -> str | None:
+    """What scaling did, in a line: operations, and each pool's active workers at the start,
+    fewest, most and at the end."""
+    if not isinstance(operations, list):
+        return None
+    if not operations:
+        return "no change"
+    pools: dict[str, list[int]] = {}
+    for op in operations:
+        after = set(op.get("state_after_batch", {}).get("active", []))
+        counts = pools.setdefault(op.get("pool"), [])
+        if not counts:  # the workers active before the pool's first operation
+            transitions = op.get("transitions", [])
+            became = {t.get("worker_id") for t in transitions if t.get("state") == "active"}
+            left = {t.get("worker_id") for t in transitions if t.get("prior_state") == "active"}
+            counts.append(len((after - became) | left))
+        counts.append(len(after))
+    shown = ", ".join(f"{pool} {counts[0]} → {counts[-1]} active (min {min(counts)}, max "
+                      f"{max(counts)})" for pool, counts in pools.items())
+    return f"{len(operations)} operations; {shown}"
 
 
 def _scaled(value: Any, factor: float) -> Any:

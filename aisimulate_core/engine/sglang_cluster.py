@@ -5,10 +5,9 @@ scaling policy reads forward-pass metrics; until then none of this runs (one tes
 ``schedule`` and ``complete``).
 
 An SGLang pass decides everything when it is formed (``schedule``): the rank's state is the
-state after the pass at once, and the pass end only makes it visible. So the gauges of a pass
-are the state ``schedule`` leaves, and a submission during the pass shows that state plus the
-new request (the reference computes its engine metrics the same way, its pass executing at the
-pass start).
+state after the pass at once, and the pass end only makes it visible. So a submission during a
+pass shows that state plus the new request, and the gauges at the pass's completion are the
+state then, requests submitted during the pass waiting (as the reference's rows show).
 
 Gauges follow the reference's SGLang metrics: ``active_blocks`` = pages of the pool in use
 (radix-resident pages included), ``inactive_blocks`` = 0 (CLUSTER.md §4).
@@ -133,8 +132,9 @@ class SglangClusterHooks:
         self.cache_hit_tokens += hit
         self.cache_total_tokens += total
         self.decode_steps += self._pass_steps
-        if self.fpm_on:
-            row = self._fpm_pending
+        row = self._fpm_pending
+        if row is not None:
+            self._fpm_pending = None
             # the duration of the grouped pass (attention DP): every rank's ends with the slowest
             row["wall_time"] = (self.pass_end_ms - row["wall_time"]) / 1000.0
             self.fpm_last = (self.pass_end_ms, row)

@@ -80,6 +80,14 @@ class Router:
         """Place an arriving ``request`` (asking for ``dp_rank`` or None): delivered now, or
         kept by the policy. Returns whether it was delivered."""
         answer = self.policy.place(_Routed(request, dp_rank, now_ms, self.block_size))
+        if type(answer) is tuple and len(answer) == 2:   # the usual answer, checked inline
+            worker_id, dp_rank = answer
+            worker = self._active_ids.get(worker_id) if type(worker_id) is int else None
+            if worker is not None and type(dp_rank) is int and 0 <= dp_rank < len(worker.ranks):
+                self.deliver(request, worker, dp_rank, now_ms)
+                if self._released:
+                    self.flush(now_ms)
+                return True
         if answer is QUEUED:
             self.queued[request.uuid] = (request, now_ms)
             return False

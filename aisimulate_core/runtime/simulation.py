@@ -99,6 +99,7 @@ class Simulation:
         self.cluster = None          # runtime/cluster.py, when a scaling policy runs
         self.telemetry = None        # runtime/telemetry.py, when samples are asked for
         self.windows = ()            # traffic windows to feed (scaling snapshot, telemetry)
+        self._routes_terminals = None
         self.make_worker = None      # (worker_id, key) -> a new worker of the pool (build.py)
         self.pools = {}              # kind -> runtime/cluster.py ClusterPool
         self.driver = driver
@@ -423,6 +424,14 @@ class Simulation:
                 window.placed(route["selected_overlap_blocks"], request.prompt_len,
                               self.router.block_size)
 
+    @property
+    def _terminal_routing(self):
+        """Whether a router of this run wants terminals (round robin does not)."""
+        flag = self._routes_terminals
+        if flag is None:
+            flag = self._routes_terminals = any(r.wants_terminal for r in self.routers)
+        return flag
+
     def _route_terminal(self, request, end_ms):
         for router in self.routers:
             router.terminal(request.uuid, end_ms)
@@ -438,7 +447,8 @@ class Simulation:
         if status == "completed":
             self.completed += 1
         self.collector.on_terminal(record)
-        self._route_terminal(request, end_ms)
+        if self._terminal_routing:
+            self._route_terminal(request, end_ms)
         if self.windows and status == "completed":
             for window in self.windows:
                 window.completed_request(record)

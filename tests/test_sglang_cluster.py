@@ -47,10 +47,6 @@ ROWS_SEEN = {"sglang_schedule_scaling_rr": ("num_prefill_requests", "num_decode_
              "sglang_rr_dp2_scaling": ("num_prefill_requests", "num_decode_requests"),
              "sglang_dp_idle_rank": ("num_decode_requests",),
              "vllm_dp_group_wall_time": ("num_prefill_requests", "num_decode_requests")}
-IDLE_RANK_ROWS = pytest.mark.xfail(strict=True, reason=(
-    "a rank idle in its worker's grouped pass completes an empty pass in the reference (an "
-    "all-zero FPM row with the grouped pass's wall_time); runtime/worker.py does not complete "
-    "idle ranks yet"))
 
 
 def _check_snapshots(name):
@@ -71,7 +67,7 @@ def _check_snapshots(name):
 
 @pytest.mark.parametrize("name", ["sglang_schedule_scaling_rr", "sglang_kv_queue_scaling",
                                   "sglang_kv_queue_retract", "sglang_rr_dp2_scaling",
-                                  pytest.param("sglang_dp_idle_rank", marks=IDLE_RANK_ROWS)])
+                                  "sglang_dp_idle_rank"])
 def test_sglang_fpm_rows_match_the_reference(name):
     """The scaling snapshots of an SGLang run, FPM rows included (prefill-only and decode-only
     passes, queues left waiting, idle ranks, attention-DP ranks reporting the grouped pass's
@@ -79,9 +75,6 @@ def test_sglang_fpm_rows_match_the_reference(name):
     _check_snapshots(name)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the vLLM ranks' FPM wall_time is the rank's own pass, not the grouped pass "
-    "(engine/fpm.py pass_row reads pass_end_ms before the worker sets the group end)"))
 def test_vllm_dp_fpm_rows_report_the_grouped_pass():
     """The same rule on vLLM ranks: a 5 ms decode beside a 15 ms mixed pass reports 0.015."""
     _check_snapshots("vllm_dp_group_wall_time")

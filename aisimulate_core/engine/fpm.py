@@ -19,7 +19,7 @@ IDLE_ROW.update(wall_time=0.0, var_prefill_length=0.0, var_decode_kv_tokens=0.0,
                 var_queued_prefill_length=0.0, var_queued_decode_kv_tokens=0.0)
 
 
-def _sum_var(values):
+def sum_var(values):
     n = len(values)
     if n == 0:
         return 0, 0.0
@@ -44,7 +44,7 @@ def pass_row(rank, now_ms, P, ready):
     """The row of the pass ``rank`` just formed at ``now_ms`` (index ``P``)."""
     chunks = rank._fpm_chunks
     prompts = [r.prompt_len for r in chunks]
-    _, prompt_var = _sum_var(prompts)
+    _, prompt_var = sum_var(prompts)
     contexts = []
     for bucket in rank.buckets.values():
         for r in bucket:
@@ -52,12 +52,12 @@ def pass_row(rank, now_ms, P, ready):
     for r in ready:
         if r.pass_chunk[1] < 0 and r.out_limit > 0 and not r.generated:
             contexts.append(r.prompt_len + r.generated)   # a decode-role activation's step
-    context_sum, context_var = _sum_var(contexts)
+    context_sum, context_var = sum_var(contexts)
     queued_prefill, queued_decode = rank._fpm_queue
-    qp_sum, qp_var = _sum_var(queued_prefill)
-    qd_sum, qd_var = _sum_var(queued_decode)
+    qp_sum, qp_var = sum_var(queued_prefill)
+    qd_sum, qd_var = sum_var(queued_decode)
     return {
-        "wall_time": (rank.pass_end_ms - now_ms) / 1000.0,
+        "wall_time": now_ms,   # the pass start: completed() makes it the (grouped) duration
         "num_prefill_requests": len(chunks),
         "sum_prefill_tokens": rank._pf_tokens,
         "var_prefill_length": prompt_var,
@@ -75,9 +75,12 @@ def pass_row(rank, now_ms, P, ready):
 
 
 def completed(rank):
-    """(end ms, row) of the pass completing now on ``rank``."""
+    """(end ms, row) of the pass completing now on ``rank``: a rank of an attention-DP group
+    reports the grouped pass's duration, as the reference does."""
     row = rank._fpm_pending
     ends = rank._macro_ends
+    if row is not None and not (ends is not None and len(ends) > 1):
+        return rank.pass_end_ms, dict(row, wall_time=(rank.pass_end_ms - row["wall_time"]) / 1000.0)
     if ends is not None and len(ends) > 1 and row is not None:
         extra = len(ends) - 1
         row = dict(row, wall_time=(ends[-1] - ends[-2]) / 1000.0, num_prefill_requests=0,

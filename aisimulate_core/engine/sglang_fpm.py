@@ -8,7 +8,7 @@ pass (attention DP), as the reference reports it.
 
 from __future__ import annotations
 
-from .fpm import ROW_KEYS, _sum_var, queue_stats
+from .fpm import ROW_KEYS, sum_var, queue_stats
 
 
 def pass_row(rank, now_ms):
@@ -16,12 +16,12 @@ def pass_row(rank, now_ms):
     start until the pass completes (sglang_cluster.py makes it the grouped pass's duration)."""
     chunks = [(r.prompt_len, prefix, chunk_end - prefix)
               for r, prefix, chunk_end, _ in rank._pass_chunks if chunk_end > prefix]
-    _, prompt_var = _sum_var([prompt for prompt, _, _ in chunks])
+    _, prompt_var = sum_var([prompt for prompt, _, _ in chunks])
     decoders = rank._decoder_lens or ()
-    decode_sum, decode_var = _sum_var(decoders)
+    decode_sum, decode_var = sum_var(decoders)
     queued_prefill, queued_decode = queue_stats(rank.waiting)
-    qp_sum, qp_var = _sum_var(queued_prefill)
-    qd_sum, qd_var = _sum_var(queued_decode)
+    qp_sum, qp_var = sum_var(queued_prefill)
+    qd_sum, qd_var = sum_var(queued_decode)
     # in ROW_KEYS order
     return dict(zip(ROW_KEYS, (
         now_ms,

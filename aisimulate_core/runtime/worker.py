@@ -9,12 +9,13 @@ a grouped pass every rank, idle ones included, hears whether any rank prefilled 
 
 from __future__ import annotations
 
+from ..engine import fpm
 from ..engine.request import request_name
 
 
 class Worker:
     __slots__ = ("idx", "worker_id", "ranks", "busy", "_active", "pass_end_ms", "generation",
-                 "extendable", "_round_ranks")
+                 "extendable", "_round_ranks", "_pass_start")
 
     def __init__(self, idx, ranks, worker_id=None):
         self.idx = idx                # the simulation's key for this worker
@@ -22,6 +23,7 @@ class Worker:
         self.ranks = ranks
         self.busy = False
         self._active = ()
+        self._pass_start = 0.0
         self.pass_end_ms = 0.0
         self.generation = 0
         # a lone rank that can run decode-only passes as one event
@@ -76,6 +78,7 @@ class Worker:
         if end == now_ms:
             self._check_stuck(now_ms)
         self.busy = True
+        self._pass_start = now_ms
         self.pass_end_ms = end
         return end
 
@@ -128,6 +131,17 @@ class Worker:
 
     def complete_pass(self):
         self.busy = False
-        for rank in self._active:
+        active = self._active
+        for rank in active:
             rank.complete()
+        if len(active) < len(self.ranks):
+            self._idle_ranks_passed(active)
         self._active = ()
+
+    def _idle_ranks_passed(self, active):
+        """A rank with nothing to do takes part in its worker's grouped pass: the reference
+        reports an empty forward-pass row for it, lasting the grouped pass."""
+        for rank in self.ranks:
+            if rank not in active and getattr(rank, "fpm_on", False):
+                rank.fpm_last = (self.pass_end_ms, dict(fpm.IDLE_ROW, wall_time=(
+                    self.pass_end_ms - self._pass_start) / 1000.0))

@@ -211,3 +211,15 @@ def test_a_kv_router_run_releases_its_queue_when_the_new_worker_is_ready():
     assert [len(op["topology_released_request_uuids"])
             for op in theirs["lifecycle_operations"]] == [0, 3, 0, 0]
     assert [s["now_ms"] for s in policy.snapshots] == [12.0, 90.0]
+
+
+def test_a_target_beyond_the_rank_bound_is_one_error():
+    # a policy asking for 10^9 workers: one line, not a loop allocating a billion workers
+    from aisimulate_core.errors import SimulationError
+
+    policy = Answers({"target_prefill": None, "target_decode": 10 ** 9, "next_tick_ms": None})
+    with pytest.raises(SimulationError) as error:
+        run_replay(fixture_payload("ticks_while_work"), scaling_policy=policy)
+    assert str(error.value) == (
+        "scaling policy Answers: at 50 ms the agg pool's target adds 999999999 workers of 1 "
+        "ranks to the 1 ranks live; at most 65536 ranks may run at once")

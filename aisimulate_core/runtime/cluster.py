@@ -15,7 +15,8 @@ import math
 import numbers
 
 from ..engine import fpm
-from ..errors import AisimError, PluginError
+from ..errors import AisimError, PluginError, SimulationError
+from ..spec.bounds import MAX_RANKS
 from ..messages import escape_controls
 from .lifecycle import ACTIVE, DRAINING, REMOVED, STARTING, Lifecycle, PoolLifecycle
 from .telemetry import scheduler_rows
@@ -158,6 +159,7 @@ class Cluster:
             return
         lifecycle = self.lifecycle
         if target > len(current):
+            self._check_size(pool, target - len(current), t)
             op = lifecycle.begin(t, life, "planner_scale", tick_ordinal)
             for _ in range(target - len(current)):
                 self._start(pool, op, t)
@@ -185,6 +187,16 @@ class Cluster:
             pool.router.worker_removed(pool.workers[worker_id], t)
             self._forget(pool, worker_id, t)
         lifecycle.commit(op, self.sim.flush_router(pool.router, t))
+
+    def _check_size(self, pool, more, t):
+        """Scaling up may not take the cluster past the ranks a payload may ask for
+        (spec/bounds.py): a policy's target of 10^9 workers is one error, not a memory blow-up."""
+        live = sum(len(w.ranks) for p in self.pools.values() for w in p.workers.values())
+        dp = len(next(iter(pool.workers.values())).ranks) if pool.workers else 1
+        if live + more * dp > MAX_RANKS:
+            raise SimulationError(
+                f"{self.label}: at {t:g} ms the {pool.kind} pool's target adds {more} workers of "
+                f"{dp} ranks to the {live} ranks live; at most {MAX_RANKS} ranks may run at once")
 
     def _start(self, pool, op, t):
         life = pool.life

@@ -20,6 +20,8 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 RELATIVE_ACCURACY = 0.001
@@ -315,11 +317,11 @@ class _Store:
         """Key of the first slot whose running count exceeds ``rank``."""
         if rank < 0:
             return self.min_key
-        running = 0
-        for index, n in enumerate(self.bins):
-            running += n
-            if running > rank:
-                return self.offset + index
+        # the running counts in C, then the first slot above rank by bisection
+        running = list(accumulate(self.bins))
+        index = bisect_right(running, rank)
+        if index < len(running):
+            return self.offset + index
         return self.max_key
 
 

@@ -1,0 +1,159 @@
+"""Defects found by the review of the cluster layer (scaling, routers, telemetry), each shown by a
+small run: a test marked xfail(strict=True) fails today and passes once its defect is mended
+(then drop the mark). The unmarked tests next to them are controls: they show that the same
+setting behaves as it should when the defect's condition is absent.
+
+The payloads are vLLM workers with fixed timing (10 ms prefill, 5 ms decode) on the traces of
+tests/fixtures/review9/.
+"""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from aisimulate_core import Prompt, SimRequest, build_simulation, load_payload, run_replay
+from aisimulate_core.errors import AisimError, PluginError, SimulationError
+from aisimulate_core.hookspecs import hookimpl
+from aisimulate_core.plugins import make_plugin_manager
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "review9"
+
+
+def aggregated(trace, *, workers=1, dp_size=1, placement="round_robin", ticks=None):
+    """An aggregated payload on ``trace`` (a file of tests/fixtures/review9/), scaled by a
+    ``schedule`` of ``ticks`` when given."""
+    payload = {
+        "spec": {
+            "version": 1,
+            "topology": {"kind": "aggregated", "workers": {"initial_workers": workers}},
+            "engine": {"dp_size": dp_size, "tensor_parallel_size": 1,
+                       "rank": {"backend": "vllm", "block_size": 16, "num_gpu_blocks": 1024,
+                                "max_num_seqs": 4, "max_num_batched_tokens": 8192,
+                                "timing_model": {"type": "fixed", "prefill_ms": 10.0,
+                                                 "decode_ms": 5.0}}},
+            "adapters": {"placement": {"provider": placement}},
+            "record_per_request": True,
+        },
+        "traffic": {"source_type": "trace", "trace_path": str(FIXTURES / trace),
+                    "trace_format": "mooncake", "trace_block_size": 16},
+    }
+    if ticks is not None:
+        payload["spec"]["adapters"]["scaling"] = {"provider": "schedule",
+                                                  "config": {"ticks": ticks}}
+    return payload
+
+
+# ---------------------------------------------------------------------- the rank bound
+# runtime/cluster.py Cluster._check_size takes a worker's rank count from a live worker of the
+# pool, and 1 when the pool has none: once a DP pool has been scaled to 0, scaling it up again
+# is checked as if each worker had one rank. The bound is lowered to 8 ranks (both places that
+# hold it) so that the run stays tiny; the same check on a non-empty pool (the control) errs.
+
+@pytest.fixture
+def eight_ranks(monkeypatch):
+    import aisimulate_core.runtime.cluster as cluster
+    import aisimulate_core.spec.bounds as bounds
+
+    monkeypatch.setattr(bounds, "MAX_RANKS", 8)
+    monkeypatch.setattr(cluster, "MAX_RANKS", 8)
+
+
+def test_control_scaling_a_live_dp_pool_past_the_rank_bound_is_one_error(eight_ranks):
+    # one worker of 4 ranks, 3 more asked for at 50 ms: 16 ranks > 8
+    payload = aggregated("two_apart.jsonl", dp_size=4, ticks=[{"at_ms": 50.0, "decode_target": 4}])
+    with pytest.raises(SimulationError) as error:
+        run_replay(payload)
+    assert "at most 8 ranks may run at once" in str(error.value)
+
+
+@pytest.mark.xfail(strict=True, reason="Cluster._check_size counts 1 rank per worker once the "
+                                       "pool is empty (dp from a live worker)")
+def test_scaling_an_emptied_dp_pool_past_the_rank_bound_is_one_error(eight_ranks):
+    # the worker drains at 0 and is removed at 45 when its request ends; at 50 ms 3 workers of
+    # 4 ranks (12 > 8) are asked for: the run must stop there, not start 12 ranks
+    payload = aggregated("two_apart.jsonl", dp_size=4,
+                         ticks=[{"at_ms": 0.0, "decode_target": 0},
+                                {"at_ms": 50.0, "decode_target": 3}])
+    with pytest.raises(SimulationError) as error:
+        run_replay(payload)
+    assert "adds 3 workers of 4 ranks" in str(error.value)
+    assert "at most 8 ranks may run at once" in str(error.value)
+
+
+# ---------------------------------------------------------------------- a policy without on_tick
+# guards.scaling_policy checks only initial_tick_ms() of a registered provider (build.py checks
+# both methods of an embedded object), and Cluster.tick_due reads ``self.policy.on_tick`` before
+# its _call guard: a registered policy without on_tick ends the run with an AttributeError
+# traceback at its first tick.
+
+class TickOnly:
+    NAME = "tick_only"
+
+    def __init__(self, config):
+        pass
+
+    def initial_tick_ms(self):
+        return 10.0
+
+
+class RegistersTickOnly:
+    @hookimpl
+    def aisimulate_register_scaling_policies(self, register):
+        register(TickOnly)
+
+
+def test_control_an_embedded_policy_without_on_tick_is_one_error():
+    with pytest.raises(AisimError) as error:
+        run_replay(aggregated("ten.jsonl"), scaling_policy=TickOnly({}))
+    assert str(error.value) == ("scaling_policy: needs initial_tick_ms() and on_tick(snapshot), "
+                                "got a TickOnly")
+
+
+@pytest.mark.xfail(strict=True, reason="a registered scaling policy without on_tick() raises "
+                                       "AttributeError at its first tick, not one PluginError")
+def test_a_registered_policy_without_on_tick_is_one_plugin_error():
+    payload = aggregated("ten.jsonl")
+    payload["spec"]["adapters"]["scaling"] = {"provider": "tick_only"}
+    manager = make_plugin_manager(plugins=[RegistersTickOnly()])
+    with pytest.raises(PluginError) as error:
+        run_replay(payload, plugin_manager=manager)
+    assert "on_tick" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+# ---------------------------------------------------------------------- submit() that fails
+# Simulation.submit promises "nothing of the simulation changes then" for a request it refuses,
+# but a placement failure (round robin with no active worker) comes after _register_arrival:
+# the refused request stays counted as arrived and in flight, and the run can never finish.
+
+def emptied_then_refilled():
+    """One worker drained at 0 (removed at 45), a new one at 60; requests at 0 and 100."""
+    return aggregated("two_apart.jsonl", ticks=[{"at_ms": 0.0, "decode_target": 0},
+                                                {"at_ms": 60.0, "decode_target": 1}])
+
+
+def late_request():
+    return SimRequest(0, Prompt.from_tokens(range(1000, 1016)), 2, 0.0, request_id="late")
+
+
+def test_control_the_emptied_pool_completes_its_trace():
+    report = run_replay(emptied_then_refilled())
+    assert report.summary["completed_requests"] == 2
+
+
+@pytest.mark.xfail(strict=True, reason="a submit() refused by placement leaves the request "
+                                       "counted in flight; the run then cannot finish")
+def test_a_refused_submission_leaves_the_run_as_it_was():
+    sim = build_simulation(load_payload(json.dumps(emptied_then_refilled())))
+    sim.run_until(50.0)          # no worker is active between 45 and 60
+    with pytest.raises(SimulationError) as error:
+        sim.submit(late_request())
+    assert str(error.value) == ("request 2: no active workers for round-robin placement in the "
+                                "agg pool")
+    assert (sim.arrived, sim.in_flight) == (1, 0)
+    sim.run()
+    report = sim.report()
+    assert report.summary["completed_requests"] == 2
+    assert report.summary["num_requests"] == 2

@@ -157,3 +157,81 @@ def test_a_refused_submission_leaves_the_run_as_it_was():
     report = sim.report()
     assert report.summary["completed_requests"] == 2
     assert report.summary["num_requests"] == 2
+
+
+# ---------------------------------------------------------------------- a stuck run keeps ticking
+# Simulation._cluster_time keeps telemetry samples and scaling ticks coming while a request is
+# in flight, even when nothing else can ever happen (a router queue with no worker, requests
+# stranded between the pools). Without telemetry such a run stops at once with one clear
+# SimulationError (_check_drained); with telemetry it samples on to MAX_SAMPLES (a million
+# samples, some 20 s, then an error blaming the interval), and with a policy that ticks forever
+# it never ends. The tests bound the run by a callback that raises after a fixed number of calls.
+
+QUEUE = {"router_queue_threshold": 0.01}
+
+
+def stuck_queue(**kwargs):
+    """Requests every 10 ms; the only worker drains at 15 ms and none ever comes back, so the
+    KV router's queue keeps what arrives after that for ever."""
+    payload = aggregated("ten.jsonl", placement="kv_router", **kwargs)
+    payload["spec"]["adapters"]["placement"]["config"] = QUEUE
+    return payload
+
+
+class Bounded:
+    """A callback that raises on its ``cap + 1``-th call (the test's guard against a run that
+    does not end)."""
+
+    def __init__(self, cap):
+        self.calls = 0
+        self.cap = cap
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls > self.cap:
+            raise RuntimeError(f"called {self.calls} times")
+
+
+STUCK = "requests wait in the agg pool's router queue and no worker will ever take them"
+
+
+def test_control_a_stuck_queue_without_telemetry_is_one_error():
+    with pytest.raises(SimulationError) as error:
+        run_replay(stuck_queue(ticks=[{"at_ms": 15.0, "decode_target": 0}]))
+    assert STUCK in str(error.value)
+
+
+@pytest.mark.xfail(strict=True, reason="telemetry samples keep a run that can never progress "
+                                       "going (to MAX_SAMPLES) instead of its one clear error")
+def test_a_stuck_queue_with_telemetry_is_the_same_one_error():
+    on_sample = Bounded(1000)
+    with pytest.raises(SimulationError) as error:
+        run_replay(stuck_queue(ticks=[{"at_ms": 15.0, "decode_target": 0}]),
+                   telemetry_interval_ms=10.0, on_sample=on_sample)
+    assert STUCK in str(error.value)
+    assert on_sample.calls <= 20          # the samples up to the last arrival, at 90 ms
+
+
+class DrainsThenWaits:
+    """Scales the pool to 0 at its first tick, then asks every 10 ms and never scales again."""
+
+    def __init__(self, cap):
+        self.asked = Bounded(cap)
+
+    def initial_tick_ms(self):
+        return 15.0
+
+    def on_tick(self, snapshot):
+        self.asked()
+        first = self.asked.calls == 1
+        return {"target_prefill": None, "target_decode": 0 if first else None,
+                "next_tick_ms": snapshot["now_ms"] + 10.0}
+
+
+@pytest.mark.xfail(strict=True, reason="a policy that ticks for ever on a run that can never "
+                                       "progress loops without end (no stalled-tick bound)")
+def test_a_policy_ticking_for_ever_on_a_stuck_queue_ends_with_one_error():
+    policy = DrainsThenWaits(50_000)      # about half a second of ticks
+    with pytest.raises(SimulationError) as error:
+        run_replay(stuck_queue(), scaling_policy=policy)
+    assert STUCK in str(error.value)

@@ -235,3 +235,34 @@ def test_a_policy_ticking_for_ever_on_a_stuck_queue_ends_with_one_error():
     with pytest.raises(SimulationError) as error:
         run_replay(stuck_queue(), scaling_policy=policy)
     assert STUCK in str(error.value)
+
+
+# ---------------------------------------------------------------------- samples move the stop time
+# Under a max_sim_time_ms cutoff the run stops at its last arrival, pass completion or tick at
+# or before the cutoff (CLUSTER.md §3.6), and periodic samples come only while k·I <= that stop
+# time (§4). Here a periodic sample is a step of its own: one due after the last pass completion
+# but before the cutoff moves the clock, so the run "stops" at the sample and every worker is
+# billed up to it: asking for telemetry changes decode_worker_seconds. The case is the recorded
+# ws_cutoff_busy (cutoff 312, last pass completion 310) sampled every 311 ms; the reference's
+# output is tests/fixtures/review9/ws_cutoff_busy.i311.expected.json (see README.md there).
+
+def test_control_the_cutoff_case_without_telemetry_stops_at_its_last_pass():
+    from test_cluster_lifecycle import run_case
+
+    assert run_case("ws_cutoff_busy").summary["decode_worker_seconds"] == pytest.approx(
+        0.310 + 0.260, rel=1e-12)
+
+
+@pytest.mark.xfail(strict=True, reason="a periodic sample after the last pass but before the "
+                                       "cutoff moves the run's stop time (worker-seconds)")
+def test_a_sample_before_the_cutoff_does_not_move_the_stop_time():
+    from cluster_compare import compare
+    from test_cluster_lifecycle import run_case
+
+    theirs = json.loads((FIXTURES / "ws_cutoff_busy.i311.expected.json").read_text())
+    report = run_case("ws_cutoff_busy", telemetry_interval_ms=311.0)
+    samples = report.telemetry["samples"]
+    assert [(s["kind"], s["sampled_at_ms"]) for s in samples] == [("baseline", 0.0),
+                                                                 ("final", 310.0)]
+    assert report.summary["decode_worker_seconds"] == theirs["decode_worker_seconds"]
+    assert compare(report.summary, report.per_request, theirs, samples=samples) == []

@@ -163,6 +163,16 @@ def scaling_policy(provider: Provider, config: dict) -> Any:
     return policy
 
 
+def check_scaling_policy(policy: Any, label: str) -> None:
+    """A policy the runtime will tick: it needs both methods of the contract."""
+    missing = [name for name in ("initial_tick_ms", "on_tick")
+               if not callable(getattr(policy, name, None))]
+    if missing:
+        raise PluginError(f"{label}: needs initial_tick_ms() and on_tick(snapshot); "
+                          f"{' and '.join(f'{name}()' for name in missing)} missing on a "
+                          f"{type(policy).__name__}")
+
+
 # -- trace formats ------------------------------------------------------------------------
 
 

@@ -1,6 +1,5 @@
 """Defects found by the review of the cluster layer (scaling, routers, telemetry), each shown by a
-small run: a test marked xfail(strict=True) fails today and passes once its defect is mended
-(then drop the mark). The unmarked tests next to them are controls: they show that the same
+small run (each failed before its fix). The control tests next to them show that the same
 setting behaves as it should when the defect's condition is absent.
 
 The payloads are vLLM workers with fixed timing (10 ms prefill, 5 ms decode) on the traces of
@@ -68,8 +67,6 @@ def test_control_scaling_a_live_dp_pool_past_the_rank_bound_is_one_error(eight_r
     assert "at most 8 ranks may run at once" in str(error.value)
 
 
-@pytest.mark.xfail(strict=True, reason="Cluster._check_size counts 1 rank per worker once the "
-                                       "pool is empty (dp from a live worker)")
 def test_scaling_an_emptied_dp_pool_past_the_rank_bound_is_one_error(eight_ranks):
     # the worker drains at 0 and is removed at 45 when its request ends; at 50 ms 3 workers of
     # 4 ranks (12 > 8) are asked for: the run must stop there, not start 12 ranks
@@ -107,12 +104,10 @@ class RegistersTickOnly:
 def test_control_an_embedded_policy_without_on_tick_is_one_error():
     with pytest.raises(AisimError) as error:
         run_replay(aggregated("ten.jsonl"), scaling_policy=TickOnly({}))
-    assert str(error.value) == ("scaling_policy: needs initial_tick_ms() and on_tick(snapshot), "
-                                "got a TickOnly")
+    assert str(error.value) == ("scaling policy TickOnly: needs initial_tick_ms() and "
+                                "on_tick(snapshot); on_tick() missing on a TickOnly")
 
 
-@pytest.mark.xfail(strict=True, reason="a registered scaling policy without on_tick() raises "
-                                       "AttributeError at its first tick, not one PluginError")
 def test_a_registered_policy_without_on_tick_is_one_plugin_error():
     payload = aggregated("ten.jsonl")
     payload["spec"]["adapters"]["scaling"] = {"provider": "tick_only"}
@@ -143,8 +138,6 @@ def test_control_the_emptied_pool_completes_its_trace():
     assert report.summary["completed_requests"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason="a submit() refused by placement leaves the request "
-                                       "counted in flight; the run then cannot finish")
 def test_a_refused_submission_leaves_the_run_as_it_was():
     sim = build_simulation(load_payload(json.dumps(emptied_then_refilled())))
     sim.run_until(50.0)          # no worker is active between 45 and 60
@@ -201,8 +194,6 @@ def test_control_a_stuck_queue_without_telemetry_is_one_error():
     assert STUCK in str(error.value)
 
 
-@pytest.mark.xfail(strict=True, reason="telemetry samples keep a run that can never progress "
-                                       "going (to MAX_SAMPLES) instead of its one clear error")
 def test_a_stuck_queue_with_telemetry_is_the_same_one_error():
     on_sample = Bounded(1000)
     with pytest.raises(SimulationError) as error:
@@ -228,8 +219,6 @@ class DrainsThenWaits:
                 "next_tick_ms": snapshot["now_ms"] + 10.0}
 
 
-@pytest.mark.xfail(strict=True, reason="a policy that ticks for ever on a run that can never "
-                                       "progress loops without end (no stalled-tick bound)")
 def test_a_policy_ticking_for_ever_on_a_stuck_queue_ends_with_one_error():
     policy = DrainsThenWaits(50_000)      # about half a second of ticks
     with pytest.raises(SimulationError) as error:
@@ -253,8 +242,6 @@ def test_control_the_cutoff_case_without_telemetry_stops_at_its_last_pass():
         0.310 + 0.260, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="a periodic sample after the last pass but before the "
-                                       "cutoff moves the run's stop time (worker-seconds)")
 def test_a_sample_before_the_cutoff_does_not_move_the_stop_time():
     from cluster_compare import compare
     from test_cluster_lifecycle import run_case

@@ -194,5 +194,5 @@ def test_a_run_needing_more_samples_than_the_bound_stops_with_one_line(tmp_path)
             aisimulate_core.run_replay(json.dumps(payload), telemetry_interval_ms=0.5)
     finally:
         telemetry.MAX_SAMPLES = bound
-    assert str(error.value).startswith("telemetry: sampling every 0.5 ms takes more than 50 "
-                                       "samples by ")
+    assert str(error.value) == ("telemetry: sampling every 0.5 ms takes more than 50 samples; "
+                                "use a larger --telemetry-interval-ms")

@@ -9,7 +9,8 @@ from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES
 from ..engine.vllm_roles import ROLE_RANKS
 from ..errors import ConfigError
-from ..guards import TraceFormatLookup, call_provider, malformed, scaling_policy, timing_model
+from ..guards import (TraceFormatLookup, call_provider, check_scaling_policy, malformed,
+                      scaling_policy, timing_model)
 from ..kv.block_pool import BlockPool
 from ..plugins import make_plugin_manager
 from ..registry import collect_registries
@@ -157,11 +158,8 @@ def _attach_scaling(sim, payload, registries, custom):
             return
         label = provider.label()
     else:
-        if not (callable(getattr(custom, "initial_tick_ms", None))
-                and callable(getattr(custom, "on_tick", None))):
-            raise ConfigError("scaling_policy: needs initial_tick_ms() and on_tick(snapshot), got "
-                              f"a {type(custom).__name__}")
         policy, label = custom, f"scaling policy {type(custom).__name__}"
+    check_scaling_policy(policy, label)
     topology = payload.spec.topology
     for kind, pool in sim.pools.items():
         role = topology.workers if kind == "agg" else getattr(topology, kind)

@@ -22,6 +22,8 @@ from .lifecycle import ACTIVE, DRAINING, REMOVED, STARTING, Lifecycle, PoolLifec
 from .telemetry import scheduler_rows
 from .traffic import TrafficWindow
 
+# ticks in a row that change nothing while nothing else can happen, after which a run stops
+MAX_STALLED_TICKS = 10_000
 _TARGET_KEYS = {"agg": "target_decode", "prefill": "target_prefill", "decode": "target_decode"}
 
 
@@ -30,7 +32,8 @@ class ClusterPool:
     live workers by id, and every rank it ever had (cumulative counters outlive removals).
     Every simulation keeps one per pool; scaling and telemetry read them."""
 
-    __slots__ = ("kind", "life", "router", "workers", "all_ranks", "startup_delay_ms", "spawn")
+    __slots__ = ("kind", "life", "router", "workers", "all_ranks", "startup_delay_ms", "spawn",
+                 "dp_size")
 
     def __init__(self, kind, router, workers, startup_delay_ms=0.0, spawn=None):
         self.kind = kind
@@ -40,6 +43,7 @@ class ClusterPool:
         self.all_ranks = [rank for w in workers for rank in w.ranks]
         self.startup_delay_ms = startup_delay_ms
         self.spawn = spawn           # worker_id -> a new Worker of this pool
+        self.dp_size = len(workers[0].ranks) if workers else 1   # ranks of each worker
 
     def live_workers(self):
         return [self.workers[i] for i in sorted(self.workers)]
@@ -75,6 +79,7 @@ class Cluster:
         self._tick_ordinal = 0
         self._settling = []          # draining workers that may hold nothing now
         self._last_tick_ms = -math.inf
+        self._stalled = 0            # ticks in a row that changed nothing on a stuck run
         for pool in pools.values():
             watch_passes(pool.live_workers(), 0.0)
         first = self._time("initial_tick_ms()", "",
@@ -114,6 +119,7 @@ class Cluster:
     def tick_due(self, t):
         if self.next_tick_ms > t:
             return
+        operations = self.lifecycle._count
         snapshot = self.snapshot(t)
         answer = self._call("on_tick()", self.policy.on_tick, snapshot)
         targets, following = self._read_answer(answer)
@@ -124,6 +130,21 @@ class Cluster:
             if target is not None:
                 self._apply(pool, target, t, ordinal)
         self.next_tick_ms = following if following is not None and following > t else math.inf
+        self._watch_stall(operations)
+
+    def _watch_stall(self, operations):
+        """A policy ticking on while nothing else can ever happen would keep a stuck run
+        going for ever: after MAX_STALLED_TICKS such ticks that change nothing, the run stops
+        with the error it gives without scaling. (A count, not the first such tick: a load
+        policy needs a window of idle ticks before it scales up.)"""
+        sim = self.sim
+        idle = (self.lifecycle._count == operations and not self._ready
+                and math.isinf(sim._event_time()) and math.isinf(sim.driver.next_ready_ms()))
+        self._stalled = self._stalled + 1 if idle else 0
+        if self._stalled >= MAX_STALLED_TICKS:
+            sim._check_drained()
+            raise SimulationError(f"{self.label}: {self._stalled} ticks in a row changed nothing "
+                                  f"while no request could make progress")
 
     def _read_answer(self, answer):
         if not isinstance(answer, dict):
@@ -192,7 +213,7 @@ class Cluster:
         """Scaling up may not take the cluster past the ranks a payload may ask for
         (spec/bounds.py): a policy's target of 10^9 workers is one error, not a memory blow-up."""
         live = sum(len(w.ranks) for p in self.pools.values() for w in p.workers.values())
-        dp = len(next(iter(pool.workers.values())).ranks) if pool.workers else 1
+        dp = pool.dp_size
         if live + more * dp > MAX_RANKS:
             raise SimulationError(
                 f"{self.label}: at {t:g} ms the {pool.kind} pool's target adds {more} workers of "

@@ -207,6 +207,8 @@ class DisaggregatedSimulation(Simulation):
         return not worker.busy or worker.generation != ident & _GEN_MASK
 
     def _step(self, t):
+        if self.telemetry is not None:
+            self.telemetry.due_before(t)   # samples between the last step and t see its state
         self.now_ms = t
         self._visited.append(t)
         if self._extended:
@@ -357,11 +359,7 @@ class DisaggregatedSimulation(Simulation):
         for rank in worker.ranks:
             rank.pass_effect = False
         horizon = self._decode_horizon(key) if decode and not self._no_extend else t
-        cutoff = self.max_sim_time_ms
-        if self.windows:
-            # extended passes end by the next tick, worker ready or sample: it sees them
-            cutoff = min(cutoff, self._cluster_time(math.inf))
-        end = worker.start_pass(t, horizon, cutoff)
+        end = worker.start_pass(t, horizon, self._extension_cutoff())
         if end is None:
             return False
         if end > t:

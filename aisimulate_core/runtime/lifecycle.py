@@ -34,10 +34,6 @@ class PoolLifecycle:
     def non_draining(self):
         return sorted(i for i, s in self.state.items() if s in (ACTIVE, STARTING))
 
-    def live_ids(self):
-        """Every worker not removed (starting, active, draining), ascending."""
-        return sorted(i for i, s in self.state.items() if s != REMOVED)
-
     def worker_seconds(self, end_ms):
         total = 0.0
         for worker_id, added in self.added_ms.items():

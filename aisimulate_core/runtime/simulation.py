@@ -14,7 +14,7 @@ import math
 import time
 
 from ..engine.request import SimRequest, never_scheduled, request_name
-from ..errors import SimulationError
+from ..errors import AisimError, SimulationError
 from ..report import Collector, _uuid_text
 from ..runtime.event_queue import EventQueue
 from .checks import install_checks_from_env
@@ -200,7 +200,14 @@ class Simulation:
         request arrives at the current clock. Its terminal is reported (events, records) but
         not to the workload driver, which did not produce it."""
         self._check_submission(request)
-        self._place(request, self.now_ms)
+        before = (request.uuid, request.arrival_ms, request.dispatched_ms)
+        try:
+            self._place(request, self.now_ms)
+        except AisimError:
+            # refused by placement (no active worker, a policy's error): undo its arrival so
+            # that nothing of the simulation changed
+            self._unregister_arrival(request, before)
+            raise
         self._external.add(request.uuid)
         if request.worker_idx is None:
             return  # the router queued it
@@ -295,19 +302,25 @@ class Simulation:
         return t
 
     def _cluster_time(self, t):
-        """The next tick, worker ready or sample time if earlier than ``t`` and work remains
-        (a request in flight or still to arrive): they never keep a finished run going."""
-        if self.in_flight <= 0 and math.isinf(self.driver.next_ready_ms()):
+        """The next tick or worker ready if earlier than ``t`` and work remains (a request in
+        flight or still to arrive): they never keep a finished run going. Telemetry samples
+        are not events: each is taken when the clock passes it (``Telemetry.due_before``), so
+        that sampling never changes a run."""
+        if self.cluster is None or (self.in_flight <= 0
+                                    and math.isinf(self.driver.next_ready_ms())):
             return t
-        if self.cluster is not None:
-            c = self.cluster.next_time()
-            if c < t:
-                t = c
-        if self.telemetry is not None:
-            c = self.telemetry.next_time()
-            if c < t:
-                t = c
-        return t
+        c = self.cluster.next_time()
+        return c if c < t else t
+
+    def _extension_cutoff(self):
+        """Extended decode passes end by the run's time limit, and by the next tick, worker
+        ready or sample, which must see every pass completed before it."""
+        cutoff = self.max_sim_time_ms
+        if self.windows:
+            cutoff = min(cutoff, self._cluster_time(math.inf))
+            if self.telemetry is not None:
+                cutoff = min(cutoff, self.telemetry.next_time())
+        return cutoff
 
     def _event_time(self):
         return self.queue.peek_time()
@@ -317,6 +330,8 @@ class Simulation:
         return (self.max_in_flight - self.in_flight) if self.max_in_flight is not None else 1 << 62
 
     def _step(self, t):
+        if self.telemetry is not None:
+            self.telemetry.due_before(t)   # samples between the last step and t see its state
         self.now_ms = t
         queue = self.queue
         workers = self.workers
@@ -348,10 +363,7 @@ class Simulation:
                 cluster.tick_due(t)
         if dirty:
             horizon = self._arrival_horizon()
-            cutoff = self.max_sim_time_ms
-            if self.windows:
-                # extended passes end by the next tick, worker ready or sample: it sees them
-                cutoff = min(cutoff, self._cluster_time(math.inf))
+            cutoff = self._extension_cutoff()
             for idx in sorted(dirty):
                 worker = workers[idx]
                 if not worker.busy:
@@ -395,6 +407,15 @@ class Simulation:
         self.arrived += 1
         self.in_flight += 1
         self.collector.on_arrival()
+
+    def _unregister_arrival(self, request, before):
+        self._next_uuid -= 1
+        self.arrived -= 1
+        self.in_flight -= 1
+        self.collector.on_arrival(-1)
+        for window in self.windows:
+            window.arrivals -= 1
+        request.uuid, request.arrival_ms, request.dispatched_ms = before
 
     def _place(self, request, now_ms):
         self._register_arrival(request, now_ms)

@@ -43,6 +43,17 @@ class Telemetry:
             return 0.0
         return (self._k + 1) * self.interval_ms
 
+    def due_before(self, t):
+        """The clock moves to ``t``: the samples strictly before it, of the state as it is (the
+        baseline at 0 waits for the arrivals at 0 when the clock stops there)."""
+        if not self._baseline:
+            if t <= 0.0:
+                return
+            self._baseline = True
+            self._take("baseline", 0.0, window=False)
+        while (self._k + 1) * self.interval_ms < t:
+            self._periodic()
+
     def periodic_due(self, t):
         """Whether a periodic sample falls at or before ``t``."""
         return self._baseline and (self._k + 1) * self.interval_ms <= t
@@ -52,13 +63,15 @@ class Telemetry:
             self._baseline = True
             self._take("baseline", 0.0, window=False)
         while (self._k + 1) * self.interval_ms <= t:
-            self._k += 1
-            if self._k > MAX_SAMPLES:
-                raise SimulationError(
-                    f"telemetry: sampling every {self.interval_ms:g} ms takes more than "
-                    f"{MAX_SAMPLES:,} samples by {t:g} ms; use a larger --telemetry-interval-ms")
-            at = self._k * self.interval_ms
-            self._take("periodic", at)
+            self._periodic()
+
+    def _periodic(self):
+        self._k += 1
+        if self._k > MAX_SAMPLES:
+            raise SimulationError(
+                f"telemetry: sampling every {self.interval_ms:g} ms takes more than "
+                f"{MAX_SAMPLES:,} samples; use a larger --telemetry-interval-ms")
+        self._take("periodic", self._k * self.interval_ms)
 
     def finish(self, end_ms):
         """The run ended at ``end_ms``: the final sample, unless a periodic one was just there."""

@@ -50,6 +50,14 @@ class VllmPrefillRank(VllmRank):
     def holds_kv(self):
         return self.held_sources > 0
 
+    def submission_gauges(self):
+        # a copy the pass in flight completes leaves the batch but keeps its KV held (the
+        # source), so only the running count drops
+        active, inactive, running, waiting = self.live_gauges()
+        if self.in_flight:
+            running -= len(self._finishing_in_flight())
+        return active, inactive, running, waiting
+
     def release_source(self, r):
         """Free the KV of a held copy: the decode side has it, or the handoff failed."""
         self._release(r)

@@ -105,8 +105,12 @@ class Cluster:
     def ready_due(self, t):
         """Workers whose startup ends at or before ``t`` become active, one operation each."""
         ready = self._ready
+        due = []
         while ready and ready[0][0] <= t:
-            _, _, kind, worker_id, origin = heapq.heappop(ready)
+            due.append(heapq.heappop(ready))
+        # at one time the prefill pool's workers become ready first (observed on the reference)
+        due.sort(key=lambda e: (e[0], e[2] != "prefill", e[1]))
+        for _, _, kind, worker_id, origin in due:
             pool = self.pools[kind]
             if pool.life.state.get(worker_id) != STARTING:
                 continue     # cancelled while starting
@@ -192,17 +196,17 @@ class Cluster:
         op = lifecycle.begin(t, life, "planner_scale", tick_ordinal, origin)
         idle = []
         for worker_id in leaving:           # descending id
-            if life.state[worker_id] == STARTING:
-                op.transition(worker_id, "worker_removed", REMOVED, life.origin.get(worker_id),
-                              reason="startup_cancelled")
-                self._forget(pool, worker_id, t)
-            else:
+            if life.state[worker_id] != STARTING:
                 op.transition(worker_id, "worker_draining", DRAINING, op.ordinal)
                 life.origin[worker_id] = op.ordinal
                 worker = pool.workers[worker_id]
                 pool.router.worker_draining(worker, t)
                 if not worker.holds_work():
                     idle.append(worker_id)
+        for worker_id in cancels:  # startup cancellations come after the drains (reference)
+            op.transition(worker_id, "worker_removed", REMOVED, life.origin.get(worker_id),
+                          reason="startup_cancelled")
+            self._forget(pool, worker_id, t)
         for worker_id in sorted(idle):
             op.transition(worker_id, "worker_removed", REMOVED, op.ordinal)
             pool.router.worker_removed(pool.workers[worker_id], t)
@@ -249,17 +253,25 @@ class Cluster:
             self._settling.append((pool, worker))
 
     def settle(self, t):
-        """Draining workers that hold nothing any more are removed (``drain_settlement``)."""
+        """Draining workers that hold nothing any more are removed: one ``drain_settlement``
+        per pool and time, in ascending id (the reference batches them); its origin is their
+        draining operation, or None when they drained in different operations."""
         settling, self._settling = self._settling, []
+        by_pool = {}
         for pool, worker in settling:
             worker_id = worker.worker_id
             if pool.life.state.get(worker_id) != DRAINING or worker.holds_work():
                 continue
-            origin = pool.life.origin.get(worker_id)
+            by_pool.setdefault(id(pool), (pool, {}))[1][worker_id] = worker
+        for pool, workers in by_pool.values():
+            ids = sorted(workers)
+            origins = {pool.life.origin.get(worker_id) for worker_id in ids}
+            origin = origins.pop() if len(origins) == 1 else None   # mixed drains: none
             op = self.lifecycle.begin(t, pool.life, "drain_settlement", origin=origin)
-            op.transition(worker_id, "worker_removed", REMOVED, origin)
-            pool.router.worker_removed(worker, t)
-            self._forget(pool, worker_id, t)
+            for worker_id in ids:
+                op.transition(worker_id, "worker_removed", REMOVED, pool.life.origin.get(worker_id))
+                pool.router.worker_removed(workers[worker_id], t)
+                self._forget(pool, worker_id, t)
             self.lifecycle.commit(op, self.sim.flush_router(pool.router, t))
 
     # ------------------------------------------------------------------ what the policy sees

@@ -350,8 +350,8 @@ class Simulation:
         if self.router.queued:
             self.router.flush(t)
         if cluster is not None:
+            cluster.ready_due(t)   # at one time a worker ready comes before a settlement
             cluster.settle(t)
-            cluster.ready_due(t)
         limit = self._arrival_limit()
         if limit > 0:
             for request in self.driver.pop_ready(t, limit):

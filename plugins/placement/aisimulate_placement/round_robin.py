@@ -9,15 +9,16 @@ from aisimulate_core.placement import PlacementPolicy, PlacementRequest, PoolVie
 class RoundRobin(PlacementPolicy):
     """Round-robin placement as the reference runtime does it.
 
-    Aggregated pool: the next worker is the active worker with the smallest id greater than the
-    last placed-on worker's id, wrapping to the smallest active id (the reference's rule across
-    scaling, CLUSTER.md §3.5; without scaling, a plain cursor over ascending ids). Within the
-    chosen worker its own rank cursor cycles 0..dp_size-1. A requested ``dp_rank`` pins the rank
-    but the worker still advances (3 workers x DP2: (0,0), (1,0), (2,0), (0,1), (1,1), (2,1)).
-    Prefill and decode pools: one cursor over all (worker, rank) schedulers in worker-major
-    order; a request with a ``dp_rank`` is served by the next worker exposing that rank. When
-    workers come or go the cursor moves to the first scheduler after the last one placed on.
-    Answers are ``(worker_id, dp_rank)``.
+    Aggregated pool: a positional cursor over the active workers in ascending id: the next
+    placement takes the worker at (last index + 1) mod (active workers), the index kept as it
+    is when workers come or go (the reference's rule, found by differential fuzzing: after one
+    worker joins beside the only one the next request goes to the new worker, CLUSTER.md §3.5;
+    after a removal the index may skip or repeat a worker). Within the chosen worker its own rank
+    cursor cycles 0..dp_size-1. A requested ``dp_rank`` pins the rank but the worker still
+    advances (3 workers x DP2: (0,0), (1,0), (2,0), (0,1), (1,1), (2,1)).
+    Prefill and decode pools: the same positional cursor over all (worker, rank) schedulers in
+    worker-major order; a request with a ``dp_rank`` is served by the next worker exposing that
+    rank. Answers are ``(worker_id, dp_rank)``.
     """
 
     NAME = "round_robin"
@@ -27,7 +28,6 @@ class RoundRobin(PlacementPolicy):
         self._workers: list[WorkerView] = sorted(pool.workers, key=lambda worker: worker.worker_id)
         self._rank_cursors: dict[int, int] = {worker.worker_id: 0 for worker in self._workers}
         self._cursor = 0
-        self._last: tuple[int, int] | None = None   # (worker_id, dp_rank) of the last placement
         self._schedulers = self._flatten()
 
     def place(self, request: PlacementRequest) -> tuple[int, int]:
@@ -35,11 +35,8 @@ class RoundRobin(PlacementPolicy):
             raise SimulationError(f"request {request.uuid}: no active workers for round-robin "
                                   f"placement in the {self.pool.kind} pool")
         if self.pool.kind == "agg":
-            answer = self._place_aggregated(request)
-        else:
-            answer = self._place_flattened(request)
-        self._last = answer
-        return answer
+            return self._place_aggregated(request)
+        return self._place_flattened(request)
 
     # -- scaling: the active workers change; the cursor goes to the one after the last placed
     def on_worker_ready(self, worker: WorkerView, now_ms: float) -> None:
@@ -61,14 +58,9 @@ class RoundRobin(PlacementPolicy):
             self._resync()
 
     def _resync(self) -> None:
+        # the cursor is positional (the reference's): it keeps its index into the active list
+        # whatever workers came or went
         self._schedulers = self._flatten()
-        last = self._last
-        if last is None:
-            self._cursor = 0
-        elif self.pool.kind == "agg":
-            self._cursor = sum(1 for w in self._workers if w.worker_id <= last[0])
-        else:
-            self._cursor = sum(1 for s in self._schedulers if s <= last)
 
     def _flatten(self) -> list[tuple[int, int]]:
         return [(worker.worker_id, rank) for worker in self._workers for rank in range(worker.dp_size)]
@@ -92,8 +84,9 @@ class RoundRobin(PlacementPolicy):
             candidates = [(worker.worker_id, rank) for worker in self._workers if 0 <= rank < worker.dp_size]
             if not candidates:
                 _check_rank(request, max(worker.dp_size for worker in self._workers))
-        scheduler = candidates[self._cursor % len(candidates)]
-        self._cursor += 1
+        index = self._cursor % len(candidates)
+        scheduler = candidates[index]
+        self._cursor = index + 1
         return scheduler
 
 

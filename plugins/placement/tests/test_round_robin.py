@@ -82,15 +82,17 @@ def test_config_must_be_empty():
 
 
 def test_follows_workers_added_and_removed():
-    # the reference's rule: the next active worker after the last one placed on, wrapping
+    # the reference's rule (differential fuzzing, tests/fixtures/cluster_reference/
+    # rr_cursor_after_removal): a positional cursor into the active workers, kept as they change
     policy = RoundRobin({}, pool("agg", 1, 1))
     assert policy.place(request(1)) == (0, 0)
     policy.on_worker_ready(WorkerView(2, 1), 10.0)
     assert place_many(policy, 3) == [(1, 0), (2, 0), (0, 0)]
     policy.on_worker_draining(WorkerView(0, 1), 20.0)
-    assert place_many(policy, 2) == [(1, 0), (2, 0)]
+    # the cursor stayed at index 1, now worker 2's place
+    assert place_many(policy, 2) == [(2, 0), (1, 0)]
     policy.on_worker_removed(WorkerView(0, 1), 30.0)
-    assert place_many(policy, 1) == [(1, 0)]
+    assert place_many(policy, 1) == [(2, 0)]
 
 
 def test_a_worker_added_after_the_last_placed_one_is_next():

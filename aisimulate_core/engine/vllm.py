@@ -73,6 +73,7 @@ class VllmRank(RankBase):
         self.pass_effect = False     # the pass just formed admits, preempts, emits or rejects
         self.pass_end_ms = 0.0
         self.preemptions = 0
+        self.completed_preemptions = 0  # as of the latest completed pass (telemetry)
         self.committed_prefill_tokens = 0
         self.decode_steps = 0        # tokens after each request's first, over completed passes
         self._pass_steps = 0
@@ -639,6 +640,8 @@ class VllmRank(RankBase):
         if watched:
             if self.capture_gauges:
                 self._gauges = self.live_gauges()
+                # preemptions count once the pass that preempted completes (the reference's)
+                self.completed_preemptions = self.preemptions
             if self.observer is not None and self.observer.ordered:
                 self.observer.end_pass()
 

@@ -58,7 +58,7 @@ class ClusterPool:
         for rank in self.all_ranks:
             hit += getattr(rank, "cache_hit_tokens", 0)
             total += getattr(rank, "cache_total_tokens", 0)
-            preempted += rank.preemptions
+            preempted += getattr(rank, "completed_preemptions", rank.preemptions)
         return hit, total, preempted
 
     def decode_steps(self):

@@ -47,6 +47,7 @@ OWN = {
     "drain_settlements_batched": None,
     "ready_events_prefill_first": None,
     "preemption_counted_at_pass_end": 23.0,
+    "gauges_shared_blocks_finishing": 20.0,
     "sglang_schedule_scaling_rr": 40.0,
     "sglang_kv_agg_2w": None,
     "sglang_kv_agg_2w_evicting": None,

@@ -554,13 +554,30 @@ class VllmRank(RankBase):
         """``live_gauges()`` at a submission: with a pass in flight, the reference's engine
         shows the requests that pass finishes as gone already (their blocks cached)."""
         active, inactive, running, waiting = self.live_gauges()
-        if self.in_flight:
-            bs = self.block_size
-            for r in self._finishing_in_flight():
-                active -= r.held_blocks
-                inactive += (r.prompt_len + r.out_limit - 1) // bs if self.caching else 0
-                running -= 1
-        return active, inactive, running, waiting
+        if not self.in_flight:
+            return active, inactive, running, waiting
+        finishing = self._finishing_in_flight()
+        if not finishing:
+            return active, inactive, running, waiting
+        # the blocks no other running request references leave the active set; the full ones
+        # stay cached (a block shared by several finishing requests counts once)
+        pool, bs = self.pool, self.block_size
+        kept = set()
+        for r in self.running:
+            if r not in finishing and r.seq >= 0:
+                kept.update(pool.seq_blocks(r.seq))
+        freed, cached = set(), set()
+        for r in finishing:
+            if r.seq < 0:
+                continue
+            blocks = pool.seq_blocks(r.seq)
+            full = (r.prompt_len + r.out_limit - 1) // bs if self.caching else 0
+            for i, block in enumerate(blocks):
+                if block not in kept:
+                    freed.add(block)
+                    if i < full:
+                        cached.add(block)
+        return (active - len(freed), inactive + len(cached), running - len(finishing), waiting)
 
     def _finishing_in_flight(self):
         """Requests whose last token comes with the pass in flight."""

@@ -153,16 +153,15 @@ def test_idle_ranks_report_zero_fpm_rows_every_whole_second():
     assert rows == [[(0, 0.005)], [(0, 0.0), (1, 0.0)], [(0, 0.0), (1, 0.0)], [(1, 0.0)]]
 
 
-# Divergences the differential fuzzing found and this release does not mend yet
-# (tests/fixtures/cluster_reference/open/README.md): each xfail fails today and passes once fixed.
+# Cases the differential fuzzing found (tests/fixtures/cluster_reference/open/README.md); the
+# xfail is a divergence not mended yet: it fails today and passes once fixed.
 OPEN = OWN_CASES / "open"
 
 
-@pytest.mark.xfail(strict=True, reason="a disaggregated round-robin pool scaled to 0 parks its "
-                   "requests on the reference until a worker is ready again; ours stops with "
-                   "'no active workers for round-robin placement'")
 @pytest.mark.parametrize("name", ["disagg_rr_pool_zero_waits", "disagg_rr_decode_pool_zero_waits"])
-def test_open_a_disaggregated_pool_at_zero_waits_for_a_worker(name, tmp_path):
+def test_a_disaggregated_pool_at_zero_waits_for_a_worker(name, tmp_path):
+    """Found by the fuzzing: the reference holds a disaggregated pool's requests while it has
+    no active worker and places them once a worker is ready (an aggregated pool fails)."""
     _check(OPEN / f"{name}.json", OPEN / f"{name}.expected.json", None, tmp_path)
 
 

@@ -25,7 +25,7 @@ class Router:
     __slots__ = ("kind", "policy", "view", "deliver", "block_size", "by_id", "active",
                  "queued", "_released", "wants_kv", "wants_index", "wants_prefill",
                  "wants_terminal",
-                 "_views", "_label", "_batch", "_order", "_active_ids")
+                 "_views", "_label", "_batch", "_order", "_active_ids", "parked")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
                  deliver=None):
@@ -35,6 +35,9 @@ class Router:
         self.by_id = {}              # worker_id -> Worker, every live worker of the pool
         self.active = []             # active workers (ready, not draining), ascending id
         self.queued = {}             # uuid -> (request, queued at ms)
+        # a disaggregated pool scaled to no active worker holds its requests until one is
+        # ready, then places them (the reference's replay waits; an aggregated pool fails)
+        self.parked = []
         self._released = []
         self._batch = None           # a pass's signals, while its rank completes
         self._order = None
@@ -79,6 +82,9 @@ class Router:
     def place(self, request, now_ms, dp_rank):
         """Place an arriving ``request`` (asking for ``dp_rank`` or None): delivered now, or
         kept by the policy. Returns whether it was delivered."""
+        if not self.active and self.kind != "agg" and self._parks():
+            self.parked.append((request, dp_rank))
+            return False
         answer = self.policy.place(_Routed(request, dp_rank, now_ms, self.block_size))
         if type(answer) is tuple and len(answer) == 2:   # the usual answer, checked inline
             worker_id, dp_rank = answer
@@ -195,6 +201,20 @@ class Router:
         self.active.sort(key=lambda w: w.worker_id)
         self._refresh_view()
         self.policy.notify("on_worker_ready", _worker_view(worker), now_ms)
+
+    def unpark(self, now_ms):
+        """After a change of the pool's workers: place the requests it held while empty, in
+        arrival order, once the whole change is done (the reference places them then)."""
+        if self.parked and self.active:
+            parked, self.parked = self.parked, []
+            for request, dp_rank in parked:
+                self.place(request, now_ms, dp_rank)
+
+    def _parks(self):
+        """Whether this pool's policy leaves an empty pool to the runtime: a policy with its
+        own pending queue (``kv_router`` with a threshold) says ``holds_requests`` and keeps
+        the requests itself."""
+        return not getattr(self.policy.policy, "holds_requests", False)
 
     def worker_draining(self, worker, now_ms):
         if worker in self.active:

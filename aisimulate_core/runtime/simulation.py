@@ -188,8 +188,12 @@ class Simulation:
         return worker
 
     def flush_router(self, router, now_ms):
-        """Deliver what ``router`` released; returns the released requests' uuids."""
-        return [_uuid_text(r.uuid) for r in router.flush(now_ms)]
+        """After a change of a pool's workers: deliver what ``router`` released (returns their
+        uuids, the operation's ``topology_released_request_uuids``) and what it held while the
+        pool had no worker (not a release of the router's queue: not reported)."""
+        released = [_uuid_text(r.uuid) for r in router.flush(now_ms)]
+        router.unpark(now_ms)
+        return released
 
 
     # ------------------------------------------------------------------ embedding API

@@ -103,6 +103,12 @@ class KvRouter(PlacementPolicy):
         self.last_costs: dict = {}    # (worker_id, dp_rank) -> logit, of the latest decision
         self.decisions: list[Decision] | None = None   # set to [] to log every decision
 
+    @property
+    def holds_requests(self) -> bool:
+        """With a pending queue the router keeps requests no candidate can take, an empty
+        pool's included; without one the runtime holds a disaggregated pool's requests."""
+        return self._queue is not None
+
     # ------------------------------------------------------------------ placement
     def place(self, request: PlacementRequest) -> Any:
         now = request.now_ms

@@ -78,16 +78,16 @@ def completed(rank):
     """(end ms, row) of the pass completing now on ``rank``: a rank of an attention-DP group
     reports the grouped pass's duration, as the reference does."""
     row = rank._fpm_pending
+    if row is None:
+        return rank.pass_end_ms, None
     ends = rank._macro_ends
-    if row is not None and not (ends is not None and len(ends) > 1):
+    if ends is None or len(ends) < 2:
+        # the row's wall_time holds the pass start until now
         return rank.pass_end_ms, dict(row, wall_time=(rank.pass_end_ms - row["wall_time"]) / 1000.0)
-    if ends is not None and len(ends) > 1 and row is not None:
-        extra = len(ends) - 1
-        row = dict(row, wall_time=(ends[-1] - ends[-2]) / 1000.0, num_prefill_requests=0,
-                   sum_prefill_tokens=0, var_prefill_length=0.0, sum_prefill_kv_tokens=0)
-        row["sum_decode_kv_tokens"] += row["num_decode_requests"] * extra
-        return ends[-1], row
-    return rank.pass_end_ms, row
+    row = dict(row, wall_time=(ends[-1] - ends[-2]) / 1000.0, num_prefill_requests=0,
+               sum_prefill_tokens=0, var_prefill_length=0.0, sum_prefill_kv_tokens=0)
+    row["sum_decode_kv_tokens"] += row["num_decode_requests"] * (len(ends) - 1)
+    return ends[-1], row
 
 
 def snapshot_rows(pool, since_ms, now_ms):

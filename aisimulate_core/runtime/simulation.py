@@ -145,12 +145,8 @@ class Simulation:
     def sample_telemetry(self, interval_ms, on_sample):
         """Take telemetry samples every ``interval_ms`` of virtual time, each passed to
         ``on_sample(sample)`` (runtime/telemetry.py); call before ``run``."""
-        from ..errors import ConfigError
         from .telemetry import Telemetry
-        try:
-            self.telemetry = Telemetry(self, interval_ms, on_sample)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
+        self.telemetry = Telemetry(self, interval_ms, on_sample)
         self._feed_windows()
         self.capture_gauges(self.workers)
 

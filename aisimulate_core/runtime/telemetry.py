@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import SimulationError
+from ..errors import ConfigError, SimulationError
 from .traffic import TrafficWindow
 
 # A tiny interval on a long run would sample without end (the reference hangs on
@@ -26,7 +26,7 @@ class Telemetry:
     def __init__(self, sim, interval_ms, on_sample):
         if not (isinstance(interval_ms, (int, float)) and not isinstance(interval_ms, bool)
                 and math.isfinite(interval_ms) and interval_ms >= MIN_INTERVAL_MS):
-            raise ValueError(f"telemetry interval must be a finite number of ms >= "
+            raise ConfigError(f"telemetry interval must be a finite number of ms >= "
                              f"{MIN_INTERVAL_MS:g}, got {interval_ms!r}")
         self.sim = sim
         self.interval_ms = float(interval_ms)
@@ -49,8 +49,7 @@ class Telemetry:
         if not self._baseline:
             if t <= 0.0:
                 return
-            self._baseline = True
-            self._take("baseline", 0.0, window=False)
+            self._take_baseline()
         while (self._k + 1) * self.interval_ms < t:
             self._periodic()
 
@@ -60,10 +59,13 @@ class Telemetry:
 
     def due(self, t):
         if not self._baseline:
-            self._baseline = True
-            self._take("baseline", 0.0, window=False)
+            self._take_baseline()
         while (self._k + 1) * self.interval_ms <= t:
             self._periodic()
+
+    def _take_baseline(self):
+        self._baseline = True
+        self._take("baseline", 0.0, window=False)
 
     def _periodic(self):
         self._k += 1

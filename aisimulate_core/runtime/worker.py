@@ -134,7 +134,7 @@ class Worker:
         active = self._active
         for rank in active:
             rank.complete()
-        if len(active) < len(self.ranks):
+        if len(active) < len(self.ranks) and getattr(self.ranks[0], "fpm_on", False):
             self._idle_ranks_passed(active)
         self._active = ()
 
@@ -142,6 +142,6 @@ class Worker:
         """A rank with nothing to do takes part in its worker's grouped pass: the reference
         reports an empty forward-pass row for it, lasting the grouped pass."""
         for rank in self.ranks:
-            if rank not in active and getattr(rank, "fpm_on", False):
+            if rank not in active:
                 rank.fpm_last = (self.pass_end_ms, dict(fpm.IDLE_ROW, wall_time=(
                     self.pass_end_ms - self._pass_start) / 1000.0))

@@ -12,7 +12,11 @@ import sys
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ("event_queue.c", "kv_pool.c", "hashing.c", "rng.c")
+# Every C file here is compiled. The declarations cffi binds are aisim_cdef.h (the shared status
+# codes and the first structures) followed by each module's own ``*.cdef.h``, in name order, so
+# a new module adds its two files and touches nothing shared.
+SOURCES = sorted(name for name in os.listdir(HERE) if name.endswith(".c"))
+MODULE_CDEFS = sorted(name for name in os.listdir(HERE) if name.endswith(".cdef.h"))
 
 
 def _relative(path):
@@ -30,15 +34,16 @@ def _compile_args():
 
 
 ffibuilder = FFI()
-with open(os.path.join(HERE, "aisim_cdef.h"), encoding="utf-8") as cdef_file:
-    ffibuilder.cdef(cdef_file.read())
+for name in ("aisim_cdef.h",) + tuple(MODULE_CDEFS):
+    with open(os.path.join(HERE, name), encoding="utf-8") as cdef_file:
+        ffibuilder.cdef(cdef_file.read())
 
 ffibuilder.set_source(
     "aisimulate_core._native",
-    '#include "aisim.h"\n',
+    '#include "aisim.h"\n' + "".join(f'#include "{name}"\n' for name in MODULE_CDEFS),
     sources=[_relative(os.path.join(HERE, name)) for name in SOURCES],
     include_dirs=[_relative(HERE)],
-    depends=[_relative(os.path.join(HERE, "aisim.h"))],
+    depends=[_relative(os.path.join(HERE, name)) for name in ("aisim.h",) + tuple(MODULE_CDEFS)],
     extra_compile_args=_compile_args(),
     libraries=[] if sys.platform == "win32" else ["m"],
 )

@@ -19,6 +19,7 @@ from collections import deque
 
 from ..errors import SimulationError
 from . import fpm
+from .decode_run import MAX_PASSES, decode_runner
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, request_name
 
@@ -68,6 +69,7 @@ class VllmRank(RankBase):
         self._init_pass_history()
         self._ready = []             # partial requests whose last known token is computed
         self._macro_ends = None      # end times of a pass extended by decode-only passes
+        self._decode_run = None      # the loop that extends it (engine/decode_run.py), made once
         self._plain_decode = False   # the pass just formed only decodes open stretches
         self._rejected = []          # rejected while forming the pass; terminal at its end
         self.pass_effect = False     # the pass just formed admits, preempts, emits or rejects
@@ -202,7 +204,7 @@ class VllmRank(RankBase):
         return self.pass_end_ms
 
     # ------------------------------------------------------------------ decode-only runs
-    def extend(self, horizon_ms, cutoff_ms, max_passes=4096):
+    def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
         """Lengthen the pass just formed by the decode-only passes that follow it.
 
         They change nothing but token counts until a request finishes, the KV pool would run
@@ -212,39 +214,23 @@ class VllmRank(RankBase):
         """
         if not self._plain_decode or self.n_dec == 0 or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
+        run = self._decode_run
+        if run is None:
+            run = self._decode_run = decode_runner(self.timer, self.total_kv_tokens)
         P0 = self.pass_index
-        bs = self.block_size
-        crossing_sizes = {key: len(bucket) for key, bucket in self.buckets.items()}
-        finishing = self.finishing
-        n = self.n_dec
-        base = self.sum_base
-        total_kv = self.total_kv_tokens
-        memo = self.timer.decode_memo
-        decode = self.timer.decode
-        room = self.pool.allocatable()
-        end = self.pass_end_ms
-        ends = [end]
-        for P in range(P0 + 1, P0 + max_passes):
-            if end >= horizon_ms:
-                break
-            need = crossing_sizes.get(P % bs, 0)
-            if need > room:
-                break
-            active = base + n * P
-            step = memo.get((n, active, active // n, total_kv))
-            if step is None:
-                step = decode(n, active, active // n, total_kv)
-            nxt = end + step
-            if nxt > cutoff_ms:
-                break
-            room -= need
-            end = nxt
-            ends.append(end)
-            if P in finishing:
-                break
+        # the first pass after P0 in which a request emits its last token ends the run
+        stop = -1
+        for P in self.finishing:
+            if P > P0 and (stop < 0 or P < stop):
+                stop = P
+        ends = run(first_pass=P0 + 1, end_ms=self.pass_end_ms, batch=self.n_dec,
+                   base=self.sum_base, total_kv=self.total_kv_tokens, block_size=self.block_size,
+                   room=self.pool.allocatable(), horizon_ms=horizon_ms, cutoff_ms=cutoff_ms,
+                   crossing={key: len(bucket) for key, bucket in self.buckets.items()},
+                   stop_pass=stop, max_passes=max_passes)
         if len(ends) > 1:
             self._macro_ends = ends
-            self.pass_end_ms = end
+            self.pass_end_ms = ends[-1]
         return self.pass_end_ms
 
     def truncate(self, arrival_ms):

@@ -23,7 +23,7 @@ class SimRequest:
         # engine state
         "status", "seq", "computed", "generated", "out_limit", "held_blocks",
         "hash_cache", "admissions", "first_reused", "max_reused", "preemptions",
-        "stretches", "open_start", "base_pass", "base_gen", "base_len", "bucket_key",
+        "stretches", "open_start", "base_pass", "base_gen", "base_len", "bucket_key", "grown_mark",
         "in_stretch", "terminal_ms", "terminal_status", "committed_blocks", "pass_chunk", "footprint_blocks",
         # disaggregated: the handoff a role copy belongs to; a decode copy's accept order and
         # the capacity generation of its last reservation attempt
@@ -76,6 +76,7 @@ class SimRequest:
         self.base_gen = 0                     # tokens generated before that pass
         self.base_len = 0                     # sequence length before that pass
         self.bucket_key = -1
+        self.grown_mark = 0                   # its bucket's growth when it joined (engine/vllm.py)
         self.terminal_ms = None
         self.terminal_status = None
         self.handoff = None

@@ -65,6 +65,11 @@ class VllmRank(RankBase):
         # open-stretch decoders by the pass offset (mod block_size) at which each next needs a
         # block; a dict holding only non-empty buckets keeps memory O(decoders), not O(bs)
         self.buckets = {}
+        # per bucket, the members' KV handles in member order, and the blocks granted to every
+        # member since the bucket opened: a decoder's held_blocks is brought up to date when
+        # its stretch closes, so growth is one C call per bucket, not one per request
+        self.bucket_seqs = {}
+        self.bucket_grown = {}
         self.finishing = {}          # pass index -> requests whose last token is in that pass
         self._init_pass_history()
         self._ready = []             # partial requests whose last known token is computed
@@ -269,25 +274,33 @@ class VllmRank(RankBase):
         bs = self.block_size
         pool = self.pool
         grown = 0
-        # ascending offsets: the allocation order of the former list of buckets
-        for key, bucket in sorted(self.buckets.items()):
-            if bucket:
-                # passes P in [first, last] with P % bs == key
-                blocks = (last - key) // bs - (first - 1 - key) // bs
-                if blocks:
-                    for r in bucket:
-                        pool.allocate(r.seq, blocks)
-                        r.held_blocks += blocks
-                    grown += blocks * len(bucket)
+        seqs_of = self.bucket_seqs
+        grown_of = self.bucket_grown
+        # ascending offsets, members in joining order: the order of one allocation per request
+        for key in sorted(seqs_of):
+            # passes P in [first, last] with P % bs == key
+            blocks = (last - key) // bs - (first - 1 - key) // bs
+            if blocks:
+                seqs = seqs_of[key]
+                pool.allocate_each(seqs, blocks)
+                grown_of[key] += blocks
+                grown += blocks * len(seqs)
         self.held_total += grown
 
     def _grow_decoders(self, P):
-        crossing = self.buckets.get(P % self.block_size)
-        if crossing:
-            self.pool.allocate_each(array("i", [r.seq for r in crossing]))
-            for r in crossing:
-                r.held_blocks += 1
-            self.held_total += len(crossing)
+        key = P % self.block_size
+        seqs = self.bucket_seqs.get(key)
+        if seqs:
+            self.pool.allocate_each(seqs)
+            self.bucket_grown[key] += 1
+            self.held_total += len(seqs)
+
+    def request_blocks(self, r):
+        """The KV blocks ``r`` holds now (an open stretch's count is brought up to date only
+        when it closes)."""
+        if r.in_stretch:
+            return r.held_blocks + self.bucket_grown[r.bucket_key] - r.grown_mark
+        return r.held_blocks
 
     def _run_chunk(self, r, tokens):
         """Compute ``tokens`` more known tokens of a request outside an open stretch."""
@@ -686,7 +699,16 @@ class VllmRank(RankBase):
         r.base_len = r.prompt_len + r.generated
         key = (P + 1 - r.base_len) % self.block_size
         r.bucket_key = key
-        self.buckets.setdefault(key, []).append(r)
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            self.buckets[key] = [r]
+            self.bucket_seqs[key] = array("i", [r.seq])
+            self.bucket_grown[key] = 0
+            r.grown_mark = 0
+        else:
+            bucket.append(r)
+            self.bucket_seqs[key].append(r.seq)
+            r.grown_mark = self.bucket_grown[key]
         self.n_dec += 1
         self.sum_base += r.base_len - P
         last = P + r.out_limit - r.generated - 1
@@ -701,10 +723,15 @@ class VllmRank(RankBase):
     def _close_stretch(self, r, last_pass):
         """Stop tracking ``r`` arithmetically; its last emission was in ``last_pass``."""
         r.in_stretch = False
-        bucket = self.buckets[r.bucket_key]
-        bucket.remove(r)
-        if not bucket:
-            del self.buckets[r.bucket_key]
+        key = r.bucket_key
+        bucket = self.buckets[key]
+        r.held_blocks += self.bucket_grown[key] - r.grown_mark
+        if len(bucket) == 1:
+            del self.buckets[key], self.bucket_seqs[key], self.bucket_grown[key]
+        else:
+            i = bucket.index(r)
+            del bucket[i]
+            del self.bucket_seqs[key][i]
         self.n_dec -= 1
         self.sum_base -= r.base_len - r.base_pass
         emitted = last_pass - r.base_pass + 1

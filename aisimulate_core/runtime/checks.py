@@ -103,8 +103,10 @@ def check_block_rank(rank, worker):
         raise _kv_error(rank, worker, str(exc)) from None
     # blocks held by requests: running ones and waiting ones with a KV table (an activated
     # decode destination); a reservation in transfer is in no queue, so it is skipped then
-    held = sum(r.held_blocks for r in rank.running)
-    held += sum(r.held_blocks for r in rank.waiting if r.seq >= 0)
+    # (a vLLM decoder's count in an open stretch is kept per bucket: request_blocks)
+    blocks = getattr(rank, "request_blocks", None) or (lambda r: r.held_blocks)
+    held = sum(blocks(r) for r in rank.running)
+    held += sum(blocks(r) for r in rank.waiting if r.seq >= 0)
     if getattr(rank, "holds", 0) or getattr(rank, "held_sources", 0):
         return   # blocks of reservations in transfer / held sources are in no queue
     if held != rank.held_total:

@@ -21,22 +21,28 @@ token array; while running, ``bucket_key`` = its join number (running order) and
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 
 from ..errors import ConfigError, SimulationError
 from ..kv.radix_cache import RadixCache
+from .decode_run import MAX_PASSES, decode_runner
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, never_scheduled
-from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, retraction_ratio
+from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, refused_run, retraction_ratio
 from .sglang_cluster import SglangClusterHooks
 from .sglang_kv import SglangKv, stamp
 from .sglang_running import RunningBatch
 from .sglang_stall import fit_reason, head_stall_reason, starved_decoder_reason
-from .sglang_tokens import ensure_tokens, lpm_order
+from .sglang_tokens import ensure_tokens, lpm_order, lpm_ranked
 
 
 class SglangRank(SglangClusterHooks, SglangKv, RankBase):
     config_path = "$.spec.engine.rank"     # SGLang runs aggregated only
+    # run the decode-only passes that follow a pass as one event (``extend``); the
+    # differential test switches it off to compare
+    extension = True
+
     def __init__(self, engine, timer, pool=None, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):
         self.worker_idx = worker_idx
@@ -87,6 +93,12 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         self.group_size = 1
         # a decode step that found no KV page and changed nothing (see schedule)
         self._starved = False
+        # decode-only passes run as one event: the end times of the pass just formed and of
+        # those after it, while it is in flight (see extend)
+        self._macro_ends = None
+        self._ends_finishing = False  # ... whose last pass is one in which members finish
+        self._extendable = False     # the pass just formed left nothing that waits for its end
+        self._decode_run = None      # the loop of a run without admission checks, made once
         self._init_cluster_hooks()
 
     # ------------------------------------------------------------------ queue entry
@@ -120,7 +132,7 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         rejected = 0
         if self.max_model_len is not None and waiting:
             rejected = self._reject_too_long()
-        if self.lpm and self.caching and 0 < len(waiting) <= 128:
+        if self._lpm_sorts():
             lpm_order(self, waiting)
         can_run = ()
         if waiting and not defer:
@@ -180,10 +192,206 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
             self.ratio.decay()
         if not self.grouped:
             self.finish_round(self.prefill_in_pass, self.model_work_in_pass)
+        # terminals are reported at this pass's end, and a catch-up caches pages in the next
+        # decode step: either keeps the next pass out of an extension
+        self._extendable = (self.extension and self.pass_effect and not watched and bool(running)
+                            and not self._done and not self._catch_up and not self.grouped)
         self.pass_end_ms = end_ms
         if watched:
             self._watch_formed(now_ms, batch)
         return end_ms
+
+    # ------------------------------------------------------------------ decode-only runs
+    def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
+        """Lengthen the pass just formed by the decode-only passes that follow it.
+
+        Those passes change nothing but token counts, page use, the admission ratio and the
+        deferred rounds: the pool holds the growth of every member without a retraction, and
+        the queue's head stays refused (by its slots, a static limit, a deferred round or
+        ``rem_total``, recomputed per pass); the first pass in which a member emits its last
+        token is the last one. They also start before ``horizon_ms`` (the next known arrival)
+        and end by ``cutoff_ms``; the runtime calls ``truncate`` if an unforeseen request
+        arrives meanwhile. What they do is applied when the last of them completes
+        (``_complete_extension``): nothing reads the rank in between but a submission, which
+        only queues. Returns the end time of the last pass.
+        """
+        end = self.pass_end_ms
+        if not self._extendable or end >= horizon_ms:
+            return end
+        self._extendable = False
+        if self._lpm_sorts() and lpm_ranked(self, self.waiting) != list(self.waiting):
+            return end                    # the next pass reorders the queue
+        running = self.running
+        finish = running.next_finish()
+        if finish is None:
+            return end
+        passes = finish - running.D + 1   # up to the decode step with a last token
+        if passes > max_passes - 1:
+            passes = max_passes - 1
+        cache = self.cache
+        capacity = cache.available() + cache.evictable_size
+        # evicting for the growth must not change what the queue's head would match
+        room = capacity if self._eviction_unseen() else cache.available()
+        cost = self._head_cost() if self.rounds_left < passes else None
+        if cost is None:
+            ends = self._plain_run(end, passes, horizon_ms, cutoff_ms, room)
+        else:
+            ends = refused_run(running, self.ratio, self.timer.decode, end_ms=end, passes=passes,
+                               horizon_ms=horizon_ms, cutoff_ms=cutoff_ms, room=room,
+                               capacity=capacity, cost=cost, rounds_left=self.rounds_left,
+                               total_kv=self.total_kv_tokens)
+        if len(ends) > 1:
+            self._macro_ends = ends
+            self._ends_finishing = len(ends) - 1 == finish - running.D + 1
+            self.pass_end_ms = ends[-1]
+        return self.pass_end_ms
+
+    def _plain_run(self, end, passes, horizon_ms, cutoff_ms, room):
+        """The run when no admission can happen in it: vLLM's loop (engine/decode_run.py) in
+        tokens, passes numbered from the next one."""
+        run = self._decode_run
+        if run is None:
+            run = self._decode_run = decode_runner(self.timer, self.total_kv_tokens)
+        running = self.running
+        n = len(running)
+        ps = self.page_size
+        first = self.pass_index + 1
+        if ps == 1:
+            crossing = {0: n}
+        else:
+            # pass P is decode step D + P - first: members whose length is then page-aligned
+            crossings = running.crossings
+            shift = first - running.D
+            crossing = {}
+            for residue in range(ps):
+                count = crossings[(shift - residue) % ps]
+                if count:
+                    crossing[residue] = ps * count
+        return run(first_pass=first, end_ms=end, batch=n, base=running.sum_len - n * first,
+                   total_kv=self.total_kv_tokens, block_size=ps, room=room,
+                   horizon_ms=horizon_ms, cutoff_ms=cutoff_ms, crossing=crossing,
+                   stop_pass=first + passes - 1, max_passes=passes + 1)
+
+    def _eviction_unseen(self):
+        """Whether evicting cached pages can change no decision of the passes to come: nobody
+        waits, or the only waiting request priced (the head, in FIFO order) matches nothing
+        evictable (its matched path is locked by a running request)."""
+        waiting = self.waiting
+        if not waiting or not self.caching:
+            return True
+        if self._lpm_sorts():
+            return False                  # the order of the whole queue reads the tree
+        if len(self.running) >= self.max_running:
+            return True                   # no slot: nobody is priced
+        head = waiting[0]
+        if head.computed:
+            return True                   # a continuation does not match again
+        cached, node = self._head_match(head, head.prompt_len + head.generated)
+        return cached == 0 or node.lock > 0
+
+    def _lpm_sorts(self):
+        """Whether the next pass reorders the queue by longest prefix match (as schedule)."""
+        return self.lpm and self.caching and 0 < len(self.waiting) <= 128
+
+    def _head_cost(self):
+        """What admitting the queue's head would charge ``rem_total`` in a pass to come, or None
+        when it can join none of them (no slot, nobody waits, a limit that does not change)."""
+        waiting = self.waiting
+        if not waiting or len(self.running) >= self.max_running:
+            return None
+        budget = self.budget
+        rem_chunk = float(budget.chunk_size)
+        priced = self._price_chunk(waiting[0], rem_chunk)
+        if priced is None:
+            return None
+        _, _, charged, reserve = priced
+        if charged > float(budget.max_prefill) or charged > rem_chunk:
+            return None
+        return charged + reserve
+
+    def truncate(self, arrival_ms):
+        """A request arrived during extended passes: stop after the pass in flight at
+        ``arrival_ms`` so that the request joins the next one. Returns the new end time."""
+        ends = self._macro_ends
+        if ends is None:
+            return self.pass_end_ms
+        i = bisect_left(ends, arrival_ms)
+        if i < len(ends) - 1:
+            if i == 0:
+                self._macro_ends = None
+            else:
+                del ends[i + 1:]
+            self._ends_finishing = False
+            self.pass_end_ms = ends[i]
+        return self.pass_end_ms
+
+    def ends_pass_at(self, t_ms):
+        """Whether a pass before the last one of an extended pass ends exactly at ``t_ms``."""
+        ends = self._macro_ends
+        if ends is None or t_ms >= ends[-1]:
+            return False
+        return ends[bisect_left(ends, t_ms)] == t_ms
+
+    def _complete_extension(self):
+        """Record the passes before the last one of an extended pass and apply what every
+        extra pass did: page growth (evicting as each pass would), the decode steps, the
+        ratio's decay, the deferred rounds; then a last pass in which members finish."""
+        ends = self._macro_ends
+        self._macro_ends = None
+        extra = len(ends) - 1
+        plain = extra - 1 if self._ends_finishing else extra
+        first = self.pass_index + 1
+        self.pass_ends.extend(ends[:-1])
+        self.itl_diff.frombytes(bytes(8 * extra))
+        self.pass_index += extra
+        if plain:
+            self._grow_pages(plain)
+            self.running.record_decodes(first, plain)
+            ratio = self.ratio
+            for _ in range(plain):
+                value = ratio.value
+                ratio.decay()
+                if ratio.value == value:
+                    break                 # at its floor
+            self.rounds_left = self.rounds_left - plain if self.rounds_left > plain else 0
+        if self._ends_finishing:
+            self._finishing_decode()
+
+    def _finishing_decode(self):
+        """The last pass of an extended pass, formed now as ``schedule`` would have at its
+        start: a decode step in which members emit their last token (the queue is not read:
+        its head was refused, and requests that came meanwhile were not there yet)."""
+        self._k0 = self._k2 = 0
+        self._decode_step(False)
+        self._emitted_any = False
+        for r in self._finishing:
+            self._finish_kv(r)
+        self._finishing = []
+        self.ratio.decay()
+        self.finish_round(False, True)
+
+    def _grow_pages(self, steps):
+        """The pages of the next ``steps`` decode steps of the running batch, in pass order."""
+        running = self.running
+        cache = self.cache
+        ps = self.page_size
+        if ps == 1:
+            needs = None
+            total = len(running) * steps
+        else:
+            crossings = running.crossings
+            D = running.D
+            needs = [ps * crossings[(-d) % ps] for d in range(D, D + steps)]
+            total = sum(needs)
+        if cache.available() >= total:
+            cache.allocate(total)
+            return
+        for need in needs or [len(running)] * steps:
+            if cache.available() < need:
+                cache.evict(need - cache.available())
+            if not cache.allocate(need):
+                raise SimulationError("internal: an extended SGLang pass found no KV room its "
+                                      "plan counted on")
 
     def join_group(self, dp_size):
         """Attention DP (the worker calls this when ``dp_size`` > 1): SGLang splits the chunk
@@ -263,33 +471,11 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         sum_isl = sum_prefix = computed = 0
         while len(can_run) < slots and waiting:
             r = waiting[0]
-            length = r.prompt_len + r.generated
-            fresh_kv = r.computed == 0
-            if fresh_kv and self.caching:
-                limit = length if r.out_limit == 0 else length - 1
-                memo = self._match_memo
-                if memo[0] is r and memo[1] == limit and cache.still_matches(*memo[2:]):
-                    cached = memo[2]          # a head that waits asks again every pass
-                else:
-                    inserts = cache.inserts
-                    cached, node = cache.match_where(ensure_tokens(r, length), limit)
-                    self._match_memo = (r, limit, cached, node, inserts)
-            else:
-                cached = 0
-            start = r.computed if r.computed > cached else cached
-            extend = length - start
-            if extend == 0 and not fresh_kv:
+            priced = self._price_chunk(r, rem_chunk)
+            if priced is None:
                 break
-            if -(-extend // ps) * ps <= rem_chunk:
-                chunk = extend
-            else:
-                chunk = (int(rem_chunk) // ps) * ps
-                if chunk == 0:
-                    break
-                if chunk > extend:
-                    chunk = extend
-            charged = -(-chunk // ps) * ps
-            reserve = 0 if chunk < extend else budget.output_reserve(r)
+            start, chunk, charged, reserve = priced
+            fresh_kv = r.computed == 0
             if not room.admits(charged + reserve):
                 break
             if charged > rem_input or charged > rem_chunk:
@@ -325,6 +511,46 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
                 break
         self._pass_committed = computed
         return can_run, sum_isl, sum_prefix, computed
+
+    def _price_chunk(self, r, rem_chunk):
+        """The chunk ``get_new_batch_prefill`` would give ``r`` with ``rem_chunk`` tokens of
+        chunk budget left: (start, chunk tokens, tokens charged, output reserve), or None when
+        the reference stops before pricing it."""
+        ps = self.page_size
+        length = r.prompt_len + r.generated
+        fresh_kv = r.computed == 0
+        if fresh_kv and self.caching:
+            cached = self._head_match(r, length)[0]
+        else:
+            cached = 0
+        start = r.computed if r.computed > cached else cached
+        extend = length - start
+        if extend == 0 and not fresh_kv:
+            return None
+        if -(-extend // ps) * ps <= rem_chunk:
+            chunk = extend
+        else:
+            chunk = (int(rem_chunk) // ps) * ps
+            if chunk == 0:
+                return None
+            if chunk > extend:
+                chunk = extend
+        charged = -(-chunk // ps) * ps
+        reserve = 0 if chunk < extend else self.budget.output_reserve(r)
+        return start, chunk, charged, reserve
+
+    def _head_match(self, r, length):
+        """(cached tokens, the tree node holding the last) of a fresh request's prompt match,
+        capped at ``len - 1`` (the whole length for a zero-output request)."""
+        cache = self.cache
+        limit = length if r.out_limit == 0 else length - 1
+        memo = self._match_memo
+        if memo[0] is r and memo[1] == limit and cache.still_matches(*memo[2:]):
+            return memo[2], memo[3]         # a head that waits asks again every pass
+        inserts = cache.inserts
+        cached, node = cache.match_where(ensure_tokens(r, length), limit)
+        self._match_memo = (r, limit, cached, node, inserts)
+        return cached, node
 
     # ------------------------------------------------------------------ tokens
     def _first_tokens(self, fresh, watched):
@@ -450,6 +676,8 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
 
     # ------------------------------------------------------------------ pass completion
     def complete(self):
+        if self._macro_ends is not None:
+            self._complete_extension()
         end_ms = self.pass_end_ms
         self._pass_done(end_ms)
         # a pass cut off by the run's time limit never completes: its prompt work is not counted

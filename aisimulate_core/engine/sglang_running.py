@@ -93,10 +93,10 @@ class RunningBatch:
         self.crossings[r.pass_chunk] -= 1
         remaining = r.out_limit - r.generated
         if remaining > 0:
-            self.finishing[D + remaining - 1].remove(r)
+            _drop(self.finishing, D + remaining - 1, r)
         if remaining > self.clip:
             self.n_big -= 1
-            self.unclip[D + remaining - self.clip - 1].remove(r)
+            _drop(self.unclip, D + remaining - self.clip - 1, r)
         else:
             self.n_small -= 1
             self.sum_small -= remaining
@@ -156,6 +156,44 @@ class RunningBatch:
             done.sort(key=_join_number)
         return done or ()
 
+    def record_decodes(self, first_pass, count):
+        """``record_decode`` for ``count`` consecutive decode passes numbered from
+        ``first_pass``, at once; no member emits its last token in them (the caller knows:
+        ``next_finish``)."""
+        d = self.D
+        dec_pass = self.dec_pass
+        if d and dec_pass[d - 1] != first_pass - 1:
+            self.breaks.append(d - 1)
+        dec_pass.extend(range(first_pass, first_pass + count))
+        end = d + count
+        self.D = end
+        self.sum_len += len(self.members) * count
+        # each pass takes one token off every small member's remaining output; a big member
+        # unclipped at decode index u counts as small from the pass after u on
+        decrement = self.n_small * count
+        unclip = self.unclip
+        if unclip:
+            clip = self.clip
+            for u in [u for u in unclip if d <= u < end]:
+                k = len(unclip.pop(u))
+                self.n_big -= k
+                self.n_small += k
+                self.sum_small += k * clip
+                decrement += k * (end - 1 - u)
+        self.sum_small -= decrement
+
+    def next_finish(self):
+        """The first decode index (``D`` or later) in which a member emits its last token."""
+        return min(self.finishing) if self.finishing else None
+
 
 def _join_number(r):
     return r.bucket_key
+
+
+def _drop(buckets, key, r):
+    """Remove ``r`` from ``buckets[key]``; an emptied bucket goes (``next_finish`` reads keys)."""
+    bucket = buckets[key]
+    bucket.remove(r)
+    if not bucket:
+        del buckets[key]

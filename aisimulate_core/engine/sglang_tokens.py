@@ -40,6 +40,13 @@ def ensure_tokens(r, depth):
 def lpm_order(rank, waiting):
     """Reorder ``waiting`` by longest cached prefix (stable); a request whose match is short
     and whose first pages repeat an earlier waiting request's goes behind the others."""
+    ranked = lpm_ranked(rank, waiting)
+    waiting.clear()
+    waiting.extend(ranked)
+
+
+def lpm_ranked(rank, waiting):
+    """``waiting`` in the order ``lpm_order`` gives it, as a new list."""
     cache = rank.cache
     ps = rank.page_size
     dup_len = -(-DUPLICATE_CHECK_TOKENS // ps) * ps
@@ -58,5 +65,4 @@ def lpm_order(rank, waiting):
                 seen.add(key)
         scored.append((behind, -matched, index, r))
     scored.sort()
-    waiting.clear()
-    waiting.extend(item[3] for item in scored)
+    return [item[3] for item in scored]

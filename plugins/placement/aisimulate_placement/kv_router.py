@@ -34,6 +34,7 @@ the overlaps the index gave when it arrived (as the reference does: it looks the
 
 from __future__ import annotations
 
+from array import array
 import math
 import random
 from typing import Any, NamedTuple, Sequence
@@ -115,7 +116,7 @@ class KvRouter(PlacementPolicy):
         if self._lagged:
             self._apply_due_events(now)
         candidates = self.pool.schedulers
-        hashes: Sequence[int] = tuple(request.block_hashes) if self._hashes_needed else ()
+        hashes: Sequence[int] = _u64_array(request.block_hashes) if self._hashes_needed else ()
         overlaps = self._overlaps(candidates, hashes) if self._uses_index else {}
         isl = request.input_length
         queue = self._queue
@@ -343,3 +344,14 @@ class KvAware(KvRouter):
     """``kv_aware``: the name the reference runner also accepts for ``kv_router``."""
 
     NAME = "kv_aware"
+
+
+def _u64_array(hashes: Sequence[int]) -> array:
+    """The request's hashes as the engines keep them (``array('Q')``, shared, never written):
+    the engine index matches them without a conversion per scheduler."""
+    if type(hashes) is array and hashes.typecode == "Q":
+        return hashes
+    try:
+        return array("Q", hashes)
+    except (OverflowError, TypeError):   # not u64 values (a hand-made request): kept as given
+        return tuple(hashes)

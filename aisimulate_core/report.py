@@ -18,6 +18,7 @@ import attrs
 import msgspec
 
 from .stats import DistributionStats, StreamingDistribution, exact_stats
+from .token_stats import TokenGaps
 
 # ---------------------------------------------------------------------------------------------
 # records
@@ -206,14 +207,16 @@ class Report:
 class Collector:
     """Accumulates what the summary needs; ``finalize`` builds the report once.
 
-    Memory does not grow with the records a run makes, only with its samples: each completed
+    ``backend`` ("c" or "python", default: ``aisimulate_core.native``'s choice) is the token-gap
+    histogram's (``token_stats.TokenGaps``). Memory does not grow with the records a run makes,
+    only with its samples: each completed
     request leaves its TTFT, E2E, TTST and TPOT as 8-byte doubles (``_Totals``), in the
     summary's order. Records are kept only when asked for: all of them in memory
     (``record_per_request``), or handed to a sink as they settle (``stream_records_to``).
     """
 
     def __init__(self, *, sla: Any = None, record_per_request: bool,
-                 report_start_ms: float = 0.0) -> None:
+                 report_start_ms: float = 0.0, backend: str | None = None) -> None:
         self._totals = _Totals(_Sla.from_obj(sla), report_start_ms)
         self._num_requests = 0
         self._order = _ArrivalOrder(self._settled)
@@ -224,9 +227,9 @@ class Collector:
         self._stream = (_RecordStream(self._records.append, running=False)
                         if record_per_request else None)
         self._fallback_committed_prefill = 0
-        # gap (ms) -> number of token gaps of that length; the sketch and moments are built
-        # from it in finalize, so recording a pass costs one dict update per distinct gap
-        self._gap_counts: dict[float, int] = {}
+        # gap (ms) -> number of token gaps of that length (in C on the C backend); the
+        # sketches and moments are built from its summary in finalize
+        self._gaps = TokenGaps(backend)
         self._worker_seconds = (0.0, 0.0)
         self._gpus_per_worker = (0, 0)
         self._extras: dict[str, Any] = {}
@@ -265,24 +268,19 @@ class Collector:
             self._stream.settled(rec)
 
     def add_itl_gaps(self, gaps_ms, counts) -> None:
-        """Record ``counts[i]`` token gaps of ``gaps_ms[i]`` ms (completed, admitted requests)."""
-        hist = self._gap_counts
-        get = hist.get
-        for gap, count in zip(gaps_ms, counts):
-            hist[gap] = get(gap, 0) + count
+        """Record ``counts[i]`` token gaps of ``gaps_ms[i]`` ms (completed, admitted requests);
+        NaN and +inf gaps are not samples, a negative gap counts as 0 (the reference clamps it).
+        Arrays (``'d'``, ``'q'``), as ``RankBase.itl_gaps`` gives them, go in without a copy."""
+        self._gaps.add(gaps_ms, counts)
 
     def _token_distributions(self) -> tuple[StreamingDistribution, StreamingDistribution]:
-        itl: dict[float, int] = {}
-        for gap, count in self._gap_counts.items():
-            gap = float(gap)
-            if gap != gap or gap == math.inf:  # not a sample
-                continue
-            gap = _nonneg(gap)  # the reference clamps negative gaps to 0
-            itl[gap] = itl.get(gap, 0) + count
-        # a zero gap is an ITL sample but has no finite per-user rate
-        rates = [(1000.0 / gap, count) for gap, count in itl.items() if gap > 0.0]
-        return (StreamingDistribution.from_counts(itl.items()),
-                StreamingDistribution.from_counts(rates))
+        """The ITL and per-user rate (1000 / gap) distributions, from one summary call."""
+        itl, rate = StreamingDistribution(), StreamingDistribution()
+        sketch = itl.sketch
+        itl_summary, rate_summary = self._gaps.summaries(sketch.multiplier, sketch.min_indexable)
+        itl.fill(itl_summary)
+        rate.fill(rate_summary)
+        return itl, rate
 
     def set_worker_seconds(self, *, prefill_worker_seconds: float, decode_worker_seconds: float,
                            prefill_gpus_per_worker: int, decode_gpus_per_worker: int) -> None:

@@ -401,6 +401,49 @@ class DDSketch:
         return self.value(self.positive.key_at_rank(rank - below_zero - self.zero_count))
 
 
+class HistogramSummary(NamedTuple):
+    """What a distribution keeps of a histogram of (value, multiplicity) pairs: the exact
+    moments (``Welford.from_counts``) and the sketch's content, the positive store's keys in
+    ascending order with their counts and, in pair order, the values below the sketch's lowest
+    indexable one (zeros, negatives), which go through ``DDSketch.add``.
+
+    ``aisimulate_core.token_stats`` computes the same summary in C for the report's gaps."""
+
+    count: int
+    mean: float
+    m2: float
+    min: float
+    max: float
+    keys: Sequence[int]
+    key_counts: Sequence[int]
+    low_values: Sequence[float]
+    low_counts: Sequence[int]
+
+
+def summarize_counts(items: Iterable[tuple[float, int]], multiplier: float,
+                     min_indexable: float) -> HistogramSummary:
+    """The summary of the pairs with a positive count and a finite value, for a sketch with
+    this key ``multiplier`` and lowest indexable value."""
+    pairs = [(v, c) for v, c in items if c > 0 and math.isfinite(v)]
+    # bin first, then feed the store once per bin: a replay has one value per engine pass
+    log = math.log
+    ceil = math.ceil
+    bins: dict[int, int] = {}
+    low_values: list[float] = []
+    low_counts: list[int] = []
+    for value, count in pairs:
+        if value >= min_indexable:
+            key = ceil(log(value) * multiplier)
+            bins[key] = bins.get(key, 0) + count
+        else:
+            low_values.append(value)
+            low_counts.append(count)
+    moments = Welford.from_counts(pairs)
+    keys = sorted(bins)
+    return HistogramSummary(moments.count, moments.mean, moments.m2, moments.min, moments.max,
+                            keys, [bins[key] for key in keys], low_values, low_counts)
+
+
 class StreamingDistribution:
     """Exact moments and extremes beside a DDSketch, as the reference keeps ITL and per-user rate.
 
@@ -429,29 +472,26 @@ class StreamingDistribution:
     def from_counts(cls, items: Iterable[tuple[float, int]], alpha: float = RELATIVE_ACCURACY,
                     max_bins: int = MAX_BINS) -> "StreamingDistribution":
         """A distribution holding a histogram of (value, multiplicity) pairs."""
-        pairs = [(v, c) for v, c in items if c > 0 and math.isfinite(v)]
         dist = cls(alpha, max_bins)
         sketch = dist.sketch
-        # bin first, then feed the store once per bin: a replay has one value per engine pass
-        lowest = sketch.min_indexable
-        multiplier = sketch.multiplier
-        log = math.log
-        ceil = math.ceil
-        bins: dict[int, int] = {}
-        for value, count in pairs:
-            if value >= lowest:
-                key = ceil(log(value) * multiplier)
-                bins[key] = bins.get(key, 0) + count
-            else:
-                sketch.add(value, count)
-        for key in sorted(bins):
-            sketch.positive.add(key, bins[key])
-        if pairs:
-            values = [v for v, _ in pairs]
-            sketch.min = min(sketch.min, min(values))
-            sketch.max = max(sketch.max, max(values))
-        dist.moments = Welford.from_counts(pairs)
+        dist.fill(summarize_counts(items, sketch.multiplier, sketch.min_indexable))
         return dist
+
+    def fill(self, summary: "HistogramSummary") -> None:
+        """Load a histogram's summary into this empty distribution (the sketch's store gets
+        one add per key, in ascending order)."""
+        sketch = self.sketch
+        for value, count in zip(summary.low_values, summary.low_counts):
+            sketch.add(value, count)
+        add = sketch.positive.add
+        for key, count in zip(summary.keys, summary.key_counts):
+            add(key, count)
+        if summary.count:
+            sketch.min = min(sketch.min, summary.min)
+            sketch.max = max(sketch.max, summary.max)
+        moments = self.moments
+        moments.count, moments.mean, moments.m2 = summary.count, summary.mean, summary.m2
+        moments.min, moments.max = summary.min, summary.max
 
     def percentile(self, pct: float) -> float:
         span = self.moments.count - 1

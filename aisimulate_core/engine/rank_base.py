@@ -8,8 +8,8 @@ finished request's token times and its inter-token gaps follow without per-token
 from __future__ import annotations
 
 from array import array
-from itertools import accumulate, islice
-from operator import sub
+
+from ..token_stats import TokenGaps
 
 
 class RankBase:
@@ -81,17 +81,12 @@ class RankBase:
                 breaks[key] = breaks.get(key, 0) + 1
             prev_last = last
 
-    def itl_gaps(self):
-        """(gap values, multiplicities) of every recorded gap on this rank."""
-        # one count per distinct gap, not one entry per pass (10M requests: ~400 MB of lists);
-        # gaps first seen in the same order, so the collector's sums are unchanged
-        ends = self.pass_ends
-        counts = {}
-        get = counts.get
-        for gap, count in zip(map(sub, islice(ends, 1, None), ends), accumulate(self.itl_diff)):
-            if count:
-                counts[gap] = get(gap, 0) + count
-        for (last, first), count in self.break_gaps.items():
-            gap = ends[first] - ends[last]
-            counts[gap] = get(gap, 0) + count
-        return list(counts), list(counts.values())
+    def itl_gaps(self, backend=None):
+        """(gap values, multiplicities) of every recorded sample gap on this rank, as arrays
+        ``'d'`` and ``'q'``, one entry per distinct gap in first-seen order: the consecutive
+        passes' gaps, then the break gaps. NaN and +inf gaps are left out and negative ones
+        count as 0.0, as the report takes them. One ``TokenGaps`` call reads the whole pass
+        history (in C on the C backend), so no Python object is made per pass."""
+        gaps = TokenGaps(backend)
+        gaps.add_passes(self.pass_ends, self.itl_diff, self.break_gaps)
+        return gaps.gaps()

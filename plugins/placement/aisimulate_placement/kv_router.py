@@ -283,9 +283,9 @@ class KvRouter(PlacementPolicy):
     def _apply(self, key: tuple, stored: bool, hashes: Sequence[int]) -> None:
         cached = self._state(key).cached
         if stored:
-            cached.update(hashes)
+            cached.insert_all(hashes)
         else:
-            cached.difference_update(hashes)
+            cached.remove_all(hashes)
 
     def on_kv_stored(self, scheduler: SchedulerView, hashes: Sequence[int], now_ms: float) -> None:
         self._kv_event(scheduler, True, hashes, now_ms)

@@ -8,10 +8,11 @@ match length of the reference's radix tree over block chains (CLUSTER.md §2.5).
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
-from itertools import repeat
-from operator import add, sub
 from typing import Sequence
+
+from aisimulate_core.kv.hash_counts import hash_counts
 
 SchedulerKey = tuple  # (worker_id, dp_rank)
 
@@ -24,69 +25,35 @@ class SchedulerState:
     * ``active`` / ``fresh_blocks`` (D): the full prompt blocks of the placed requests not yet
       finished, refcounted by hash when the router assumes KV reuse, else a plain count;
     * ``requests`` (A): the placed requests not yet finished.
+
+    ``cached`` and ``active`` are the core's hash multisets (aisimulate_core.kv.hash_counts):
+    a prompt's chain of hundreds of blocks is one C call per update.
     """
 
     __slots__ = ("cached", "prefill_tokens", "active", "fresh_blocks", "requests")
 
     def __init__(self) -> None:
-        self.cached: set[int] = set()
+        self.cached = hash_counts()
         self.prefill_tokens = 0
-        self.active: dict[int, int] = {}
+        self.active = hash_counts()
         self.fresh_blocks = 0
         self.requests = 0
 
     def overlap(self, hashes: Sequence[int]) -> int:
         """Length of the longest prefix of ``hashes`` this scheduler is known to hold."""
-        cached = self.cached
-        matched = 0
-        for block in hashes:
-            if block not in cached:
-                break
-            matched += 1
-        return matched
+        return self.cached.leading(hashes)
 
     def new_blocks(self, hashes: Sequence[int]) -> int:
-        """N: how many of ``hashes`` are not in the active set yet."""
-        return len(hashes) - self._held_prefix(hashes)
-
-    def _held_prefix(self, hashes: Sequence[int]) -> int:
-        """How many leading blocks of ``hashes`` the active set holds.
-
-        The active set is a union of whole chains (a placed request adds all its blocks) and a
-        sequence hash names its whole prefix, so the blocks of ``hashes`` it holds are a prefix
-        of them, and their refcounts do not increase along the chain: binary searches find the
-        ends, and the updates loop in C (map over dict methods) on slices, not per block in
-        Python (a prompt has hundreds of blocks)."""
-        active = self.active
-        low, high = 0, len(hashes)
-        while low < high:
-            middle = (low + high) // 2
-            if hashes[middle] in active:
-                low = middle + 1
-            else:
-                high = middle
-        return low
+        """N: how many of ``hashes`` are not in the active set yet (the active set is a union
+        of whole chains, so the ones it holds are a prefix of ``hashes``)."""
+        return len(hashes) - self.active.held_prefix(hashes)
 
     def add_active(self, hashes: Sequence[int]) -> None:
-        active = self.active
-        held = self._held_prefix(hashes)
-        shared = hashes[:held]
-        active.update(zip(shared, list(map(add, map(active.__getitem__, shared), repeat(1)))))
-        active.update(dict.fromkeys(hashes[held:], 1))
+        self.active.add_chain(hashes)
 
     def drop_active(self, hashes: Sequence[int]) -> None:
         # blocks only this request holds (refcount 1) are the tail of its chain
-        active = self.active
-        low, high = 0, len(hashes)
-        while low < high:
-            middle = (low + high) // 2
-            if active[hashes[middle]] > 1:
-                low = middle + 1
-            else:
-                high = middle
-        shared = hashes[:low]
-        active.update(zip(shared, list(map(sub, map(active.__getitem__, shared), repeat(1)))))
-        deque(map(active.__delitem__, hashes[low:]), maxlen=0)
+        self.active.drop_chain(hashes)
 
 
 class LaggedEvents:
@@ -104,7 +71,7 @@ class LaggedEvents:
 
     def add(self, key: SchedulerKey, stored: bool, hashes: Sequence[int], now_ms: float) -> None:
         # the caller's sequence may be a buffer the runtime reuses: keep a copy
-        self._pending.append((now_ms + self.lag, key, stored, tuple(hashes)))
+        self._pending.append((now_ms + self.lag, key, stored, array("Q", hashes)))
 
     def due(self, now_ms: float):
         """Pop and yield ``(key, stored, hashes)`` of every event due at ``now_ms``."""

@@ -14,7 +14,8 @@ BLOCK_SIZE = 16
 
 def chain(ids):
     """The sequence hashes of the full blocks with these hash ids."""
-    return [hash(tuple(ids[: index + 1])) for index in range(len(ids))]
+    # u64 values, as the engines' sequence hashes are
+    return [hash(tuple(ids[: index + 1])) & 0xFFFF_FFFF_FFFF_FFFF for index in range(len(ids))]
 
 
 def full_chain(ids, isl):

@@ -1,0 +1,314 @@
+/*
+ * hash_counts.c: an open-addressing map u64 -> int64 (linear probing,
+ * backward-shift deletion, at most half full), with the whole-chain updates
+ * of the KV router's per-scheduler state. The Python twin is
+ * aisimulate_core/kv/hash_counts.py (a dict); both give the same answers for
+ * every sequence of operations, including the odd ones (duplicate hashes in
+ * a chain, counts reaching 0), which is why presence is a flag of its own.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "aisim.h"
+#include "hash_counts.cdef.h"
+
+struct aisim_hash_counts {
+    aisim_hc_view view;
+    size_t mask;        /* slots - 1 */
+    uint64_t *keys;
+    int64_t *counts;
+    uint8_t *used;
+    int64_t *scratch;   /* new counts of a chain update, read before any is written */
+    size_t scratch_cap;
+};
+
+static size_t home(const aisim_hash_counts *m, uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    return (size_t)h & m->mask;
+}
+
+/* the slot of h, or of the empty slot where it would go */
+static size_t find(const aisim_hash_counts *m, uint64_t h)
+{
+    size_t i = home(m, h);
+    while (m->used[i] && m->keys[i] != h)
+        i = (i + 1) & m->mask;
+    return i;
+}
+
+static int allocate(aisim_hash_counts *m, size_t slots)
+{
+    m->keys = malloc(slots * sizeof(uint64_t));
+    m->counts = malloc(slots * sizeof(int64_t));
+    m->used = calloc(slots, 1);
+    if (!m->keys || !m->counts || !m->used) {
+        free(m->keys);
+        free(m->counts);
+        free(m->used);
+        return AISIM_ENOMEM;
+    }
+    m->mask = slots - 1;
+    return AISIM_OK;
+}
+
+/* room for `extra` more keys, keeping the table at most half full */
+static int reserve(aisim_hash_counts *m, uint64_t extra)
+{
+    uint64_t need = m->view.len + extra;
+    size_t slots = m->mask + 1;
+    if (need * 2 <= slots)
+        return AISIM_OK;
+    while (need * 2 > slots) {
+        if (slots > ((size_t)-1) / 4)
+            return AISIM_ENOMEM;
+        slots *= 2;
+    }
+    aisim_hash_counts old = *m;
+    if (allocate(m, slots) != AISIM_OK) {
+        *m = old;
+        return AISIM_ENOMEM;
+    }
+    for (size_t i = 0; i <= old.mask; i++) {
+        if (old.used[i]) {
+            size_t j = find(m, old.keys[i]);
+            m->used[j] = 1;
+            m->keys[j] = old.keys[i];
+            m->counts[j] = old.counts[i];
+        }
+    }
+    free(old.keys);
+    free(old.counts);
+    free(old.used);
+    return AISIM_OK;
+}
+
+static void put(aisim_hash_counts *m, uint64_t h, int64_t count)
+{
+    size_t i = find(m, h);
+    if (!m->used[i]) {
+        m->used[i] = 1;
+        m->keys[i] = h;
+        m->view.len++;
+    }
+    m->counts[i] = count;
+}
+
+static void erase_slot(aisim_hash_counts *m, size_t i)
+{
+    /* backward shift: pull later members of the probe run into the hole */
+    size_t j = i;
+    m->used[i] = 0;
+    m->view.len--;
+    for (;;) {
+        j = (j + 1) & m->mask;
+        if (!m->used[j])
+            return;
+        size_t k = home(m, m->keys[j]);
+        /* j's entry may move to i only if its home is not in (i, j] cyclically */
+        int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            m->keys[i] = m->keys[j];
+            m->counts[i] = m->counts[j];
+            m->used[i] = 1;
+            m->used[j] = 0;
+            i = j;
+        }
+    }
+}
+
+static int scratch(aisim_hash_counts *m, size_t n)
+{
+    if (n <= m->scratch_cap)
+        return AISIM_OK;
+    int64_t *fresh = realloc(m->scratch, n * sizeof(int64_t));
+    if (!fresh)
+        return AISIM_ENOMEM;
+    m->scratch = fresh;
+    m->scratch_cap = n;
+    return AISIM_OK;
+}
+
+int aisim_hc_new(aisim_hash_counts **out)
+{
+    if (!out)
+        return AISIM_EINVAL;
+    aisim_hash_counts *m = calloc(1, sizeof(*m));
+    if (!m)
+        return AISIM_ENOMEM;
+    if (allocate(m, 16) != AISIM_OK) {
+        free(m);
+        return AISIM_ENOMEM;
+    }
+    *out = m;
+    return AISIM_OK;
+}
+
+int aisim_hc_free(aisim_hash_counts *m)
+{
+    if (m) {
+        free(m->keys);
+        free(m->counts);
+        free(m->used);
+        free(m->scratch);
+        free(m);
+    }
+    return AISIM_OK;
+}
+
+int aisim_hc_view_of(const aisim_hash_counts *m, const aisim_hc_view **out)
+{
+    if (!m || !out)
+        return AISIM_EINVAL;
+    *out = &m->view;
+    return AISIM_OK;
+}
+
+int aisim_hc_get(const aisim_hash_counts *m, uint64_t h, int64_t *out)
+{
+    if (!m || !out)
+        return AISIM_EINVAL;
+    size_t i = find(m, h);
+    if (!m->used[i])
+        return 0;
+    *out = m->counts[i];
+    return 1;
+}
+
+int aisim_hc_items(const aisim_hash_counts *m, uint64_t *keys, int64_t *counts, size_t cap)
+{
+    if (!m || ((!keys || !counts) && cap))
+        return AISIM_EINVAL;
+    size_t n = 0;
+    for (size_t i = 0; i <= m->mask && n < cap; i++) {
+        if (m->used[i]) {
+            keys[n] = m->keys[i];
+            counts[n] = m->counts[i];
+            n++;
+        }
+    }
+    return (int)n;
+}
+
+int64_t aisim_hc_held_prefix(const aisim_hash_counts *m, const uint64_t *hashes, size_t n)
+{
+    if (!m || (!hashes && n))
+        return AISIM_EINVAL;
+    size_t low = 0, high = n;
+    while (low < high) {
+        size_t middle = (low + high) / 2;
+        if (m->used[find(m, hashes[middle])])
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    return (int64_t)low;
+}
+
+int aisim_hc_add_chain(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
+{
+    if (!m || (!hashes && n))
+        return AISIM_EINVAL;
+    size_t held = (size_t)aisim_hc_held_prefix(m, hashes, n);
+    if (scratch(m, held) != AISIM_OK || reserve(m, n - held) != AISIM_OK)
+        return AISIM_ENOMEM;
+    for (size_t i = 0; i < held; i++) {
+        size_t slot = find(m, hashes[i]);
+        if (!m->used[slot])
+            return AISIM_EINVAL;   /* not a union of whole chains: the twin's lookup fails */
+        m->scratch[i] = m->counts[slot] + 1;
+    }
+    for (size_t i = 0; i < held; i++)
+        put(m, hashes[i], m->scratch[i]);
+    for (size_t i = held; i < n; i++)
+        put(m, hashes[i], 1);
+    return AISIM_OK;
+}
+
+int aisim_hc_drop_chain(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
+{
+    if (!m || (!hashes && n))
+        return AISIM_EINVAL;
+    size_t low = 0, high = n;
+    while (low < high) {
+        size_t middle = (low + high) / 2;
+        size_t i = find(m, hashes[middle]);
+        if (!m->used[i])
+            return AISIM_EINVAL;
+        if (m->counts[i] > 1)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    if (scratch(m, low) != AISIM_OK)
+        return AISIM_ENOMEM;
+    /* check before changing anything: every hash read or removed is present, once */
+    for (size_t i = 0; i < low; i++) {
+        size_t slot = find(m, hashes[i]);
+        if (!m->used[slot])
+            return AISIM_EINVAL;
+        m->scratch[i] = m->counts[slot] - 1;
+    }
+    /* each removed hash present and listed once: marked 2 while checking */
+    int status = AISIM_OK;
+    size_t marked = low;
+    for (; marked < n; marked++) {
+        size_t slot = find(m, hashes[marked]);
+        if (m->used[slot] != 1) {
+            status = AISIM_EINVAL;   /* absent, or a repeat the twin could not delete twice */
+            break;
+        }
+        m->used[slot] = 2;
+    }
+    for (size_t i = low; i < marked; i++)
+        m->used[find(m, hashes[i])] = 1;
+    if (status != AISIM_OK)
+        return status;
+    for (size_t i = 0; i < low; i++)
+        put(m, hashes[i], m->scratch[i]);
+    for (size_t i = low; i < n; i++)
+        erase_slot(m, find(m, hashes[i]));
+    return AISIM_OK;
+}
+
+int aisim_hc_insert_all(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
+{
+    if (!m || (!hashes && n))
+        return AISIM_EINVAL;
+    if (reserve(m, n) != AISIM_OK)
+        return AISIM_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        size_t slot = find(m, hashes[i]);
+        if (!m->used[slot]) {
+            m->used[slot] = 1;
+            m->keys[slot] = hashes[i];
+            m->counts[slot] = 1;
+            m->view.len++;
+        }
+    }
+    return AISIM_OK;
+}
+
+int aisim_hc_remove_all(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
+{
+    if (!m || (!hashes && n))
+        return AISIM_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        size_t slot = find(m, hashes[i]);
+        if (m->used[slot])
+            erase_slot(m, slot);
+    }
+    return AISIM_OK;
+}
+
+int64_t aisim_hc_leading(const aisim_hash_counts *m, const uint64_t *hashes, size_t n)
+{
+    if (!m || (!hashes && n))
+        return AISIM_EINVAL;
+    size_t i = 0;
+    while (i < n && m->used[find(m, hashes[i])])
+        i++;
+    return (int64_t)i;
+}

@@ -98,3 +98,20 @@ def status_error(status, operation, detail=None):
     name = STATUS_NAMES.get(status, f"status {status}")
     meaning = detail or _STATUS_MEANINGS.get(status, "unexpected status")
     return NativeError(f"{operation} failed: {meaning} ({name})")
+
+
+def open_handle(type_name, create, free, operation, *args, detail=None):
+    """A new C object of ``type_name``: ``create(out, *args)`` makes it, and the handle frees
+    itself with ``free`` when Python drops it; a failed status raises ``status_error``."""
+    box = ffi.new(f"{type_name} **")
+    status = create(box, *args)
+    if status:
+        raise status_error(status, operation, detail)
+    return ffi.gc(box[0], free)
+
+
+def handle_view(handle, view_type, view_of):
+    """The read-only view struct a C object keeps current (counters read as field loads)."""
+    box = ffi.new(f"{view_type} **")
+    view_of(handle, box)
+    return box[0]

@@ -130,3 +130,23 @@ def test_out_of_range_time_raises_the_timer_error():
         run_python(timer.decode, **run)
     with pytest.raises(SimulationError, match="out of range"):
         CDecodeRun(timer, 100)(**run)
+
+
+def test_a_pool_past_int64_runs_in_python():
+    """A KV pool of 2^64 - 1 blocks (accepted, as by the reference) has more tokens than C's
+    integers hold: the rank's run loop is the Python one, with the same answers."""
+    from aisimulate_core.engine.decode_run import decode_runner
+
+    timer = StepTimer(PolynomialTiming())
+    total_kv = ((1 << 64) - 1) * 16
+    run = decode_runner(timer, total_kv, backend="c")
+    assert not isinstance(run, CDecodeRun)
+    ends = run(first_pass=1, end_ms=0.0, batch=2, base=10, total_kv=total_kv, block_size=16,
+               room=5, horizon_ms=math.inf, cutoff_ms=math.inf, crossing={}, stop_pass=-1,
+               max_passes=5)
+    expected, end = [0.0], 0.0
+    for P in range(1, 5):
+        active = 10 + 2 * P
+        end += timer.decode(2, active, active // 2, total_kv)
+        expected.append(end)
+    assert list(ends) == expected

@@ -69,12 +69,9 @@ class CDecodeRun:
         self._decode = timer.decode
         self._total_kv = total_kv
         kind, fixed_ms = _native_kind(timer.model)
-        box = ffi.new("aisim_decode_timing **")
-        status = lib.aisim_decode_timing_new(box, kind, fixed_ms, timer.decode_ratio,
-                                             total_kv, MEMO_LIMIT)
-        if status != native.OK:
-            raise native.status_error(status, "aisim_decode_timing_new")
-        self._timing = ffi.gc(box[0], lib.aisim_decode_timing_free)
+        self._timing = native.open_handle(
+            "aisim_decode_timing", lib.aisim_decode_timing_new, lib.aisim_decode_timing_free,
+            "aisim_decode_timing_new", kind, fixed_ms, timer.decode_ratio, total_kv, MEMO_LIMIT)
         self._run = ffi.new("aisim_decode_run *")
         self._ends = ffi.new("double[]", MAX_PASSES)
         self._key_cap = 16
@@ -137,7 +134,7 @@ class CDecodeRun:
 
 def decode_runner(timer, total_kv, backend=None):
     """The decode-run loop for one rank: a callable taking ``run_python``'s keywords."""
-    if native.resolve_backend(backend) == "c":
+    if native.resolve_backend(backend) == "c" and -_EXACT < total_kv < _EXACT:
         return CDecodeRun(timer, total_kv)
     decode = timer.decode
 

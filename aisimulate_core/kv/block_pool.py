@@ -49,7 +49,9 @@ from aisimulate_core.native import (
     EINVAL,
     NOSPACE,
     ffi,
+    handle_view,
     lib,
+    open_handle,
     resolve_backend,
     status_error,
 )
@@ -177,14 +179,9 @@ class CBlockPool(BlockPool):
     def __init__(self, num_blocks, backend=None, *, owner=None):
         check_num_blocks(num_blocks, owner)
         self._label = pool_label(owner)
-        box = ffi.new("aisim_kv_pool **")
-        status = lib.aisim_kv_new(box, num_blocks)
-        if status:
-            raise status_error(status, pool_operation(owner), f"{num_blocks} blocks")
-        self._pool = ffi.gc(box[0], lib.aisim_kv_free)
-        view = ffi.new("aisim_kv_view **")
-        lib.aisim_kv_view_of(self._pool, view)
-        self._view = view[0]
+        self._pool = open_handle("aisim_kv_pool", lib.aisim_kv_new, lib.aisim_kv_free,
+                                 pool_operation(owner), num_blocks, detail=f"{num_blocks} blocks")
+        self._view = handle_view(self._pool, "aisim_kv_view", lib.aisim_kv_view_of)
 
     # ------------------------------------------------------------ counters
 

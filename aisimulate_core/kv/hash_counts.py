@@ -18,7 +18,8 @@ from __future__ import annotations
 from array import array
 from typing import Iterator, Sequence
 
-from aisimulate_core.native import EINVAL, ffi, lib, resolve_backend, status_error
+from aisimulate_core.native import (EINVAL, ffi, handle_view, lib, open_handle, resolve_backend,
+                                    status_error)
 
 _U64_ARRAY = ffi.typeof("uint64_t[]") if ffi is not None else None
 
@@ -130,14 +131,9 @@ class CHashCounts:
     backend = "c"
 
     def __init__(self) -> None:
-        box = ffi.new("aisim_hash_counts **")
-        status = lib.aisim_hc_new(box)
-        if status:
-            raise status_error(status, "HashCounts")
-        self._map = ffi.gc(box[0], lib.aisim_hc_free)
-        view = ffi.new("aisim_hc_view **")
-        lib.aisim_hc_view_of(self._map, view)
-        self._view = view[0]
+        self._map = open_handle("aisim_hash_counts", lib.aisim_hc_new, lib.aisim_hc_free,
+                                "HashCounts")
+        self._view = handle_view(self._map, "aisim_hc_view", lib.aisim_hc_view_of)
 
     def __len__(self) -> int:
         return self._view.len

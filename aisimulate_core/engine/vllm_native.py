@@ -1,0 +1,373 @@
+"""A vLLM rank whose pass runs in C (csrc/vllm_rank.c): ``NativeVllmRank``.
+
+The rank keeps every request's engine state in C (struct-of-arrays slots: lengths, KV blocks,
+open stretches, emission stretches); Python keeps only the slot -> ``SimRequest`` map, the pass
+history the report reads (``pass_ends``, ``itl_diff``, ``break_gaps``) and the timing, which
+it asks the rank's ``StepTimer`` for once per pass from the keys C leaves in its view. What a
+call did comes back as one flat array of events (admitted, preempted, rejected, finished with
+its stretches), so Python touches a request only at those lifecycle events: its
+``admissions``, ``first_reused``, ``max_reused``, ``preemptions``, ``stretches``, ``generated``
+and ``status`` are right from then on (in between, C holds the truth).
+
+``VllmRank`` (engine/vllm.py) is its twin and specification: the same request stream through
+both gives the same passes, token times and pool state (tests/test_vllm_native.py). The
+configurations it takes are the ones ``supports`` accepts; the others keep the Python rank.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from .. import native
+from ..errors import SimulationError
+from .decode_run import MAX_PASSES, decode_runner
+from .rank_base import RankBase
+from .request import FINISHED, PREEMPTED, RUNNING
+from .vllm import VllmRank
+
+MAX_BLOCK_SIZE = 65536       # the rank keeps one bucket per block offset
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # workload/prompt.py's salt of blocks past the prompt
+_NO_HASHES = array("Q")
+
+
+def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
+    """Why the C rank cannot take this configuration, or None when it can.
+
+    v1 takes the aggregated vLLM rank without attention DP, on the C pool: not TensorRT-LLM
+    (its no-evict admission), not the disaggregated roles, and not a rank a router, telemetry
+    gauges or forward-pass metrics watch (setting those raises)."""
+    if native.resolve_backend(backend) != "c":
+        return "the C backend is not in use"
+    if engine.backend != "vllm":
+        return f"backend {engine.backend!r} (only 'vllm')"
+    if role != "aggregated" or getattr(engine, "worker_type", "aggregated") != "aggregated":
+        return f"role {role!r} (only the aggregated one)"
+    if dp_size != 1:
+        return f"dp_size {dp_size} (only 1)"
+    if not 1 <= engine.block_size <= MAX_BLOCK_SIZE:
+        return f"block_size {engine.block_size} (at most {MAX_BLOCK_SIZE})"
+    if pool is not None and getattr(pool, "backend", None) != "c":
+        return "a Python block pool"
+    return None
+
+
+def _check(status, operation):
+    if status < 0:
+        raise native.status_error(status, operation)
+    return status
+
+
+class _Queue:
+    """The running order or the waiting queue, read from C: length and truth cost a field
+    read; iterating builds the requests (messages and checks only)."""
+
+    __slots__ = ("_rank", "_which")
+
+    def __init__(self, rank, which):
+        self._rank = rank
+        self._which = which
+
+    def __len__(self):
+        view = self._rank._view
+        return view.n_running if self._which == 0 else view.n_waiting
+
+    def __bool__(self):
+        return len(self) > 0
+
+    def _slots(self):
+        rank = self._rank
+        n = len(self)
+        out = native.ffi.new("int32_t[]", max(n, 1))
+        _check(native.lib.aisim_vllm_queue(rank._rank, self._which, out, n), "aisim_vllm_queue")
+        return native.ffi.unpack(out, n)
+
+    def __iter__(self):
+        requests = self._rank._requests
+        return iter([requests[s] for s in self._slots()])
+
+    def __getitem__(self, index):
+        return list(self)[index]
+
+
+class NativeVllmRank(RankBase):
+    charges_prefill = True
+    charges_decode = True
+    holds_sources = False
+    no_evict = False
+    # the pass a router, telemetry or FPM would watch: none here (supports() says so)
+    watched = False
+    in_flight = False
+    fpm_last = None
+    fpm_clock = 0.0
+
+    def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0,
+                 scheduler_id=0):
+        reason = supports(engine, pool=pool)
+        if reason is not None:
+            raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
+        ffi, lib = native.ffi, native.lib
+        self.worker_idx = worker_idx
+        self.dp_rank = dp_rank
+        self.scheduler_id = scheduler_id
+        self.timer = timer
+        self.pool = pool
+        self.cb = callbacks
+        bs = self.block_size = engine.block_size
+        self.num_blocks = engine.num_gpu_blocks
+        self.total_kv_tokens = engine.num_gpu_blocks * bs
+        self.max_batched = engine.max_num_batched_tokens
+        self.max_seqs = engine.max_num_seqs
+        self.max_model_len = engine.max_model_len
+        self.caching = engine.enable_prefix_caching
+        self.chunked = engine.enable_chunked_prefill
+        self.lifo = engine.preemption_mode != "fifo"
+        config = ffi.new("aisim_vllm_config *")
+        config.block_size = bs
+        config.num_blocks = self.num_blocks
+        config.max_batched = self.max_batched
+        config.max_seqs = self.max_seqs
+        config.max_model_len = -1 if self.max_model_len is None else self.max_model_len
+        config.caching = self.caching
+        config.chunked = self.chunked
+        config.lifo = self.lifo
+        box = ffi.new("aisim_vllm_rank **")
+        _check(lib.aisim_vllm_new(box, config, pool._pool), "aisim_vllm_new")
+        self._rank = ffi.gc(box[0], lib.aisim_vllm_free)
+        view = ffi.new("aisim_vllm_view **")
+        lib.aisim_vllm_view_of(self._rank, view)
+        self._view = view[0]
+        self._requests = []          # slot -> SimRequest (None while free)
+        self.running = _Queue(self, 0)
+        self.waiting = _Queue(self, 1)
+        self.pass_ends = array("d")
+        self.itl_diff = array("q")
+        self.break_gaps = {}
+        self.pass_end_ms = 0.0
+        self.pass_effect = False
+        self._macro_ends = None
+        self._decode_run = None
+        self._keys = ffi.new("int64_t[]", bs)
+        self._counts = ffi.new("int64_t[]", bs)
+        self._stop = ffi.new("int64_t *")
+
+    # ------------------------------------------------------------------ counters (C's)
+    @property
+    def pass_index(self):
+        return self._view.pass_index
+
+    @property
+    def preemptions(self):
+        return self._view.preemptions
+
+    @property
+    def completed_preemptions(self):
+        return self._view.preemptions
+
+    @property
+    def committed_prefill_tokens(self):
+        return self._view.committed_prefill_tokens
+
+    @property
+    def decode_steps(self):
+        return self._view.decode_steps
+
+    @property
+    def held_total(self):
+        return self._view.held_total
+
+    @property
+    def n_dec(self):
+        return self._view.n_dec
+
+    def _refuse(name):
+        """A switch the runtime sets on watched ranks: this rank has none of them (v1)."""
+        def get(self):
+            return None if name == "observer" else False
+
+        def set_(self, value):
+            if value:
+                raise SimulationError(f"the C vLLM rank does not support {name} (v1)")
+        return property(get, set_)
+
+    observer = _refuse("observer")
+    capture_gauges = _refuse("capture_gauges")
+    fpm_on = _refuse("fpm_on")
+    del _refuse
+
+    # ------------------------------------------------------------------ what VllmRank words
+    # the same text and arithmetic over the same fields: one definition, VllmRank's
+    _limit_output = VllmRank._limit_output
+    stall_reason = VllmRank.stall_reason
+    setting_prefix = VllmRank.setting_prefix
+    fit_error = VllmRank.fit_error
+    kv_gauges = VllmRank.kv_gauges
+    live_gauges = VllmRank.live_gauges
+    kv_summary = VllmRank.kv_summary
+    truncate = VllmRank.truncate
+    ends_pass_at = VllmRank.ends_pass_at
+
+    def telemetry_gauges(self):
+        return self.live_gauges()
+
+    def progressed(self):
+        # computed chunks are progress too: a chunk can cost no time
+        return self.pass_effect or bool(self._view.chunked_pass)
+
+    def has_work(self):
+        view = self._view
+        return bool(view.n_running or view.n_waiting)
+
+    def request_blocks(self, r):
+        """The KV blocks ``r`` holds now (the invariant checker's question)."""
+        slot = self._requests.index(r)
+        ffi = native.ffi
+        blocks, computed, seq = ffi.new("int64_t *"), ffi.new("int64_t *"), ffi.new("int32_t *")
+        _check(native.lib.aisim_vllm_request_blocks(self._rank, slot, blocks, computed, seq),
+               "aisim_vllm_request_blocks")
+        return blocks[0]
+
+    # ------------------------------------------------------------------ queue entry
+    def submit(self, request):
+        self._limit_output(request)
+        bs = self.block_size
+        hashes = _NO_HASHES
+        authored = request.output_token_ids is not None
+        if self.caching and self._may_fit(request):
+            prompt = request.prompt
+            if authored:
+                n_blocks = (request.prompt_len + len(request.output_token_ids)) // bs
+                hashes = prompt.extended_hashes(bs, request, n_blocks)
+            else:
+                hashes = prompt.block_hashes(bs)
+        ffi = native.ffi
+        slot = native.lib.aisim_vllm_submit(
+            self._rank, request.prompt_len, request.max_output, request.out_limit,
+            ffi.from_buffer("uint64_t[]", hashes), len(hashes), authored,
+            (request.uuid * _GOLDEN) & _MASK)
+        _check(slot, "aisim_vllm_submit")
+        requests = self._requests
+        if slot == len(requests):
+            requests.append(request)
+        else:
+            requests[slot] = request
+
+    def _may_fit(self, r):
+        """Whether ``r`` passes admission's length tests, so that its prompt is worth hashing
+        (an over-capacity prompt of 10^7 tokens would cost ~2 GB of hashes)."""
+        if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
+            return False
+        return -(-r.prompt_len // self.block_size) <= self.num_blocks
+
+    # ------------------------------------------------------------------ scheduling
+    def schedule(self, now_ms):
+        """Form one pass at ``now_ms``; returns its end time, or None with nothing to do."""
+        view = self._view
+        if not view.n_running and not view.n_waiting:
+            return None
+        _check(native.lib.aisim_vllm_schedule(self._rank, now_ms), "aisim_vllm_schedule")
+        if view.n_events:
+            self._schedule_events(now_ms)
+        timer = self.timer
+        prefill = 0.0
+        count = view.pf_count
+        if count:
+            prefill = timer.prefill(count, view.pf_isl // count, view.pf_prefix // count)
+        decode = 0.0
+        n = view.dec_batch
+        if n:
+            active = view.dec_active
+            decode = timer.decode(n, active, active // n, self.total_kv_tokens)
+        self.pass_effect = bool(view.pass_effect)
+        self.pass_end_ms = (now_ms + prefill) + decode
+        return self.pass_end_ms
+
+    def _events(self):
+        view = self._view
+        return native.ffi.unpack(view.events, view.n_events * 5)
+
+    def _schedule_events(self, now_ms):
+        requests = self._requests
+        values = self._events()
+        for i in range(0, len(values), 5):
+            kind, slot, a, b, c = values[i:i + 5]
+            r = requests[slot]
+            if kind == 1:      # admitted: a cached tokens, b readmission
+                r.status = RUNNING
+                r.admissions.append((now_ms, a, bool(b)))
+                if not b:
+                    r.first_reused = a
+                if a > r.max_reused:
+                    r.max_reused = a
+            else:              # preempted
+                r.status = PREEMPTED
+                r.preemptions = a
+                r.generated = c
+                r.computed = 0
+
+    # ------------------------------------------------------------------ decode-only runs
+    def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
+        """Lengthen the pass just formed by the decode-only passes that follow it (as
+        ``VllmRank.extend``). Returns the end time of the last pass."""
+        view = self._view
+        if not view.plain_decode or view.n_dec == 0 or self.pass_end_ms >= horizon_ms:
+            return self.pass_end_ms
+        run = self._decode_run
+        if run is None:
+            run = self._decode_run = decode_runner(self.timer, self.total_kv_tokens)
+        ffi = native.ffi
+        n = _check(native.lib.aisim_vllm_extension_input(
+            self._rank, self._keys, self._counts, self.block_size, self._stop),
+            "aisim_vllm_extension_input")
+        crossing = dict(zip(ffi.unpack(self._keys, n), ffi.unpack(self._counts, n)))
+        P0 = view.pass_index
+        ends = run(first_pass=P0 + 1, end_ms=self.pass_end_ms, batch=view.n_dec,
+                   base=view.sum_base, total_kv=self.total_kv_tokens, block_size=self.block_size,
+                   room=self.pool.allocatable(), horizon_ms=horizon_ms, cutoff_ms=cutoff_ms,
+                   crossing=crossing, stop_pass=self._stop[0], max_passes=max_passes)
+        if len(ends) > 1:
+            self._macro_ends = ends
+            self.pass_end_ms = ends[-1]
+        return self.pass_end_ms
+
+    # ------------------------------------------------------------------ pass completion
+    def complete(self):
+        ends = self._macro_ends
+        extra = 0
+        if ends is not None:
+            self._macro_ends = None
+            extra = len(ends) - 1
+            self.pass_ends.extend(ends[:-1])
+            self.itl_diff.frombytes(bytes(8 * extra))
+        end_ms = self.pass_end_ms
+        self.pass_ends.append(end_ms)
+        self.itl_diff.append(0)
+        _check(native.lib.aisim_vllm_complete(self._rank, extra), "aisim_vllm_complete")
+        if not self._view.n_events:
+            return
+        values = self._events()
+        view = self._view
+        n_values = view.n_stretch_values
+        stretches = native.ffi.unpack(view.stretches, n_values) if n_values else ()
+        requests = self._requests
+        # every event is read before the first callback: a terminal may submit here
+        finished = []
+        for i in range(0, len(values), 5):
+            kind, slot, a, b, c = values[i:i + 5]
+            r = requests[slot]
+            requests[slot] = None
+            r.status = FINISHED
+            r.seq = -1
+            if kind == 4:   # finished: stretches[a:a+b], c tokens generated
+                r.generated = c
+                own = r.stretches
+                for k in range(2 * a, 2 * (a + b), 2):
+                    own.append((stretches[k], stretches[k + 1]))
+                if own:
+                    self._record_itl(r)
+                finished.append((r, "completed"))
+            else:           # rejected
+                finished.append((r, "rejected"))
+        on_finish = self.cb.on_finish
+        for r, status in finished:
+            on_finish(r, end_ms, status)

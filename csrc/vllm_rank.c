@@ -1,0 +1,1203 @@
+/*
+ * vllm_rank.c: a vLLM rank's pass in C, step for step as engine/vllm.py's
+ * VllmRank (its twin and specification: read the two side by side, the
+ * function names match).
+ *
+ * Requests are slots of struct-of-arrays; the waiting queue is a ring of
+ * slots, the running order and the partial list are arrays of slots in
+ * order. An open stretch (a request decoding one token per pass) is not
+ * touched per pass: its length follows from the pass counter, and the
+ * decoders that need a new KV block in the same pass share a bucket keyed
+ * by the pass offset modulo the block size (one allocate_each per bucket).
+ * The finishing passes of open stretches sit in a min-heap; an entry whose
+ * request left its stretch (or whose slot was reused: the generation tells)
+ * is skipped when its pass completes, as the twin skips stale entries.
+ *
+ * Python learns what a call did from its events (admitted, preempted,
+ * rejected, finished with its emission stretches), read once per call.
+ * Timing stays with Python: schedule() leaves the pass's timing keys in the
+ * view.
+ *
+ * Errors: a bad argument gives AISIM_EINVAL with nothing changed. A failure
+ * inside a pass (out of memory, a pool call refused that the twin assumes
+ * succeeds) leaves the pass half formed: the rank then answers every call
+ * with AISIM_ECORRUPT.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "aisim.h"
+#include "vllm_rank.cdef.h"
+
+enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3 };
+
+#define MAX_BLOCK_SIZE 65536
+
+/* Per-request state, one array per field (X-macro: the list grows them all). */
+#define REQ_FIELDS(X)                                                            \
+    X(int64_t, prompt_len)                                                       \
+    X(int64_t, out_limit)                                                        \
+    X(int64_t, max_output)                                                       \
+    X(int64_t, generated)                                                        \
+    X(int64_t, computed)                                                         \
+    X(int64_t, held_blocks)                                                      \
+    X(int64_t, committed_blocks)                                                 \
+    X(int64_t, base_pass)                                                        \
+    X(int64_t, base_gen)                                                         \
+    X(int64_t, base_len)                                                         \
+    X(int64_t, bucket_key)                                                       \
+    X(int64_t, grown_mark)                                                       \
+    X(int64_t, chunk_tokens)                                                     \
+    X(int64_t, chunk_isl)      /* -1: the chunk computed no prompt token */      \
+    X(int64_t, chunk_prefix)                                                     \
+    X(int64_t, sched_mark)     /* the pass whose walk scheduled it */            \
+    X(int32_t, seq)                                                              \
+    X(int32_t, status)                                                           \
+    X(int32_t, in_stretch)                                                       \
+    X(int32_t, live)                                                             \
+    X(int32_t, authored)                                                         \
+    X(int32_t, admissions)                                                       \
+    X(int32_t, preemptions)                                                      \
+    X(uint32_t, generation)                                                      \
+    X(uint64_t, salt)                                                            \
+    X(uint64_t *, hashes)                                                        \
+    X(size_t, n_hashes)                                                          \
+    X(size_t, hash_cap)                                                          \
+    X(size_t, n_prompt_hashes)                                                   \
+    X(int64_t *, stretches)    /* (first, last) pairs */                         \
+    X(size_t, n_stretch)       /* values, two per stretch */                     \
+    X(size_t, stretch_cap)
+
+typedef struct bucket {
+    int32_t *slots;
+    int32_t *seqs;
+    size_t len, cap, seq_cap;
+    int64_t grown;   /* blocks granted to every member since the bucket opened */
+    int64_t pos;     /* index in active_keys, -1 while empty */
+} bucket;
+
+typedef struct fin_entry {
+    int64_t pass;
+    int32_t slot;
+    uint32_t generation;
+} fin_entry;
+
+typedef struct slot_list {
+    int32_t *v;
+    size_t len, cap;
+} slot_list;
+
+struct aisim_vllm_rank {
+    aisim_vllm_config cfg;
+    aisim_kv_pool *pool;
+    const aisim_kv_view *kv;
+    int broken;
+    /* requests */
+    size_t n_slots, slot_cap;
+#define X(type, name) type *name;
+    REQ_FIELDS(X)
+#undef X
+    slot_list free_slots;
+    /* queues */
+    int32_t *wait_ring;
+    size_t wait_head, wait_len, wait_cap;   /* wait_cap: a power of two */
+    slot_list running, partial, ready, rejected, done;
+    /* open stretches */
+    bucket *buckets;                        /* block_size of them */
+    int64_t *active_keys;
+    size_t n_active_keys;
+    fin_entry *heap;
+    size_t heap_len, heap_cap;
+    /* the head that last had to wait: its slot, generation, the cache version, active blocks */
+    int32_t blocked_slot;
+    uint32_t blocked_generation;
+    int64_t blocked_version;
+    int64_t blocked_active;
+    /* scratch */
+    int64_t *key_scratch;
+    int64_t *events;          /* AISIM_VLLM_EVENT_WIDTH values each */
+    size_t n_events, events_cap;   /* events_cap: values */
+    int64_t *stretch_out;
+    size_t n_stretch_out, stretch_out_cap;
+    aisim_vllm_view view;
+};
+
+/* ------------------------------------------------------------ helpers */
+
+/* Python's floor division and modulo (b > 0). */
+static int64_t floordiv(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+static int64_t pymod(int64_t a, int64_t b)
+{
+    int64_t m = a % b;
+    return m < 0 ? m + b : m;
+}
+
+static int64_t ceildiv(int64_t a, int64_t b)
+{
+    return -floordiv(-a, b);
+}
+
+static int grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+    size_t c = *cap ? *cap : 8;
+    void *grown;
+    if (need <= *cap)
+        return AISIM_OK;
+    while (c < need)
+        c *= 2;
+    grown = realloc(*array, c * elem);
+    if (!grown)
+        return AISIM_ENOMEM;
+    *array = grown;
+    *cap = c;
+    return AISIM_OK;
+}
+
+static int list_push(slot_list *l, int32_t s)
+{
+    if (grow((void **)&l->v, &l->cap, l->len + 1, sizeof *l->v))
+        return AISIM_ENOMEM;
+    l->v[l->len++] = s;
+    return AISIM_OK;
+}
+
+static int64_t list_index(const slot_list *l, int32_t s)
+{
+    size_t i;
+    for (i = 0; i < l->len; i++)
+        if (l->v[i] == s)
+            return (int64_t)i;
+    return -1;
+}
+
+static void list_remove_at(slot_list *l, size_t i)
+{
+    memmove(l->v + i, l->v + i + 1, (l->len - i - 1) * sizeof *l->v);
+    l->len--;
+}
+
+static int list_remove(slot_list *l, int32_t s)
+{
+    int64_t i = list_index(l, s);
+    if (i < 0)
+        return AISIM_ECORRUPT;
+    list_remove_at(l, (size_t)i);
+    return AISIM_OK;
+}
+
+static int64_t allocatable(const aisim_vllm_rank *r)
+{
+    uint64_t n = r->kv->free + r->kv->inactive;
+    return n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
+}
+
+static int push_event(aisim_vllm_rank *r, int32_t kind, int32_t slot, int64_t a, int64_t b,
+                      int64_t c)
+{
+    int64_t *e;
+    size_t at = r->n_events * AISIM_VLLM_EVENT_WIDTH;
+    if (grow((void **)&r->events, &r->events_cap, at + AISIM_VLLM_EVENT_WIDTH, sizeof *r->events))
+        return AISIM_ENOMEM;
+    e = r->events + at;
+    e[0] = kind;
+    e[1] = slot;
+    e[2] = a;
+    e[3] = b;
+    e[4] = c;
+    r->n_events++;
+    return AISIM_OK;
+}
+
+static void refresh_view(aisim_vllm_rank *r)
+{
+    aisim_vllm_view *v = &r->view;
+    v->n_running = (int64_t)r->running.len;
+    v->n_waiting = (int64_t)r->wait_len;
+    v->n_partial = (int64_t)r->partial.len;
+    v->n_ready = (int64_t)r->ready.len;
+    v->n_rejected = (int64_t)r->rejected.len;
+    v->events = r->events;
+    v->n_events = r->n_events;
+    v->stretches = r->stretch_out;
+    v->n_stretch_values = r->n_stretch_out;
+}
+
+/* A failure mid-pass: the rank is unusable from now on. */
+static int fail(aisim_vllm_rank *r, int status)
+{
+    r->broken = 1;
+    refresh_view(r);
+    return status;
+}
+
+#define TRY(expr)                         \
+    do {                                  \
+        int status_ = (expr);             \
+        if (status_ < 0)                  \
+            return status_;               \
+        if (status_ == AISIM_NOSPACE)     \
+            return AISIM_ECORRUPT;        \
+    } while (0)
+
+/* ------------------------------------------------------------ waiting ring */
+
+static int wait_reserve(aisim_vllm_rank *r)
+{
+    size_t cap, i;
+    int32_t *ring;
+    if (r->wait_len < r->wait_cap)
+        return AISIM_OK;
+    cap = r->wait_cap ? r->wait_cap * 2 : 64;
+    ring = malloc(cap * sizeof *ring);
+    if (!ring)
+        return AISIM_ENOMEM;
+    for (i = 0; i < r->wait_len; i++)
+        ring[i] = r->wait_ring[(r->wait_head + i) & (r->wait_cap - 1)];
+    free(r->wait_ring);
+    r->wait_ring = ring;
+    r->wait_cap = cap;
+    r->wait_head = 0;
+    return AISIM_OK;
+}
+
+static int32_t wait_front(const aisim_vllm_rank *r)
+{
+    return r->wait_ring[r->wait_head];
+}
+
+static void wait_pop_front(aisim_vllm_rank *r)
+{
+    r->wait_head = (r->wait_head + 1) & (r->wait_cap - 1);
+    r->wait_len--;
+}
+
+static int wait_push_back(aisim_vllm_rank *r, int32_t s)
+{
+    TRY(wait_reserve(r));
+    r->wait_ring[(r->wait_head + r->wait_len) & (r->wait_cap - 1)] = s;
+    r->wait_len++;
+    return AISIM_OK;
+}
+
+static int wait_push_front(aisim_vllm_rank *r, int32_t s)
+{
+    TRY(wait_reserve(r));
+    r->wait_head = (r->wait_head + r->wait_cap - 1) & (r->wait_cap - 1);
+    r->wait_ring[r->wait_head] = s;
+    r->wait_len++;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ finishing heap */
+
+static int fin_less(const fin_entry *a, const fin_entry *b)
+{
+    return a->pass < b->pass;
+}
+
+static int heap_push(aisim_vllm_rank *r, int64_t pass, int32_t slot)
+{
+    size_t i;
+    if (grow((void **)&r->heap, &r->heap_cap, r->heap_len + 1, sizeof *r->heap))
+        return AISIM_ENOMEM;
+    i = r->heap_len++;
+    r->heap[i].pass = pass;
+    r->heap[i].slot = slot;
+    r->heap[i].generation = r->generation[slot];
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        fin_entry tmp;
+        if (!fin_less(&r->heap[i], &r->heap[parent]))
+            break;
+        tmp = r->heap[i];
+        r->heap[i] = r->heap[parent];
+        r->heap[parent] = tmp;
+        i = parent;
+    }
+    return AISIM_OK;
+}
+
+static fin_entry heap_pop(aisim_vllm_rank *r)
+{
+    fin_entry top = r->heap[0];
+    size_t i = 0;
+    r->heap[0] = r->heap[--r->heap_len];
+    for (;;) {
+        size_t left = 2 * i + 1, right = left + 1, least = i;
+        fin_entry tmp;
+        if (left < r->heap_len && fin_less(&r->heap[left], &r->heap[least]))
+            least = left;
+        if (right < r->heap_len && fin_less(&r->heap[right], &r->heap[least]))
+            least = right;
+        if (least == i)
+            break;
+        tmp = r->heap[i];
+        r->heap[i] = r->heap[least];
+        r->heap[least] = tmp;
+        i = least;
+    }
+    return top;
+}
+
+/* The smallest pass in the heap above `after` (-1: none): entries at `after`
+ * or below sit at the top, and a subtree under a larger entry need not be
+ * visited. */
+static int64_t heap_min_above(const aisim_vllm_rank *r, size_t i, int64_t after)
+{
+    int64_t best = -1, sub;
+    size_t child;
+    if (i >= r->heap_len)
+        return -1;
+    if (r->heap[i].pass > after)
+        return r->heap[i].pass;
+    for (child = 2 * i + 1; child <= 2 * i + 2; child++) {
+        sub = heap_min_above(r, child, after);
+        if (sub >= 0 && (best < 0 || sub < best))
+            best = sub;
+    }
+    return best;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static void destroy(aisim_vllm_rank *r)
+{
+    size_t i;
+    if (!r)
+        return;
+    for (i = 0; i < r->n_slots; i++) {
+        free(r->hashes[i]);
+        free(r->stretches[i]);
+    }
+#define X(type, name) free(r->name);
+    REQ_FIELDS(X)
+#undef X
+    free(r->free_slots.v);
+    free(r->wait_ring);
+    free(r->running.v);
+    free(r->partial.v);
+    free(r->ready.v);
+    free(r->rejected.v);
+    free(r->done.v);
+    if (r->buckets)
+        for (i = 0; i < (size_t)r->cfg.block_size; i++) {
+            free(r->buckets[i].slots);
+            free(r->buckets[i].seqs);
+        }
+    free(r->buckets);
+    free(r->active_keys);
+    free(r->key_scratch);
+    free(r->heap);
+    free(r->events);
+    free(r->stretch_out);
+    free(r);
+}
+
+int aisim_vllm_new(aisim_vllm_rank **out, const aisim_vllm_config *config, aisim_kv_pool *pool)
+{
+    aisim_vllm_rank *r;
+    const aisim_kv_view *kv;
+    size_t i, bs;
+    if (!out || !config || !pool)
+        return AISIM_EINVAL;
+    if (config->block_size < 1 || config->block_size > MAX_BLOCK_SIZE || config->num_blocks < 1 ||
+        config->max_batched < 0 || config->max_seqs < 0 || config->max_model_len < -1)
+        return AISIM_EINVAL;
+    if (aisim_kv_view_of(pool, &kv))
+        return AISIM_EINVAL;
+    r = calloc(1, sizeof *r);
+    if (!r)
+        return AISIM_ENOMEM;
+    r->cfg = *config;
+    r->pool = pool;
+    r->kv = kv;
+    r->blocked_slot = -1;
+    bs = (size_t)config->block_size;
+    r->buckets = calloc(bs, sizeof *r->buckets);
+    r->active_keys = malloc(bs * sizeof *r->active_keys);
+    r->key_scratch = malloc(bs * sizeof *r->key_scratch);
+    if (!r->buckets || !r->active_keys || !r->key_scratch) {
+        destroy(r);
+        return AISIM_ENOMEM;
+    }
+    for (i = 0; i < bs; i++)
+        r->buckets[i].pos = -1;
+    refresh_view(r);
+    *out = r;
+    return AISIM_OK;
+}
+
+int aisim_vllm_free(aisim_vllm_rank *r)
+{
+    destroy(r);
+    return AISIM_OK;
+}
+
+int aisim_vllm_view_of(const aisim_vllm_rank *r, const aisim_vllm_view **out)
+{
+    if (!r || !out)
+        return AISIM_EINVAL;
+    *out = &r->view;
+    return AISIM_OK;
+}
+
+static int new_slot(aisim_vllm_rank *r, int32_t *out)
+{
+    if (r->free_slots.len) {
+        *out = r->free_slots.v[--r->free_slots.len];
+        return AISIM_OK;
+    }
+    if (r->n_slots >= (size_t)INT32_MAX)
+        return AISIM_ENOMEM;
+    if (r->n_slots == r->slot_cap) {
+        size_t cap = r->slot_cap ? r->slot_cap * 2 : 64;
+#define X(type, name)                                                        \
+        {                                                                    \
+            type *grown = realloc(r->name, cap * sizeof *grown);             \
+            if (!grown)                                                      \
+                return AISIM_ENOMEM;                                         \
+            r->name = grown;                                                 \
+        }
+        REQ_FIELDS(X)
+#undef X
+        /* freeing a slot never allocates: the free list has room for every slot */
+        if (grow((void **)&r->free_slots.v, &r->free_slots.cap, cap, sizeof *r->free_slots.v))
+            return AISIM_ENOMEM;
+        r->slot_cap = cap;
+    }
+    *out = (int32_t)r->n_slots;
+    r->hashes[r->n_slots] = NULL;
+    r->stretches[r->n_slots] = NULL;
+    r->hash_cap[r->n_slots] = 0;
+    r->stretch_cap[r->n_slots] = 0;
+    r->generation[r->n_slots] = 0;
+    r->n_slots++;
+    return AISIM_OK;
+}
+
+int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                      int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
+                      int32_t authored, uint64_t salt)
+{
+    int32_t s;
+    if (!r || (!hashes && n_hashes) || prompt_len < 0 || max_output < 0 || out_limit < 0 ||
+        prompt_len > INT64_MAX / 4 || max_output > INT64_MAX / 4)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    /* the events of the latest schedule/complete stay readable: a terminal's callback may
+     * submit while Python still reads them */
+    TRY(wait_reserve(r));
+    TRY(new_slot(r, &s));
+    if (grow((void **)&r->hashes[s], &r->hash_cap[s], n_hashes, sizeof **r->hashes)) {
+        r->free_slots.v[r->free_slots.len++] = s;   /* give it back */
+        return AISIM_ENOMEM;
+    }
+    if (n_hashes)
+        memcpy(r->hashes[s], hashes, n_hashes * sizeof *hashes);
+    r->n_hashes[s] = r->n_prompt_hashes[s] = n_hashes;
+    r->prompt_len[s] = prompt_len;
+    r->max_output[s] = max_output;
+    r->out_limit[s] = out_limit;
+    r->generated[s] = r->computed[s] = r->held_blocks[s] = r->committed_blocks[s] = 0;
+    r->base_pass[s] = r->base_gen[s] = r->base_len[s] = r->grown_mark[s] = 0;
+    r->bucket_key[s] = -1;
+    r->chunk_tokens[s] = 0;
+    r->chunk_isl[s] = r->chunk_prefix[s] = -1;
+    r->sched_mark[s] = -1;
+    r->seq[s] = -1;
+    r->status[s] = ST_WAITING;
+    r->in_stretch[s] = 0;
+    r->live[s] = 1;
+    r->authored[s] = authored != 0;
+    r->admissions[s] = r->preemptions[s] = 0;
+    r->generation[s]++;
+    r->salt[s] = salt;
+    r->n_stretch[s] = 0;
+    wait_push_back(r, s);   /* room reserved above */
+    refresh_view(r);
+    return s;
+}
+
+/* ------------------------------------------------------------ KV helpers */
+
+/* Hashes of the first n blocks of prompt + generated tokens (VllmRank._lookup_hashes): blocks
+ * past the prompt's are a chain of blocks of zeros whose first parent is salted with the
+ * request's uuid (workload/prompt.py extended_hashes), unless the outputs were authored,
+ * whose hashes came with the prompt's. */
+static int lookup_hashes(aisim_vllm_rank *r, int32_t s, size_t n)
+{
+    size_t have = r->n_hashes[s];
+    uint32_t bs = (uint32_t)r->cfg.block_size;
+    if (n <= have)
+        return AISIM_OK;
+    if (r->authored[s])
+        return AISIM_EINVAL;   /* the twin fails too: fewer authored tokens than blocks */
+    TRY(grow((void **)&r->hashes[s], &r->hash_cap[s], n, sizeof **r->hashes));
+    while (have < n) {
+        uint64_t *h = r->hashes[s];
+        size_t prompt = r->n_prompt_hashes[s];
+        uint64_t parent = have == prompt ? ((prompt ? h[prompt - 1] : 0) ^ r->salt[s])
+                                         : h[have - 1];
+        size_t k = n - have, most = UINT32_MAX / bs;
+        uint32_t zero = 0, length;
+        int written;
+        if (k > most)
+            k = most;
+        length = (uint32_t)(k * bs);
+        written = aisim_hash_block_runs(&zero, &length, 1, bs, 1, parent, h + have, k);
+        if (written != (int)k)
+            return written < 0 ? written : AISIM_ECORRUPT;
+        have += k;
+    }
+    r->n_hashes[s] = have;
+    return AISIM_OK;
+}
+
+static int commit_full_blocks(aisim_vllm_rank *r, int32_t s, int64_t full)
+{
+    int64_t done = r->committed_blocks[s];
+    if (full > done) {
+        TRY(lookup_hashes(r, s, (size_t)full));
+        TRY(aisim_kv_commit(r->pool, r->seq[s], r->hashes[s] + done, (uint32_t)done,
+                            (uint32_t)(full - done)));
+        r->view.kv_version++;
+        r->committed_blocks[s] = full;
+    }
+    return AISIM_OK;
+}
+
+static int release(aisim_vllm_rank *r, int32_t s)
+{
+    if (r->seq[s] < 0)
+        return AISIM_OK;
+    if (r->cfg.caching)
+        TRY(commit_full_blocks(r, s, r->computed[s] / r->cfg.block_size));
+    TRY(aisim_kv_release(r->pool, r->seq[s]));
+    r->view.kv_version++;
+    r->seq[s] = -1;
+    r->view.held_total -= r->held_blocks[s];
+    r->held_blocks[s] = 0;
+    r->committed_blocks[s] = 0;
+    return AISIM_OK;
+}
+
+static int take_blocks(aisim_vllm_rank *r, int32_t s, int64_t hits)
+{
+    int seq = aisim_kv_new_seq(r->pool);
+    if (seq < 0)
+        return seq;
+    r->seq[s] = seq;
+    if (hits)
+        TRY(aisim_kv_acquire(r->pool, seq, r->hashes[s], (size_t)hits));
+    r->held_blocks[s] = hits;
+    r->committed_blocks[s] = hits;
+    r->view.held_total += hits;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ stretches */
+
+static int open_stretch(aisim_vllm_rank *r, int32_t s, int64_t P)
+{
+    int64_t bs = r->cfg.block_size, key, last;
+    bucket *b;
+    r->in_stretch[s] = 1;
+    r->base_pass[s] = P;
+    r->base_gen[s] = r->generated[s];
+    r->base_len[s] = r->prompt_len[s] + r->generated[s];
+    key = pymod(P + 1 - r->base_len[s], bs);
+    r->bucket_key[s] = key;
+    b = &r->buckets[key];
+    TRY(grow((void **)&b->slots, &b->cap, b->len + 1, sizeof *b->slots));
+    TRY(grow((void **)&b->seqs, &b->seq_cap, b->len + 1, sizeof *b->seqs));
+    if (b->len == 0) {
+        b->grown = 0;
+        b->pos = (int64_t)r->n_active_keys;
+        r->active_keys[r->n_active_keys++] = key;
+    }
+    r->grown_mark[s] = b->grown;
+    b->slots[b->len] = s;
+    b->seqs[b->len] = r->seq[s];
+    b->len++;
+    r->view.n_dec++;
+    r->view.sum_base += r->base_len[s] - P;
+    last = P + r->out_limit[s] - r->generated[s] - 1;
+    if (last <= P)
+        return AISIM_OK;   /* finishes with this very token; complete() retires it */
+    return heap_push(r, last, s);
+}
+
+static int close_stretch(aisim_vllm_rank *r, int32_t s, int64_t last_pass)
+{
+    int64_t key = r->bucket_key[s], emitted;
+    bucket *b = &r->buckets[key];
+    size_t i;
+    r->in_stretch[s] = 0;
+    r->held_blocks[s] += b->grown - r->grown_mark[s];
+    for (i = 0; i < b->len && b->slots[i] != s; i++)
+        ;
+    if (i == b->len)
+        return AISIM_ECORRUPT;
+    memmove(b->slots + i, b->slots + i + 1, (b->len - i - 1) * sizeof *b->slots);
+    memmove(b->seqs + i, b->seqs + i + 1, (b->len - i - 1) * sizeof *b->seqs);
+    b->len--;
+    if (b->len == 0) {
+        /* swap-remove from the active keys */
+        int64_t moved = r->active_keys[--r->n_active_keys];
+        r->active_keys[b->pos] = moved;
+        r->buckets[moved].pos = b->pos;
+        b->pos = -1;
+        b->grown = 0;
+    }
+    r->view.n_dec--;
+    r->view.sum_base -= r->base_len[s] - r->base_pass[s];
+    emitted = last_pass - r->base_pass[s] + 1;
+    if (emitted > 0) {
+        size_t n = r->n_stretch[s];
+        TRY(grow((void **)&r->stretches[s], &r->stretch_cap[s], n + 2, sizeof **r->stretches));
+        r->stretches[s][n] = r->base_pass[s];
+        r->stretches[s][n + 1] = last_pass;
+        r->n_stretch[s] = n + 2;
+    }
+    r->generated[s] = r->base_gen[s] + emitted;
+    r->computed[s] = r->prompt_len[s] + r->generated[s] - 1;
+    return AISIM_OK;
+}
+
+static int break_stretch(aisim_vllm_rank *r, int32_t s, int64_t P)
+{
+    TRY(close_stretch(r, s, P - 1));
+    return list_push(&r->partial, s);
+}
+
+static void free_slot(aisim_vllm_rank *r, int32_t s)
+{
+    r->live[s] = 0;
+    r->status[s] = ST_FINISHED;
+    r->generation[s]++;   /* stale finishing entries and memos no longer match it */
+    r->free_slots.v[r->free_slots.len++] = s;   /* room made in new_slot */
+}
+
+/* ``s`` has generated its last token (or had none to generate): it leaves the rank. The
+ * event carries its stretches (copied out) and the slot is freed. */
+static int retire(aisim_vllm_rank *r, int32_t s)
+{
+    size_t n = r->n_stretch[s];
+    TRY(list_remove(&r->running, s));
+    TRY(release(r, s));
+    TRY(grow((void **)&r->stretch_out, &r->stretch_out_cap, r->n_stretch_out + n,
+             sizeof *r->stretch_out));
+    TRY(push_event(r, AISIM_VLLM_FINISHED, s, (int64_t)(r->n_stretch_out / 2), (int64_t)(n / 2),
+                   r->generated[s]));
+    if (n)
+        memcpy(r->stretch_out + r->n_stretch_out, r->stretches[s], n * sizeof *r->stretch_out);
+    r->n_stretch_out += n;
+    free_slot(r, s);
+    return AISIM_OK;
+}
+
+static int preempt(aisim_vllm_rank *r, int32_t s, int64_t P)
+{
+    if (r->in_stretch[s])
+        TRY(close_stretch(r, s, P - 1));
+    else
+        TRY(list_remove(&r->partial, s));
+    TRY(list_remove(&r->running, s));
+    TRY(release(r, s));
+    r->computed[s] = 0;
+    r->status[s] = ST_PREEMPTED;
+    r->preemptions[s]++;
+    r->view.preemptions++;
+    TRY(wait_push_front(r, s));
+    return push_event(r, AISIM_VLLM_PREEMPTED, s, r->preemptions[s], 0, r->generated[s]);
+}
+
+/* ------------------------------------------------------------ scheduling */
+
+/* Compute `tokens` more known tokens of a request outside an open stretch. */
+static int run_chunk(aisim_vllm_rank *r, int32_t s, int64_t tokens)
+{
+    int64_t bs = r->cfg.block_size, start = r->computed[s], end = start + tokens, need;
+    int64_t prompt = r->prompt_len[s], prompt_start, prompt_end;
+    aisim_vllm_view *v = &r->view;
+    need = ceildiv(end, bs) - r->held_blocks[s];
+    if (need > 0) {
+        if (need > UINT32_MAX)
+            return AISIM_ECORRUPT;
+        TRY(aisim_kv_allocate(r->pool, r->seq[s], (uint32_t)need));
+        r->held_blocks[s] += need;
+        v->held_total += need;
+    }
+    r->computed[s] = end;
+    v->chunked_pass = 1;
+    prompt_start = start < prompt ? start : prompt;
+    prompt_end = end < prompt ? end : prompt;
+    r->chunk_tokens[s] = tokens;
+    if (prompt_end > prompt_start) {
+        v->pf_count++;
+        v->pf_isl += prompt_end;
+        v->pf_prefix += prompt_start;
+        v->pf_tokens += tokens;
+        r->chunk_isl[s] = prompt_end;
+        r->chunk_prefix[s] = prompt_start;
+    } else {
+        r->chunk_isl[s] = r->chunk_prefix[s] = -1;
+    }
+    if (r->cfg.caching)
+        TRY(commit_full_blocks(r, s, end / bs));
+    return AISIM_OK;
+}
+
+static int grow_decoders(aisim_vllm_rank *r, int64_t P)
+{
+    bucket *b = &r->buckets[pymod(P, r->cfg.block_size)];
+    if (b->len) {
+        TRY(aisim_kv_allocate_each(r->pool, b->seqs, b->len, 1));
+        b->grown++;
+        r->view.held_total += (int64_t)b->len;
+    }
+    return AISIM_OK;
+}
+
+/* Undo this pass's work of an already scheduled victim; returns the refunded budget. */
+static int64_t roll_back(aisim_vllm_rank *r, int32_t s)
+{
+    aisim_vllm_view *v = &r->view;
+    if (r->in_stretch[s])
+        return 1;
+    if (r->chunk_isl[s] >= 0) {
+        v->pf_count--;
+        v->pf_isl -= r->chunk_isl[s];
+        v->pf_prefix -= r->chunk_prefix[s];
+        v->pf_tokens -= r->chunk_tokens[s];
+    }
+    return r->chunk_tokens[s];
+}
+
+/* Exact walk over the running queue in order: budget, blocking and preemption. */
+static int running_walk(aisim_vllm_rank *r, int64_t P, int64_t *budget, int *preempted)
+{
+    int64_t bs = r->cfg.block_size;
+    size_t i = 0;
+    while (i < r->running.len && *budget > 0) {
+        int32_t s = r->running.v[i];
+        int64_t tokens, need;
+        int dropped = 0;
+        if (r->in_stretch[s]) {
+            int64_t length = r->base_len[s] + P - r->base_pass[s];
+            tokens = 1;
+            need = pymod(length - 1, bs) == 0 ? 1 : 0;
+        } else {
+            int64_t remaining = r->prompt_len[s] + r->generated[s] - r->computed[s];
+            int64_t prompt_left = r->prompt_len[s] - r->computed[s];
+            if (!r->cfg.chunked && 0 < prompt_left && prompt_left > *budget)
+                break;
+            tokens = remaining < *budget ? remaining : *budget;
+            need = ceildiv(r->computed[s] + tokens, bs) - r->held_blocks[s];
+        }
+        while (need > allocatable(r)) {
+            int32_t victim = r->cfg.lifo ? r->running.v[r->running.len - 1] : r->running.v[0];
+            if (r->sched_mark[victim] == P)
+                *budget += roll_back(r, victim);
+            TRY(preempt(r, victim, P));
+            *preempted = 1;
+            if (victim == s) {
+                dropped = 1;
+                break;
+            }
+            /* the reference does not move its cursor when an earlier request leaves */
+        }
+        if (dropped)
+            continue;
+        if (r->in_stretch[s]) {
+            if (need) {
+                TRY(aisim_kv_allocate(r->pool, r->seq[s], 1));
+                r->held_blocks[s] += 1;
+                r->view.held_total += 1;
+            }
+        } else {
+            TRY(run_chunk(r, s, tokens));
+        }
+        r->sched_mark[s] = P;
+        *budget -= tokens;
+        i++;
+    }
+    /* requests the walk did not reach (or skipped) get nothing this pass */
+    for (i = 0; i < r->running.len; i++) {
+        int32_t s = r->running.v[i];
+        if (r->in_stretch[s] && r->sched_mark[s] != P)
+            TRY(break_stretch(r, s, P));
+    }
+    return AISIM_OK;
+}
+
+static int reject_head(aisim_vllm_rank *r)
+{
+    int32_t s = wait_front(r);
+    wait_pop_front(r);
+    r->status[s] = ST_FINISHED;
+    return list_push(&r->rejected, s);
+}
+
+/* Admit or reject the head of the queue: *budget is what is left, *waits set when the head
+ * has to wait (and nothing behind it may start). */
+static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *waits)
+{
+    int64_t bs = r->cfg.block_size, length, hit_blocks = 0, active_hits = 0, cached,
+            active_cached, available, needed, remaining, prompt_left, tokens;
+    int32_t s = wait_front(r);
+    int fresh;
+    (void)now_ms;
+    *waits = 0;
+    if (r->blocked_slot == s && r->blocked_generation == r->generation[s] &&
+        r->blocked_version == r->view.kv_version && (int64_t)r->kv->active >= r->blocked_active) {
+        *waits = 1;
+        return AISIM_OK;
+    }
+    fresh = r->admissions[s] == 0;
+    length = r->prompt_len[s] + r->generated[s];
+    if (r->cfg.max_model_len >= 0 && r->prompt_len[s] >= r->cfg.max_model_len)
+        return reject_head(r);
+    if (fresh && ceildiv(length, bs) > r->cfg.num_blocks)
+        return reject_head(r);
+    if (r->cfg.caching) {
+        size_t n = (size_t)(length / bs);
+        int hits;
+        TRY(lookup_hashes(r, s, n));
+        if (n > r->n_hashes[s])
+            n = r->n_hashes[s];
+        if (n > INT32_MAX)
+            return AISIM_ECORRUPT;
+        hits = aisim_kv_match(r->pool, r->hashes[s], n);
+        if (hits < 0)
+            return hits;
+        hit_blocks = hits;
+        active_hits = r->kv->match_active;
+    }
+    cached = hit_blocks * bs;
+    active_cached = active_hits * bs;
+    if (cached > length)
+        cached = length;
+    if (active_cached > length)
+        active_cached = length;
+    if (r->generated[s] < r->max_output[s]) {
+        /* the last block is recomputed to get logits */
+        int64_t cap = floordiv(length - 1, bs) * bs;
+        if (cached > cap)
+            cached = cap;
+        if (active_cached > cap)
+            active_cached = cap;
+    }
+    available = r->cfg.num_blocks - (int64_t)r->kv->active;
+    needed = ceildiv(length, bs) - floordiv(active_cached, bs);
+    if (needed > available) {
+        r->blocked_slot = s;
+        r->blocked_generation = r->generation[s];
+        r->blocked_version = r->view.kv_version;
+        r->blocked_active = (int64_t)r->kv->active;
+        *waits = 1;
+        return AISIM_OK;
+    }
+    remaining = length - cached;
+    prompt_left = r->prompt_len[s] - cached;
+    if (!r->cfg.chunked && 0 < prompt_left && prompt_left > *budget) {
+        *waits = 1;
+        return AISIM_OK;
+    }
+    tokens = remaining < *budget ? remaining : *budget;
+    if (tokens == 0 && remaining > 0) {
+        *waits = 1;
+        return AISIM_OK;
+    }
+    TRY(list_push(&r->running, s));
+    TRY(list_push(&r->partial, s));
+    wait_pop_front(r);
+    TRY(take_blocks(r, s, floordiv(cached, bs)));
+    r->computed[s] = cached;
+    r->status[s] = ST_RUNNING;
+    TRY(run_chunk(r, s, tokens));
+    r->admissions[s]++;
+    TRY(push_event(r, AISIM_VLLM_ADMITTED, s, cached, !fresh, 0));
+    *budget -= tokens;
+    return AISIM_OK;
+}
+
+static int admit_waiting(aisim_vllm_rank *r, double now_ms, int64_t budget, int64_t *admitted)
+{
+    size_t before = r->running.len;
+    while (r->wait_len && (int64_t)r->running.len < r->cfg.max_seqs) {
+        int waits;
+        TRY(admit_head(r, now_ms, &budget, &waits));
+        if (waits)
+            break;
+    }
+    *admitted = (int64_t)(r->running.len - before);
+    return AISIM_OK;
+}
+
+static int schedule(aisim_vllm_rank *r, double now_ms)
+{
+    aisim_vllm_view *v = &r->view;
+    int64_t P = v->pass_index, bs = r->cfg.block_size, budget = r->cfg.max_batched;
+    int64_t demand = v->n_dec, need, admitted = 0, n, active, steps;
+    bucket *crossing = &r->buckets[pymod(P, bs)];
+    int fast, preempted = 0;
+    size_t i;
+    v->formed = 0;
+    if (!r->running.len && !r->wait_len)
+        return AISIM_OK;
+    v->formed = 1;
+    for (i = 0; i < r->partial.len; i++) {
+        int32_t s = r->partial.v[i];
+        demand += r->prompt_len[s] + r->generated[s] - r->computed[s];
+    }
+    fast = demand <= budget;
+    if (fast) {
+        need = (int64_t)crossing->len;
+        for (i = 0; i < r->partial.len; i++) {
+            int32_t s = r->partial.v[i];
+            need += ceildiv(r->prompt_len[s] + r->generated[s], bs) - r->held_blocks[s];
+        }
+        fast = need <= allocatable(r);
+    }
+    v->pf_count = v->pf_tokens = v->pf_isl = v->pf_prefix = 0;
+    v->chunked_pass = 0;
+    if (fast) {
+        size_t count = r->partial.len;
+        if (crossing->len)
+            TRY(grow_decoders(r, P));
+        for (i = 0; i < count; i++) {
+            int32_t s = r->partial.v[i];
+            TRY(run_chunk(r, s, r->prompt_len[s] + r->generated[s] - r->computed[s]));
+        }
+        budget -= demand;
+    } else {
+        TRY(running_walk(r, P, &budget, &preempted));
+    }
+    if (!preempted)
+        TRY(admit_waiting(r, now_ms, budget, &admitted));
+    r->ready.len = 0;
+    for (i = 0; i < r->partial.len; i++) {
+        int32_t s = r->partial.v[i];
+        if (r->computed[s] >= r->prompt_len[s] + r->generated[s])
+            TRY(list_push(&r->ready, s));
+    }
+    v->plain_decode = fast && !r->partial.len && !r->rejected.len && !v->pf_count &&
+                      !(r->heap_len && r->heap[0].pass == P);
+    n = v->n_dec;
+    v->pass_effect = preempted || admitted || r->ready.len || n || r->rejected.len;
+    active = v->sum_base + n * P;
+    steps = 0;
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        if (r->generated[s] > 0 || (r->chunk_isl[s] < 0 && r->out_limit[s] > 0)) {
+            n++;
+            active += r->prompt_len[s] + r->generated[s];
+        }
+        /* a token after a preempted request's recompute comes from a prefill forward */
+        if (r->generated[s] > 0 && r->chunk_isl[s] >= 0)
+            steps++;
+    }
+    v->dec_batch = n;
+    v->dec_active = active;
+    v->pass_steps = n - steps;
+    return AISIM_OK;
+}
+
+int aisim_vllm_schedule(aisim_vllm_rank *r, double now_ms)
+{
+    int status;
+    if (!r)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    r->n_events = 0;
+    r->n_stretch_out = 0;
+    status = schedule(r, now_ms);
+    if (status < 0)
+        return fail(r, status);
+    refresh_view(r);
+    return AISIM_OK;
+}
+
+/* The offsets of the open buckets, ascending, into keys (room for block_size). */
+static int key_order(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void sorted_keys(const aisim_vllm_rank *r, int64_t *keys)
+{
+    if (r->n_active_keys) {
+        memcpy(keys, r->active_keys, r->n_active_keys * sizeof *keys);
+        qsort(keys, r->n_active_keys, sizeof *keys, key_order);
+    }
+}
+
+int aisim_vllm_extension_input(const aisim_vllm_rank *r, int64_t *keys, int64_t *counts,
+                               size_t cap, int64_t *stop_pass)
+{
+    size_t i, n;
+    if (!r || !stop_pass || (!keys && cap) || (!counts && cap))
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    n = r->n_active_keys;
+    if (cap < n)
+        return AISIM_EINVAL;
+    sorted_keys(r, keys);
+    for (i = 0; i < n; i++)
+        counts[i] = (int64_t)r->buckets[keys[i]].len;
+    *stop_pass = heap_min_above(r, 0, r->view.pass_index);
+    return (int)n;
+}
+
+/* ------------------------------------------------------------ pass completion */
+
+/* The decode-only passes before the last one of an extended pass: every decoder gets the
+ * KV blocks it grew into over all of them at once. */
+static int complete_extension(aisim_vllm_rank *r, int64_t extra)
+{
+    aisim_vllm_view *v = &r->view;
+    int64_t first = v->pass_index + 1, last, bs = r->cfg.block_size;
+    size_t i, n = r->n_active_keys;
+    int64_t *keys = r->key_scratch;
+    v->decode_steps += v->n_dec * extra;
+    v->pass_index += extra;
+    last = v->pass_index;
+    sorted_keys(r, keys);
+    /* ascending offsets, members in joining order: the order of one allocation per request */
+    for (i = 0; i < n; i++) {
+        bucket *b = &r->buckets[keys[i]];
+        int64_t blocks = floordiv(last - keys[i], bs) - floordiv(first - 1 - keys[i], bs);
+        if (blocks) {
+            if (blocks > UINT32_MAX)
+                return AISIM_ECORRUPT;
+            TRY(aisim_kv_allocate_each(r->pool, b->seqs, b->len, (uint32_t)blocks));
+            b->grown += blocks;
+            v->held_total += blocks * (int64_t)b->len;
+        }
+    }
+    return AISIM_OK;
+}
+
+static int complete(aisim_vllm_rank *r, int64_t extra)
+{
+    aisim_vllm_view *v = &r->view;
+    int64_t P;
+    size_t i;
+    if (extra)
+        TRY(complete_extension(r, extra));
+    P = v->pass_index;
+    v->pass_index = P + 1;
+    /* a pass cut off by the run's time limit never completes: its prompt work is not counted */
+    v->committed_prefill_tokens += v->pf_tokens;
+    v->decode_steps += v->pass_steps;
+    for (i = 0; i < r->rejected.len; i++) {
+        TRY(push_event(r, AISIM_VLLM_REJECTED, r->rejected.v[i], 0, 0, 0));
+        free_slot(r, r->rejected.v[i]);
+    }
+    r->rejected.len = 0;
+    r->done.len = 0;
+    while (r->heap_len && r->heap[0].pass == P) {
+        fin_entry e = heap_pop(r);
+        int32_t s = e.slot;
+        if (r->generation[s] == e.generation && r->live[s] && r->in_stretch[s] &&
+            r->base_pass[s] + r->out_limit[s] - r->base_gen[s] - 1 == P)
+            TRY(list_push(&r->done, s));
+    }
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        TRY(list_remove(&r->partial, s));
+        if (r->generated[s] >= r->out_limit[s]) {
+            /* nothing left to generate: it ends without a token, released first */
+            TRY(retire(r, s));
+            continue;
+        }
+        TRY(open_stretch(r, s, P));
+        if (r->generated[s] + 1 >= r->out_limit[s])
+            TRY(list_push(&r->done, s));
+    }
+    r->ready.len = 0;
+    if (r->done.len) {
+        /* in running order */
+        size_t k = 0, count = r->done.len;
+        int32_t *order;
+        if (count > 1) {
+            for (i = 0; i < count; i++)
+                r->sched_mark[r->done.v[i]] = -2;   /* the walk never reads it again this pass */
+            /* reuse the ready list as the ordered output */
+            for (i = 0; i < r->running.len && k < count; i++)
+                if (r->sched_mark[r->running.v[i]] == -2) {
+                    TRY(list_push(&r->ready, r->running.v[i]));
+                    k++;
+                }
+            if (k != count)
+                return AISIM_ECORRUPT;
+            order = r->ready.v;
+        } else {
+            order = r->done.v;
+        }
+        for (i = 0; i < count; i++) {
+            int32_t s = order[i];
+            TRY(close_stretch(r, s, P));
+            TRY(retire(r, s));
+        }
+        r->ready.len = 0;
+        r->done.len = 0;
+    }
+    return AISIM_OK;
+}
+
+int aisim_vllm_complete(aisim_vllm_rank *r, int64_t extra_passes)
+{
+    int status;
+    if (!r || extra_passes < 0)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    r->n_events = 0;
+    r->n_stretch_out = 0;
+    status = complete(r, extra_passes);
+    if (status < 0)
+        return fail(r, status);
+    refresh_view(r);
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ queries */
+
+int aisim_vllm_queue(const aisim_vllm_rank *r, int32_t which, int32_t *out, size_t cap)
+{
+    size_t i, n;
+    if (!r || (!out && cap) || (which != 0 && which != 1))
+        return AISIM_EINVAL;
+    n = which == 0 ? r->running.len : r->wait_len;
+    if (n > INT32_MAX)
+        return AISIM_EINVAL;
+    for (i = 0; i < n && i < cap; i++)
+        out[i] = which == 0 ? r->running.v[i]
+                            : r->wait_ring[(r->wait_head + i) & (r->wait_cap - 1)];
+    return (int)n;
+}
+
+int aisim_vllm_request_blocks(const aisim_vllm_rank *r, int32_t slot, int64_t *blocks,
+                              int64_t *computed, int32_t *seq)
+{
+    if (!r || !blocks || !computed || !seq || slot < 0 || (size_t)slot >= r->n_slots ||
+        !r->live[slot])
+        return AISIM_EINVAL;
+    *blocks = r->held_blocks[slot];
+    if (r->in_stretch[slot])
+        *blocks += r->buckets[r->bucket_key[slot]].grown - r->grown_mark[slot];
+    *computed = r->computed[slot];
+    *seq = r->seq[slot];
+    return AISIM_OK;
+}

@@ -1,0 +1,94 @@
+/*
+ * vllm_rank.cdef.h: one vLLM rank's scheduling and pass completion in C
+ * (engine/vllm_native.py drives it; engine/vllm.py's VllmRank is its twin
+ * and its specification). Read by cffi as its cdef (no preprocessor lines).
+ *
+ * Requests live in the rank as struct-of-arrays slots; Python keeps only
+ * the slot -> request map and learns what happened from the events of each
+ * call (read once per call, not one call per request).
+ */
+
+typedef struct aisim_vllm_rank aisim_vllm_rank;
+
+typedef struct aisim_vllm_config {
+    int64_t block_size;      /* 1..65536 */
+    int64_t num_blocks;      /* the pool's capacity */
+    int64_t max_batched;     /* max_num_batched_tokens */
+    int64_t max_seqs;        /* max_num_seqs */
+    int64_t max_model_len;   /* -1: no limit */
+    int32_t caching;         /* enable_prefix_caching */
+    int32_t chunked;         /* enable_chunked_prefill */
+    int32_t lifo;            /* preemption victim: the last running (else the first) */
+} aisim_vllm_config;
+
+/* An event is AISIM_VLLM_EVENT_WIDTH int64 values: kind, slot, a, b, c (one
+ * flat array, so that Python unpacks a call's events at once). */
+enum aisim_vllm_event_kind {
+    AISIM_VLLM_ADMITTED = 1,   /* a = cached tokens, b = readmission (0/1) */
+    AISIM_VLLM_PREEMPTED = 2,  /* a = its preemptions so far, c = tokens generated */
+    AISIM_VLLM_REJECTED = 3,   /* at the completion of the pass that rejected it */
+    AISIM_VLLM_FINISHED = 4,   /* a = first stretch in stretches[], b = stretches, c = generated */
+    AISIM_VLLM_EVENT_WIDTH = 5
+};
+
+/* Kept current after every call. The event and stretch pointers are valid
+ * until the next call that changes the rank. */
+typedef struct aisim_vllm_view {
+    int64_t pass_index;
+    int64_t n_running;
+    int64_t n_waiting;
+    int64_t n_partial;
+    int64_t n_dec;            /* open-stretch decoders */
+    int64_t sum_base;
+    int64_t held_total;
+    int64_t kv_version;
+    int64_t preemptions;
+    int64_t committed_prefill_tokens;
+    int64_t decode_steps;
+    /* the pass just formed: the timing keys and what it does */
+    int64_t pf_count;
+    int64_t pf_isl;
+    int64_t pf_prefix;
+    int64_t pf_tokens;
+    int64_t dec_batch;
+    int64_t dec_active;
+    int64_t pass_steps;
+    int32_t formed;           /* schedule formed a pass (0: nothing to do) */
+    int32_t chunked_pass;     /* some known tokens were computed */
+    int32_t pass_effect;
+    int32_t plain_decode;     /* only open stretches decode: extend may lengthen it */
+    int64_t n_ready;
+    int64_t n_rejected;
+    /* events of the latest call */
+    const int64_t *events;
+    size_t n_events;          /* events, not values */
+    const int64_t *stretches; /* (first pass, last pass) pairs, flattened */
+    size_t n_stretch_values;
+} aisim_vllm_view;
+
+/* The pool is borrowed: the caller keeps it alive for the rank's lifetime
+ * and changes it only through the rank. */
+int aisim_vllm_new(aisim_vllm_rank **out, const aisim_vllm_config *config, aisim_kv_pool *pool);
+int aisim_vllm_free(aisim_vllm_rank *r);
+int aisim_vllm_view_of(const aisim_vllm_rank *r, const aisim_vllm_view **out);
+/* Queues a request; returns its slot (>= 0). hashes: its prompt's block
+ * hashes (n of them; with authored outputs, of prompt then outputs), none
+ * without prefix caching; salt: the uuid salt of the blocks past them. */
+int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                      int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
+                      int32_t authored, uint64_t salt);
+int aisim_vllm_schedule(aisim_vllm_rank *r, double now_ms);
+/* The crossing buckets (offset mod block size ascending, decoders needing a
+ * block there) and the first pass after the current one in which a request
+ * emits its last token (-1: none); returns how many keys (cap too small:
+ * AISIM_EINVAL). */
+int aisim_vllm_extension_input(const aisim_vllm_rank *r, int64_t *keys, int64_t *counts,
+                               size_t cap, int64_t *stop_pass);
+/* Completes the pass formed, lengthened by extra_passes decode-only passes. */
+int aisim_vllm_complete(aisim_vllm_rank *r, int64_t extra_passes);
+/* Copies the slots of the running order (which 0) or the waiting queue
+ * (which 1); returns how many there are. */
+int aisim_vllm_queue(const aisim_vllm_rank *r, int32_t which, int32_t *out, size_t cap);
+/* A live request's KV blocks now (an open stretch's included) and computed tokens. */
+int aisim_vllm_request_blocks(const aisim_vllm_rank *r, int32_t slot, int64_t *blocks,
+                              int64_t *computed, int32_t *seq);

@@ -1,0 +1,211 @@
+"""The C vLLM rank (engine/vllm_native.py, csrc/vllm_rank.c) against its twin, VllmRank.
+
+Seeded random request streams (prompt lengths, shared prefixes, outputs, arrivals) through both
+ranks, on random engines (block size, a pool small enough to preempt, chunked prefill and
+prefix caching on and off, LIFO and FIFO preemption, max_model_len, max_num_seqs,
+max_num_batched_tokens), driven by the same small loop: both must give the same pass end times,
+the same per-request admissions, token stretches and terminals, the same ITL bookkeeping and the
+same block pool counters, pass after pass.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from array import array
+
+import pytest
+
+from aisimulate_core import native
+from aisimulate_core.engine.request import SimRequest
+from aisimulate_core.engine.timing import FixedTiming, PolynomialTiming, StepTimer
+from aisimulate_core.engine.vllm import VllmRank
+from aisimulate_core.engine.vllm_native import NativeVllmRank, supports
+from aisimulate_core.errors import SimulationError
+from aisimulate_core.kv.block_pool import BlockPool
+from aisimulate_core.spec.engine import EngineConfig
+from aisimulate_core.workload.prompt import Prompt
+
+pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
+
+
+class Terminals:
+    """The runtime's callbacks: what finished, when, as what."""
+
+    def __init__(self):
+        self.log = []
+
+    def on_finish(self, r, end_ms, status):
+        self.log.append((r.uuid, end_ms, status))
+
+
+def random_engine(rng, stream):
+    block_size = rng.choice([1, 2, 4, 16, 64])
+    # a pool from smaller than the longest request (rejections) to roomy, mostly a few of them
+    # (preemptions)
+    longest = max(-(-(item[3] + item[4]) // block_size) for item in stream)
+    scale = rng.choice([0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 100.0])
+    return EngineConfig(
+        backend="vllm",
+        block_size=block_size,
+        num_gpu_blocks=max(1, int(longest * scale)),
+        max_model_len=rng.choice([None, None, 50, 300]),
+        max_num_seqs=rng.choice([1, 2, 4, 256]),
+        max_num_batched_tokens=rng.choice([1, 8, 64, 64, 512, 8192]),
+        enable_prefix_caching=rng.random() < 0.7,
+        enable_chunked_prefill=rng.random() < 0.7,
+        preemption_mode=rng.choice(["lifo", "fifo"]),
+    )
+
+
+def random_stream(rng, n):
+    """(arrival ms, prompt runs, max output, authored outputs or None) per request."""
+    groups = [[rng.randrange(1 << 20) for _ in range(rng.randint(1, 12))]
+              for _ in range(rng.randint(1, 4))]
+    run = rng.choice([1, 4, 16])
+    t = 0.0
+    stream = []
+    burst = rng.random() < 0.3   # all at once: the pool fills, decoders preempt each other
+    for _ in range(n):
+        if not burst:
+            t += rng.choice([0.0, rng.expovariate(0.05), rng.expovariate(0.5)])
+        ids = list(rng.choice(groups)) if rng.random() < 0.7 else []
+        ids += [rng.randrange(1 << 20) for _ in range(rng.randint(0, 10))]
+        length = rng.randint(1, len(ids) * run + rng.randint(1, 3))
+        max_output = rng.choice([0, 1, 2, 5, rng.randint(1, 60), rng.randint(20, 200)])
+        outputs = None
+        if rng.random() < 0.1:
+            outputs = [rng.randrange(1 << 20) for _ in range(max_output)]
+        stream.append((t, ids, run, length, max_output, outputs))
+    return stream
+
+
+def make_request(uuid, item):
+    t, ids, run, length, max_output, outputs = item
+    values = array("I", ids or [0])
+    lengths = array("I", [run]) * len(values)
+    total = 0
+    for i, n in enumerate(lengths):   # cut the runs at the prompt length
+        take = max(0, min(n, length - total))
+        lengths[i] = take
+        total += take
+    if total < length:
+        lengths[-1] += length - total
+    return SimRequest(uuid, Prompt(values, lengths), max_output, t, output_token_ids=outputs)
+
+
+def random_timer(rng):
+    model = rng.choice([PolynomialTiming(),
+                        FixedTiming(rng.choice([0.0, 1.0, 3.5]), rng.choice([0.0, 0.5, 2.0]))])
+    return StepTimer(model)
+
+
+def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000):
+    """Run ``stream`` through one rank; returns everything observable, pass by pass."""
+    timer = random_timer(random.Random(timer_seed))
+    pool = BlockPool(engine.num_gpu_blocks, backend="c")
+    cb = Terminals()
+    rank = rank_cls(engine, timer, pool, callbacks=cb)
+    requests = [make_request(i + 1, item) for i, item in enumerate(stream)]
+    trace = []
+    nxt = 0
+    t = 0.0
+    for _ in range(max_passes):
+        while nxt < len(requests) and requests[nxt].arrival_ms <= t:
+            rank.submit(requests[nxt])
+            nxt += 1
+        arrival = requests[nxt].arrival_ms if nxt < len(requests) else math.inf
+        end = rank.schedule(t)
+        if end is None:
+            if arrival == math.inf:
+                break
+            t = arrival
+            continue
+        horizon = math.inf if truncating else arrival
+        end = rank.extend(horizon, 1e12)
+        # requests arriving while the pass is in flight join the queue then
+        while nxt < len(requests) and requests[nxt].arrival_ms < end:
+            rank.submit(requests[nxt])
+            end = rank.truncate(requests[nxt].arrival_ms)
+            nxt += 1
+        progressed = rank.progressed()
+        trace.append((t, end, rank.pass_effect, progressed, len(rank.running),
+                      len(rank.waiting), pool.active(), pool.inactive(), rank.held_total,
+                      rank.preemptions))
+        rank.complete()
+        if end == t and not progressed:
+            if nxt >= len(requests):
+                break   # nothing can start: the runtime's stall
+            t = requests[nxt].arrival_ms
+        else:
+            t = end
+    # the C rank brings a request's tokens up to date when it finishes (its admissions and
+    # preemptions when they happen)
+    records = [(r.uuid, r.status, r.admissions, r.first_reused, r.max_reused, r.preemptions,
+                r.out_limit) + ((r.stretches, r.generated) if r.status == 3 else ())
+               for r in requests]
+    pool.check()
+    return dict(
+        trace=trace, terminals=cb.log, records=records, pass_ends=list(rank.pass_ends),
+        itl_diff=list(rank.itl_diff), break_gaps=rank.break_gaps,
+        counters=(pool.active(), pool.inactive(), pool.free_blocks(), pool.cached(),
+                  pool.evictions, pool.live_seqs(), rank.preemptions,
+                  rank.committed_prefill_tokens, rank.decode_steps, rank.held_total,
+                  len(rank.running), len(rank.waiting), rank.pass_index),
+        waiting=[r.uuid for r in rank.waiting], running=[r.uuid for r in rank.running])
+
+
+def assert_same(seed, n_requests):
+    rng = random.Random(seed)
+    stream = random_stream(rng, n_requests)
+    engine = random_engine(rng, stream)
+    truncating = rng.random() < 0.3
+    timer_seed = rng.randrange(1 << 30)
+    expected = drive(VllmRank, engine, timer_seed, stream, truncating)
+    got = drive(NativeVllmRank, engine, timer_seed, stream, truncating)
+    for key in expected:
+        assert got[key] == expected[key], (seed, key, engine)
+    return expected
+
+
+@pytest.mark.parametrize("block", range(8))
+def test_random_streams_match_the_python_rank(block):
+    for seed in range(block * 40, block * 40 + 40):
+        assert_same(seed, 30)
+
+
+def test_long_streams_match_the_python_rank():
+    for seed in range(1000, 1012):
+        assert_same(seed, 300)
+
+
+def test_the_streams_reach_every_path():
+    """The differential cases preempt, reject, reuse cached prefixes, extend and finish."""
+    preempted = rejected = reused = extended = finished = 0
+    for seed in range(0, 120):
+        out = assert_same(seed, 30)
+        preempted += out["counters"][6]
+        rejected += sum(1 for _, _, status in out["terminals"] if status == "rejected")
+        finished += sum(1 for _, _, status in out["terminals"] if status == "completed")
+        reused += sum(1 for rec in out["records"] if rec[5])
+        extended += len(out["pass_ends"]) > len(out["trace"])
+    assert min(preempted, rejected, reused, extended, finished) > 0, (
+        preempted, rejected, reused, extended, finished)
+
+
+def test_supports_names_what_it_refuses():
+    assert supports(EngineConfig(backend="vllm"), backend="c") is None
+    assert "trtllm" in supports(EngineConfig(backend="trtllm"), backend="c")
+    assert "dp_size" in supports(EngineConfig(backend="vllm"), dp_size=2, backend="c")
+    assert "role" in supports(EngineConfig(backend="vllm"), role="prefill", backend="c")
+    assert "C backend" in supports(EngineConfig(backend="vllm"), backend="python")
+    assert "Python" in supports(EngineConfig(backend="vllm"), pool=BlockPool(4, backend="python"),
+                                backend="c")
+
+
+def test_a_watched_rank_is_refused():
+    engine = EngineConfig(backend="vllm", num_gpu_blocks=8, block_size=4)
+    rank = NativeVllmRank(engine, StepTimer(PolynomialTiming()), BlockPool(8, backend="c"),
+                          callbacks=Terminals())
+    with pytest.raises(SimulationError, match="observer"):
+        rank.observer = object()

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "aisim.h"
+#include "decode_run.cdef.h"
 #include "vllm_rank.cdef.h"
 
 enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3 };
@@ -90,6 +91,7 @@ typedef struct slot_list {
 struct aisim_vllm_rank {
     aisim_vllm_config cfg;
     aisim_kv_pool *pool;
+    const aisim_decode_timing *decode_timing;
     const aisim_kv_view *kv;
     int broken;
     /* requests */
@@ -480,14 +482,32 @@ static int new_slot(aisim_vllm_rank *r, int32_t *out)
     return AISIM_OK;
 }
 
+int aisim_vllm_set_decode_timing(aisim_vllm_rank *r, const aisim_decode_timing *timing)
+{
+    if (!r)
+        return AISIM_EINVAL;
+    r->decode_timing = timing;
+    return AISIM_OK;
+}
+
 int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
                       int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
+                      const uint32_t *values, const uint32_t *lengths, size_t n_runs,
                       int32_t authored, uint64_t salt)
 {
     int32_t s;
-    if (!r || (!hashes && n_hashes) || prompt_len < 0 || max_output < 0 || out_limit < 0 ||
-        prompt_len > INT64_MAX / 4 || max_output > INT64_MAX / 4)
+    size_t i;
+    uint64_t total = 0;
+    if (!r || (!hashes && n_hashes) || (n_runs && (!values || !lengths || n_hashes)) ||
+        prompt_len < 0 || max_output < 0 || out_limit < 0 || prompt_len > INT64_MAX / 4 ||
+        max_output > INT64_MAX / 4)
         return AISIM_EINVAL;
+    for (i = 0; i < n_runs; i++)
+        total += lengths[i];
+    if (n_runs && total != (uint64_t)prompt_len)
+        return AISIM_EINVAL;   /* the runs are the prompt */
+    if (n_runs)
+        n_hashes = (size_t)(total / (uint64_t)r->cfg.block_size);
     if (r->broken)
         return AISIM_ECORRUPT;
     /* the events of the latest schedule/complete stay readable: a terminal's callback may
@@ -498,8 +518,17 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
         r->free_slots.v[r->free_slots.len++] = s;   /* give it back */
         return AISIM_ENOMEM;
     }
-    if (n_hashes)
+    if (n_runs) {
+        int written = aisim_hash_block_runs(values, lengths, n_runs,
+                                            (uint32_t)r->cfg.block_size, 0, 0, r->hashes[s],
+                                            n_hashes);
+        if (written != (int)n_hashes) {
+            r->free_slots.v[r->free_slots.len++] = s;
+            return written < 0 ? written : AISIM_EINVAL;
+        }
+    } else if (n_hashes) {
         memcpy(r->hashes[s], hashes, n_hashes * sizeof *hashes);
+    }
     r->n_hashes[s] = r->n_prompt_hashes[s] = n_hashes;
     r->prompt_len[s] = prompt_len;
     r->max_output[s] = max_output;
@@ -1006,6 +1035,10 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     }
     v->dec_batch = n;
     v->dec_active = active;
+    v->decode_known = 0;
+    if (n && r->decode_timing)
+        v->decode_known = aisim_decode_timing_eval(r->decode_timing, n, active,
+                                                   &v->decode_ms) == AISIM_OK;
     v->pass_steps = n - steps;
     return AISIM_OK;
 }

@@ -53,6 +53,8 @@ typedef struct aisim_vllm_view {
     int64_t dec_batch;
     int64_t dec_active;
     int64_t pass_steps;
+    double decode_ms;         /* with decode_known: the decode time of dec_batch, dec_active */
+    int32_t decode_known;
     int32_t formed;           /* schedule formed a pass (0: nothing to do) */
     int32_t chunked_pass;     /* some known tokens were computed */
     int32_t pass_effect;
@@ -71,12 +73,20 @@ typedef struct aisim_vllm_view {
 int aisim_vllm_new(aisim_vllm_rank **out, const aisim_vllm_config *config, aisim_kv_pool *pool);
 int aisim_vllm_free(aisim_vllm_rank *r);
 int aisim_vllm_view_of(const aisim_vllm_rank *r, const aisim_vllm_view **out);
-/* Queues a request; returns its slot (>= 0). hashes: its prompt's block
- * hashes (n of them; with authored outputs, of prompt then outputs), none
- * without prefix caching; salt: the uuid salt of the blocks past them. */
+/* Queues a request; returns its slot (>= 0). With prefix caching, either
+ * hashes (n_hashes of them: the prompt's block hashes, or with authored
+ * outputs those of prompt then outputs) or the prompt as n_runs runs of
+ * values[i] repeated lengths[i] times, hashed here (aisim_hash_block_runs);
+ * neither without caching. salt: the uuid salt of the blocks past them. */
 int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
                       int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
+                      const uint32_t *values, const uint32_t *lengths, size_t n_runs,
                       int32_t authored, uint64_t salt);
+/* Decode times of built-in models evaluated here (engine/decode_run.py's
+ * handle: the fixed or polynomial model, or a memo Python fills): with it,
+ * schedule leaves the pass's decode time in the view when it knows it. The
+ * handle is borrowed (NULL: none). */
+int aisim_vllm_set_decode_timing(aisim_vllm_rank *r, const aisim_decode_timing *timing);
 int aisim_vllm_schedule(aisim_vllm_rank *r, double now_ms);
 /* The crossing buckets (offset mod block size ascending, decoders needing a
  * block there) and the first pass after the current one in which a request

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from array import array
 
 import pytest
@@ -100,9 +101,13 @@ def random_timer(rng):
     return StepTimer(model)
 
 
-def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000):
-    """Run ``stream`` through one rank; returns everything observable, pass by pass."""
-    timer = random_timer(random.Random(timer_seed))
+def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, timing=None):
+    """Run ``stream`` through one rank; returns everything observable, pass by pass, and the
+    CPU time of the loop (requests are made before it; ``timing="b1"``: the benchmark's fixed 10/5 ms, bench/vllm_native_ab.py)."""
+    if timing == "b1":
+        timer = StepTimer(FixedTiming(10.0, 5.0))
+    else:
+        timer = random_timer(random.Random(timer_seed))
     pool = BlockPool(engine.num_gpu_blocks, backend="c")
     cb = Terminals()
     rank = rank_cls(engine, timer, pool, callbacks=cb)
@@ -110,6 +115,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000):
     trace = []
     nxt = 0
     t = 0.0
+    started = time.process_time()
     for _ in range(max_passes):
         while nxt < len(requests) and requests[nxt].arrival_ms <= t:
             rank.submit(requests[nxt])
@@ -139,6 +145,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000):
             t = requests[nxt].arrival_ms
         else:
             t = end
+    loop_cpu_s = time.process_time() - started
     # the C rank brings a request's tokens up to date when it finishes (its admissions and
     # preemptions when they happen)
     records = [(r.uuid, r.status, r.admissions, r.first_reused, r.max_reused, r.preemptions,
@@ -152,7 +159,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000):
                   pool.evictions, pool.live_seqs(), rank.preemptions,
                   rank.committed_prefill_tokens, rank.decode_steps, rank.held_total,
                   len(rank.running), len(rank.waiting), rank.pass_index),
-        waiting=[r.uuid for r in rank.waiting], running=[r.uuid for r in rank.running])
+        waiting=[r.uuid for r in rank.waiting], running=[r.uuid for r in rank.running]), loop_cpu_s
 
 
 def assert_same(seed, n_requests):
@@ -161,8 +168,8 @@ def assert_same(seed, n_requests):
     engine = random_engine(rng, stream)
     truncating = rng.random() < 0.3
     timer_seed = rng.randrange(1 << 30)
-    expected = drive(VllmRank, engine, timer_seed, stream, truncating)
-    got = drive(NativeVllmRank, engine, timer_seed, stream, truncating)
+    expected, _ = drive(VllmRank, engine, timer_seed, stream, truncating)
+    got, _ = drive(NativeVllmRank, engine, timer_seed, stream, truncating)
     for key in expected:
         assert got[key] == expected[key], (seed, key, engine)
     return expected

@@ -20,7 +20,7 @@ from array import array
 
 from .. import native
 from ..errors import SimulationError
-from .decode_run import MAX_PASSES, decode_runner
+from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind, decode_runner
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
 from .vllm import VllmRank
@@ -29,6 +29,9 @@ MAX_BLOCK_SIZE = 65536       # the rank keeps one bucket per block offset
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15  # workload/prompt.py's salt of blocks past the prompt
 _NO_HASHES = array("Q")
+_NO_RUNS = array("I")
+_U64_ARRAY = native.ffi.typeof("uint64_t[]") if native.ffi is not None else None
+_U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
 
 
 def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
@@ -137,6 +140,16 @@ class NativeVllmRank(RankBase):
         view = ffi.new("aisim_vllm_view **")
         lib.aisim_vllm_view_of(self._rank, view)
         self._view = view[0]
+        # decode times: the built-in models in C, anything else through the C memo (filled
+        # from the timer on a miss), as the decode-only runs do (engine/decode_run.py)
+        kind, fixed_ms = _native_kind(timer.model)
+        timing = ffi.new("aisim_decode_timing **")
+        _check(lib.aisim_decode_timing_new(timing, kind, fixed_ms, timer.decode_ratio,
+                                           self.total_kv_tokens, MEMO_LIMIT),
+               "aisim_decode_timing_new")
+        self._decode_timing = ffi.gc(timing[0], lib.aisim_decode_timing_free)
+        _check(lib.aisim_vllm_set_decode_timing(self._rank, self._decode_timing),
+               "aisim_vllm_set_decode_timing")
         self._requests = []          # slot -> SimRequest (None while free)
         self.running = _Queue(self, 0)
         self.waiting = _Queue(self, 1)
@@ -232,6 +245,7 @@ class NativeVllmRank(RankBase):
         self._limit_output(request)
         bs = self.block_size
         hashes = _NO_HASHES
+        values = lengths = _NO_RUNS
         authored = request.output_token_ids is not None
         if self.caching and self._may_fit(request):
             prompt = request.prompt
@@ -239,12 +253,14 @@ class NativeVllmRank(RankBase):
                 n_blocks = (request.prompt_len + len(request.output_token_ids)) // bs
                 hashes = prompt.extended_hashes(bs, request, n_blocks)
             else:
-                hashes = prompt.block_hashes(bs)
+                # hashed in C from the prompt's runs: no hash array in Python
+                values, lengths = prompt.values, prompt.lengths
         ffi = native.ffi
         slot = native.lib.aisim_vllm_submit(
             self._rank, request.prompt_len, request.max_output, request.out_limit,
-            ffi.from_buffer("uint64_t[]", hashes), len(hashes), authored,
-            (request.uuid * _GOLDEN) & _MASK)
+            ffi.from_buffer(_U64_ARRAY, hashes), len(hashes),
+            ffi.from_buffer(_U32_ARRAY, values), ffi.from_buffer(_U32_ARRAY, lengths),
+            len(values), authored, (request.uuid * _GOLDEN) & _MASK)
         _check(slot, "aisim_vllm_submit")
         requests = self._requests
         if slot == len(requests):
@@ -276,8 +292,13 @@ class NativeVllmRank(RankBase):
         decode = 0.0
         n = view.dec_batch
         if n:
-            active = view.dec_active
-            decode = timer.decode(n, active, active // n, self.total_kv_tokens)
+            if view.decode_known:
+                decode = view.decode_ms
+            else:   # a time only Python knows (or an error only it can word): ask, remember
+                active = view.dec_active
+                decode = timer.decode(n, active, active // n, self.total_kv_tokens)
+                _check(native.lib.aisim_decode_timing_put(self._decode_timing, n, active,
+                                                          decode), "aisim_decode_timing_put")
         self.pass_effect = bool(view.pass_effect)
         self.pass_end_ms = (now_ms + prefill) + decode
         return self.pass_end_ms

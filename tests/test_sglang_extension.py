@@ -147,6 +147,7 @@ def _outcome(payload):
 
 
 def test_extended_runs_match_single_passes(monkeypatch):
+    monkeypatch.setenv("AISIMULATE_CHECK", "1")     # KV conserved at every visited time
     spy = Spy(monkeypatch)
     for seed in SEEDS:
         payload = _payload(seed)

@@ -29,7 +29,7 @@ from ..kv.radix_cache import RadixCache
 from .decode_run import MAX_PASSES, decode_runner
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, never_scheduled
-from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, refused_run, retraction_ratio
+from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, refused_passes, retraction_ratio
 from .sglang_cluster import SglangClusterHooks
 from .sglang_kv import SglangKv, stamp
 from .sglang_running import RunningBatch
@@ -233,13 +233,12 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         # evicting for the growth must not change what the queue's head would match
         room = capacity if self._eviction_unseen() else cache.available()
         cost = self._head_cost() if self.rounds_left < passes else None
-        if cost is None:
-            ends = self._plain_run(end, passes, horizon_ms, cutoff_ms, room)
-        else:
-            ends = refused_run(running, self.ratio, self.timer.decode, end_ms=end, passes=passes,
-                               horizon_ms=horizon_ms, cutoff_ms=cutoff_ms, room=room,
-                               capacity=capacity, cost=cost, rounds_left=self.rounds_left,
-                               total_kv=self.total_kv_tokens)
+        if cost is not None:
+            passes = refused_passes(running, self.ratio, passes=passes, room=room,
+                                    capacity=capacity, cost=cost, rounds_left=self.rounds_left)
+            if not passes:
+                return end
+        ends = self._plain_run(end, passes, horizon_ms, cutoff_ms, room)
         if len(ends) > 1:
             self._macro_ends = ends
             self._ends_finishing = len(ends) - 1 == finish - running.D + 1
@@ -247,8 +246,9 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         return self.pass_end_ms
 
     def _plain_run(self, end, passes, horizon_ms, cutoff_ms, room):
-        """The run when no admission can happen in it: vLLM's loop (engine/decode_run.py) in
-        tokens, passes numbered from the next one."""
+        """The end times of at most ``passes`` decode passes after the pass just formed (none
+        of them admits): vLLM's loop (engine/decode_run.py, in C) counting tokens for blocks,
+        passes numbered from the next one."""
         run = self._decode_run
         if run is None:
             run = self._decode_run = decode_runner(self.timer, self.total_kv_tokens)

@@ -111,17 +111,16 @@ class TotalRoom:
         self.charges.append(cost)
 
 
-def refused_run(running, ratio, decode, *, end_ms, passes, horizon_ms, cutoff_ms, room, capacity,
-                cost, rounds_left, total_kv):
-    """End times of the pass just formed (``end_ms``) and of the decode-only passes after it
-    while the queue's head stays refused: at most ``passes`` of them, each starting before
-    ``horizon_ms`` and ending by ``cutoff_ms``, each finding its page growth in ``room``.
+
+def refused_passes(running, ratio, *, passes, room, capacity, cost, rounds_left):
+    """How many of the next ``passes`` decode passes of ``running`` keep the queue's head
+    refused, each finding its page growth in ``room``.
 
     The head would join a pass unless ``cost >= rem_total`` there, or the pass is one of the
     ``rounds_left`` deferred by ``prefill_decode_interval``. ``rem_total`` is recomputed per
     pass as ``TotalRoom`` does (``capacity`` less the decode reservation at that pass's ratio);
-    a pass where it falls within rounding of ``cost`` (the reference's exact sum decides) ends
-    the run before it."""
+    a pass where it falls within rounding of ``cost`` (the reference's exact sum decides) counts
+    as one the head joins."""
     n = len(running)
     ps = running.page_size
     crossings = running.crossings
@@ -130,42 +129,31 @@ def refused_run(running, ratio, decode, *, end_ms, passes, horizon_ms, cutoff_ms
     n_small = running.n_small
     sum_small = running.sum_small
     n_big = running.n_big
-    total = running.sum_len
     d = running.D
     value = ratio.value
     step = ratio.step
     floor = ratio.min
-    ends = [end_ms]
-    end = end_ms
-    for _ in range(passes):
-        if end >= horizon_ms:
-            break
+    for k in range(passes):
         need = n if ps == 1 else ps * crossings[(-d) % ps]
         if need > room:
-            break
-        if rounds_left == 0:
+            return k
+        if rounds_left:
+            rounds_left -= 1
+        else:
             rem_total = float(capacity) - (sum_small + clip * n_big) * value
             if cost < rem_total or abs(rem_total - cost) < 1e-3:   # admitted, or close
-                break
-        nxt = end + decode(n, total, total // n, total_kv)
-        if nxt > cutoff_ms:
-            break
-        end = nxt
-        ends.append(end)
+                return k
         room -= need
         capacity -= need
-        total += n
         # the decode step's bookkeeping (RunningBatch.record_decode), then the ratio's decay
         sum_small -= n_small
         moved = unclip.get(d)
         if moved:
-            k = len(moved)
-            n_big -= k
-            n_small += k
-            sum_small += k * clip
+            moved = len(moved)
+            n_big -= moved
+            n_small += moved
+            sum_small += moved * clip
         d += 1
         decayed = value - step
         value = decayed if decayed > floor else floor
-        if rounds_left:
-            rounds_left -= 1
-    return ends
+    return passes

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from itertools import islice
 
 
 class RunningBatch:
@@ -108,12 +109,19 @@ class RunningBatch:
         dec_pass = self.dec_pass
         breaks = self.breaks
         stretches = r.stretches
-        start = first
-        for i in range(bisect_left(breaks, first), bisect_left(breaks, last)):
-            cut = breaks[i]
-            self._add_stretch(stretches, dec_pass[start], dec_pass[cut])
-            start = cut + 1
-        self._add_stretch(stretches, dec_pass[start], dec_pass[last])
+        cuts = breaks[bisect_left(breaks, first):bisect_left(breaks, last)]
+        if not cuts:
+            self._add_stretch(stretches, dec_pass[first], dec_pass[last])
+            return
+        # one stretch per run between breaks (a break separates passes by definition, so
+        # only the first run may continue the request's previous stretch)
+        get = dec_pass.__getitem__
+        ends = list(map(get, cuts))
+        ends.append(dec_pass[last])
+        starts = [dec_pass[first]]
+        starts.extend(map(get, map((1).__add__, cuts)))
+        self._add_stretch(stretches, starts[0], ends[0])
+        stretches.extend(zip(islice(starts, 1, None), islice(ends, 1, None)))
 
     @staticmethod
     def _add_stretch(stretches, a, b):
@@ -160,6 +168,8 @@ class RunningBatch:
         """``record_decode`` for ``count`` consecutive decode passes numbered from
         ``first_pass``, at once; no member emits its last token in them (the caller knows:
         ``next_finish``)."""
+        if count <= 0:
+            return
         d = self.D
         dec_pass = self.dec_pass
         if d and dec_pass[d - 1] != first_pass - 1:

@@ -89,7 +89,13 @@ def _ttst(rec: RequestRecord) -> float | None:
 
 
 def _uuid_text(value: Any) -> str:
-    return str(_uuid.UUID(int=value)) if isinstance(value, int) else str(value)
+    if not isinstance(value, int):
+        return str(value)
+    if not 0 <= value < 1 << 128:
+        return str(_uuid.UUID(int=value))  # its error
+    # str(uuid.UUID(int=value)), without building the object (twice per record)
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -565,13 +571,22 @@ def _route(rec: RequestRecord, route: Any) -> dict:
     return out
 
 
-def _admission_history(rec: RequestRecord) -> tuple[list[dict], int]:
-    per_pool: dict[str, int] = {}
+def _admission_history(rec: RequestRecord) -> tuple[list[dict], int, dict[str, list]]:
+    """The admission history entries, the readmission count and, per pool, its first
+    admission's time and its largest reuse (one walk over the admissions)."""
+    pools: dict[str, list] = {}  # pool -> [admissions so far, first at_ms, max reuse]
     history = []
     for ordinal, admission in enumerate(rec.admissions):
         at_ms, pool, reused = admission[0], admission[1], admission[2]
-        pool_ordinal = per_pool.get(pool, 0)
-        per_pool[pool] = pool_ordinal + 1
+        facts = pools.get(pool)
+        if facts is None:
+            pool_ordinal = 0
+            pools[pool] = [1, at_ms, reused]
+        else:
+            pool_ordinal = facts[0]
+            facts[0] = pool_ordinal + 1
+            if reused > facts[2]:  # max() keeps the first of equal values too
+                facts[2] = reused
         entry = {
             "admission_ordinal": ordinal,
             "pool_admission_ordinal": pool_ordinal,
@@ -587,20 +602,14 @@ def _admission_history(rec: RequestRecord) -> tuple[list[dict], int]:
         # the reference defines a readmission as a later admission into the same pool
         entry["is_readmission"] = pool_ordinal > 0
         history.append(entry)
-    readmissions = sum(n - 1 for n in per_pool.values())
-    return history, readmissions
+    readmissions = sum(facts[0] - 1 for facts in pools.values())
+    return history, readmissions, pools
 
 
-def _pool_first(rec: RequestRecord, pool: str, index: int):
-    for admission in rec.admissions:
-        if admission[1] == pool:
-            return admission[index]
-    return None
-
-
-def _pool_max_reuse(rec: RequestRecord, pool: str) -> int | None:
-    reuses = [a[2] for a in rec.admissions if a[1] == pool]
-    return max(reuses) if reuses else None
+def _pool_fact(pools: dict[str, list], pool: str, index: int):
+    """The pool's first admission time (index 1) or largest reuse (2); None if never admitted."""
+    facts = pools.get(pool)
+    return facts[index] if facts is not None else None
 
 
 def _route_overlap(routes: list[dict], pool: str) -> int | None:
@@ -641,8 +650,9 @@ def per_request_record(rec: RequestRecord) -> dict:
         requested_output_length=rec.requested_output_length,
         output_length=rec.output_length,
     )
+    history, readmissions, pools = _admission_history(rec)
     # in P/D the record shows the prefill side's reuse; the summary uses the max over all pools
-    prefill_reuse = _pool_max_reuse(rec, "prefill")
+    prefill_reuse = _pool_fact(pools, "prefill", 2)
     out["reused_input_tokens"] = (
         prefill_reuse if prefill_reuse is not None else rec.reused_input_tokens)
     if rec.first_admission_g1_reused_input_tokens is not None:
@@ -653,24 +663,23 @@ def per_request_record(rec: RequestRecord) -> dict:
     routes = [_route(rec, route) for route in rec.routing]
     decode_reuse = rec.decode_reused_input_tokens
     if decode_reuse is None:
-        decode_reuse = _pool_max_reuse(rec, "decode")
+        decode_reuse = _pool_fact(pools, "decode", 2)
     prefill_overlap = rec.prefill_route_overlap_tokens
     if prefill_overlap is None:
         prefill_overlap = _route_overlap(routes, "prefill")
     decode_overlap = rec.decode_route_overlap_tokens
     if decode_overlap is None:
         decode_overlap = _route_overlap(routes, "decode")
-    history, readmissions = _admission_history(rec)
     out.update(
         prefill_worker_idx=rec.prefill_worker_idx,
         decode_worker_idx=rec.decode_worker_idx,
         prefill_admit_ms=(rec.prefill_admit_ms if rec.prefill_admit_ms is not None
-                          else _pool_first(rec, "prefill", 0)),
+                          else _pool_fact(pools, "prefill", 1)),
         source_held_ms=rec.source_held_ms,
         destination_reserved_ms=rec.destination_reserved_ms,
         destination_activated_ms=rec.destination_activated_ms,
         decode_admit_ms=(rec.decode_admit_ms if rec.decode_admit_ms is not None
-                         else _pool_first(rec, "decode", 0)),
+                         else _pool_fact(pools, "decode", 1)),
         source_released_ms=rec.source_released_ms,
         decode_reused_input_tokens=decode_reuse,
         prefill_route_overlap_tokens=prefill_overlap,

@@ -235,7 +235,8 @@ class _Store:
     """
 
     CHUNK = 128
-    __slots__ = ("bins", "count", "min_key", "max_key", "offset", "limit", "collapsed")
+    __slots__ = ("bins", "count", "min_key", "max_key", "offset", "limit", "collapsed",
+                 "_running")
 
     def __init__(self, limit: int) -> None:
         self.bins: list[int] = []
@@ -245,8 +246,10 @@ class _Store:
         self.offset = 0
         self.limit = limit
         self.collapsed = False
+        self._running: list[int] | None = None  # running counts of bins, for quantiles
 
     def add(self, key: int, count: int = 1) -> None:
+        self._running = None
         if key < self.min_key:
             if not self.collapsed:
                 self._extend(key)
@@ -317,8 +320,11 @@ class _Store:
         """Key of the first slot whose running count exceeds ``rank``."""
         if rank < 0:
             return self.min_key
-        # the running counts in C, then the first slot above rank by bisection
-        running = list(accumulate(self.bins))
+        # the running counts in C, once for the report's five quantiles of a store, then the
+        # first slot above rank by bisection
+        running = self._running
+        if running is None:
+            running = self._running = list(accumulate(self.bins))
         index = bisect_right(running, rank)
         if index < len(running):
             return self.offset + index

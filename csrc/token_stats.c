@@ -182,12 +182,19 @@ typedef struct dist_arrays {
     int64_t *low_counts;
 } dist_arrays;
 
+/* One distinct sample gap; entries stay in first-seen order, and the value and its total
+ * share a cache line for the lookup that finds them. */
+typedef struct entry {
+    double value;
+    wide total;
+} entry;
+
 struct aisim_token_stats {
-    size_t cap;      /* entries allocated */
-    double *values;  /* view.len distinct sample gaps, first-seen order */
-    wide *totals;
-    size_t *slots;   /* open addressing: entry index + 1, 0 when free */
-    size_t n_slots;  /* a power of two >= 2 * cap, or 0 */
+    entry *entries;   /* view.len of them */
+    size_t cap;       /* entries allocated */
+    uint32_t *slots;  /* open addressing: entry index + 1, 0 when free */
+    size_t n_slots;   /* a power of two, at least twice cap, or 0 */
+    size_t last;      /* the entry the last add went to (passes often repeat a gap) */
     dist_arrays itl_arrays, rate_arrays;
     fsum sum;
     aisim_ts_view view;
@@ -223,8 +230,7 @@ int aisim_ts_free(aisim_token_stats *s)
 {
     if (s == NULL)
         return AISIM_OK;
-    free(s->values);
-    free(s->totals);
+    free(s->entries);
     free(s->slots);
     free_arrays(&s->itl_arrays);
     free_arrays(&s->rate_arrays);
@@ -258,73 +264,91 @@ static size_t slot_of(double v, size_t mask)
     return (size_t)h & mask;
 }
 
-/* Room for `more` new entries, so that the adds after it cannot fail. */
+/* Room for `more` new entries, so that the adds after it cannot fail (the slots hold
+ * uint32 entry numbers: more than 2^31 distinct gaps is refused as out of memory). */
 static int reserve(aisim_token_stats *s, size_t more)
 {
-    size_t len = s->view.len, want, cap, n_slots, i;
-    double *values;
-    wide *totals;
-    size_t *slots;
-    if (more > SIZE_MAX / 4 - len)
+    size_t len = s->view.len, cap, n_slots, i;
+    entry *entries;
+    uint32_t *slots;
+    if (more > ((size_t)1 << 31) - len)
         return AISIM_ENOMEM;
-    want = len + more;
-    if (want <= s->cap)
+    if (len + more <= s->cap)
         return AISIM_OK;
     cap = s->cap ? s->cap : 64;
-    while (cap < want)
+    while (cap < len + more)
         cap *= 2;
     n_slots = 2 * cap;
-    values = malloc(cap * sizeof *values);
-    totals = malloc(cap * sizeof *totals);
+    entries = malloc(cap * sizeof *entries);
     slots = calloc(n_slots, sizeof *slots);
-    if (values == NULL || totals == NULL || slots == NULL) {
-        free(values);
-        free(totals);
+    if (entries == NULL || slots == NULL) {
+        free(entries);
         free(slots);
         return AISIM_ENOMEM;
     }
-    if (len) {
-        memcpy(values, s->values, len * sizeof *values);
-        memcpy(totals, s->totals, len * sizeof *totals);
-    }
+    if (len)
+        memcpy(entries, s->entries, len * sizeof *entries);
     for (i = 0; i < len; i++) {
-        size_t slot = slot_of(values[i], n_slots - 1);
+        size_t slot = slot_of(entries[i].value, n_slots - 1);
         while (slots[slot])
             slot = (slot + 1) & (n_slots - 1);
-        slots[slot] = i + 1;
+        slots[slot] = (uint32_t)(i + 1);
     }
-    free(s->values);
-    free(s->totals);
+    free(s->entries);
     free(s->slots);
-    s->values = values;
-    s->totals = totals;
+    s->entries = entries;
     s->slots = slots;
     s->cap = cap;
     s->n_slots = n_slots;
     return AISIM_OK;
 }
 
-/* Adds `count` gaps of `gap` ms if the gap is a sample (room reserved). */
-static void add_gap(aisim_token_stats *s, double gap, wide count)
+/* Adds `count` gaps of `gap` ms if the gap is a sample. With `grow`, makes room for a new
+ * entry when it needs one (AISIM_ENOMEM when it cannot); without, room was reserved. */
+static int add_gap(aisim_token_stats *s, double gap, wide count, int grow)
 {
-    size_t mask = s->n_slots - 1, slot, entry;
+    size_t mask, slot, found;
     if (!(gap > 0.0)) {
         if (gap != gap)
-            return;
+            return AISIM_OK;
         gap = 0.0;
     } else if (gap == INFINITY) {
-        return;
+        return AISIM_OK;
     }
-    for (slot = slot_of(gap, mask); (entry = s->slots[slot]) != 0; slot = (slot + 1) & mask) {
-        if (s->values[entry - 1] == gap) {
-            wide_add(&s->totals[entry - 1], count);
-            return;
+    if (s->view.len && s->entries[s->last].value == gap) {
+        wide_add(&s->entries[s->last].total, count);
+        return AISIM_OK;
+    }
+    mask = s->n_slots - 1;
+    for (slot = slot_of(gap, mask); (found = s->slots[slot]) != 0; slot = (slot + 1) & mask) {
+        if (s->entries[found - 1].value == gap) {
+            wide_add(&s->entries[found - 1].total, count);
+            s->last = found - 1;
+            return AISIM_OK;
         }
     }
-    entry = s->view.len++;
-    s->values[entry] = gap;
-    s->totals[entry] = count;
-    s->slots[slot] = entry + 1;
+    if (grow && s->view.len == s->cap) {
+        int status = reserve(s, s->cap);
+        if (status)
+            return status;
+        mask = s->n_slots - 1;
+        for (slot = slot_of(gap, mask); s->slots[slot]; slot = (slot + 1) & mask)
+            ;
+    }
+    s->last = s->view.len++;
+    s->entries[s->last].value = gap;
+    s->entries[s->last].total = count;
+    s->slots[slot] = (uint32_t)(s->last + 1);
+    return AISIM_OK;
+}
+
+/* Forgets every entry, keeping the allocations (a failed add into a fresh handle). */
+static void clear(aisim_token_stats *s)
+{
+    if (s->n_slots)
+        memset(s->slots, 0, s->n_slots * sizeof *s->slots);
+    s->view.len = 0;
+    s->last = 0;
 }
 
 int aisim_ts_add_passes(aisim_token_stats *s, const double *ends, size_t n_ends,
@@ -333,7 +357,7 @@ int aisim_ts_add_passes(aisim_token_stats *s, const double *ends, size_t n_ends,
 {
     size_t n = n_ends > 0 ? n_ends - 1 : 0, i;
     wide running = {0, 0};
-    int status;
+    int status, grow;
     if (s == NULL)
         return AISIM_EINVAL;
     s->view.failure = AISIM_TS_FINE;
@@ -345,19 +369,24 @@ int aisim_ts_add_passes(aisim_token_stats *s, const double *ends, size_t n_ends,
             return fail(s, AISIM_TS_BAD_BREAK);
     if (n_diff < n)
         n = n_diff;
-    if (n_breaks > SIZE_MAX / 4 - n)
-        return AISIM_ENOMEM;
-    status = reserve(s, n + n_breaks);
-    if (status)
-        return status;
-    for (i = 0; i < n; i++) {
+    /* a fresh handle (one rank's) grows as distinct gaps come, and is emptied again if it
+     * cannot; a handle holding gaps reserves room for the worst case first */
+    grow = s->view.len == 0;
+    if (grow)
+        status = reserve(s, 1);
+    else
+        status = n_breaks > ((size_t)1 << 31) - n ? AISIM_ENOMEM : reserve(s, n + n_breaks);
+    for (i = 0; i < n && !status; i++) {
         wide_add(&running, wide_of(diff[i]));
         if (!wide_is_zero(running))
-            add_gap(s, ends[i + 1] - ends[i], running);
+            status = add_gap(s, ends[i + 1] - ends[i], running, grow);
     }
-    for (i = 0; i < n_breaks; i++)
-        add_gap(s, ends[breaks[2 * i + 1]] - ends[breaks[2 * i]], wide_of(break_counts[i]));
-    return AISIM_OK;
+    for (i = 0; i < n_breaks && !status; i++)
+        status = add_gap(s, ends[breaks[2 * i + 1]] - ends[breaks[2 * i]],
+                         wide_of(break_counts[i]), grow);
+    if (status && grow)
+        clear(s);
+    return status;
 }
 
 int aisim_ts_add_gaps(aisim_token_stats *s, const double *values, const int64_t *counts,
@@ -374,7 +403,7 @@ int aisim_ts_add_gaps(aisim_token_stats *s, const double *values, const int64_t 
     if (status)
         return status;
     for (i = 0; i < n; i++)
-        add_gap(s, values[i], wide_of(counts[i]));
+        add_gap(s, values[i], wide_of(counts[i]), 0);
     return AISIM_OK;
 }
 
@@ -388,11 +417,11 @@ int aisim_ts_gaps(aisim_token_stats *s, double *values, int64_t *counts, size_t 
     if (cap < len || (len && (values == NULL || counts == NULL)))
         return AISIM_EINVAL;
     for (i = 0; i < len; i++)
-        if (!wide_fits(s->totals[i]))
+        if (!wide_fits(s->entries[i].total))
             return fail(s, AISIM_TS_COUNT_OVERFLOW);
     for (i = 0; i < len; i++) {
-        values[i] = s->values[i];
-        counts[i] = wide_value(s->totals[i]);
+        values[i] = s->entries[i].value;
+        counts[i] = wide_value(s->entries[i].total);
     }
     return AISIM_OK;
 }
@@ -414,8 +443,8 @@ static int by_key(const void *a, const void *b)
  * 1000 / gap); 0 when it gives none. */
 static int sample(const aisim_token_stats *s, size_t e, int rate, double *x, int64_t *count)
 {
-    wide total = s->totals[e];
-    double v = s->values[e];
+    wide total = s->entries[e].total;
+    double v = s->entries[e].value;
     if (!wide_positive(total))
         return 0;
     if (rate) {
@@ -444,8 +473,9 @@ static int summarize_one(aisim_token_stats *s, int rate, double multiplier,
 
     /* pass 1: the total (it bounds every count), the keys */
     for (e = 0; e < len; e++) {
-        wide w = s->totals[e];
-        if (rate && !(s->values[e] > 0.0 && isfinite(1000.0 / s->values[e])))
+        wide w = s->entries[e].total;
+        double v = s->entries[e].value;
+        if (rate && !(v > 0.0 && isfinite(1000.0 / v)))
             continue;
         if (!wide_positive(w))
             continue;

@@ -671,3 +671,20 @@ def test_rebuilt_reference_records_reproduce_reference_summary(path):
         for key in ("ttft_ms", "e2e_latency_ms", "itl_ms", "reused_input_tokens",
                     "admission_history", "routing_history", "readmission_count"):
             assert ours[key] == theirs[key], key
+
+
+@pytest.mark.parametrize("value", [0, 1, 7, 2**64 + 5, 2**128 - 1, 0x0123456789ABCDEF0123456789ABCDEF])
+def test_record_uuid_is_the_standard_text_form(value):
+    out = per_request_record(rec(uuid=value))
+    assert out["uuid"] == str(uuidlib.UUID(int=value))
+
+
+def test_record_pool_facts_come_from_the_first_admission_and_the_largest_reuse():
+    r = rec(uuid=3)
+    r.admissions = [(1.0, "prefill", 4, False), (2.0, "decode", 9, False),
+                    (3.0, "prefill", 6, True), (4.0, "decode", 2, True)]
+    out = per_request_record(r)
+    assert (out["prefill_admit_ms"], out["decode_admit_ms"]) == (1.0, 2.0)
+    assert (out["reused_input_tokens"], out["decode_reused_input_tokens"]) == (6, 9)
+    assert (out["admission_count"], out["readmission_count"]) == (4, 2)
+    assert [e["pool_admission_ordinal"] for e in out["admission_history"]] == [0, 0, 1, 1]

@@ -333,3 +333,22 @@ def test_streaming_from_counts_matches_sample_by_sample():
     assert a.median == b.median and a.p99 == b.p99 and a.min == b.min and a.max == b.max
     assert b.mean == pytest.approx(a.mean, rel=1e-13)
     assert b.std == pytest.approx(a.std, rel=1e-10)
+
+
+def test_a_quantile_after_more_samples_sees_them():
+    # the store keeps its running counts between quantiles; an add must drop them
+    sketch = DDSketch()
+    for value in (1.0, 2.0, 3.0):
+        sketch.add(value)
+    assert sketch.quantile(1.0) == pytest.approx(3.0, rel=2 * ALPHA)
+    sketch.add(50.0, 10)
+    assert sketch.quantile(1.0) == pytest.approx(50.0, rel=2 * ALPHA)
+    assert sketch.quantile(0.0) == pytest.approx(1.0, rel=2 * ALPHA)
+
+
+def test_from_counts_keeps_negatives_and_zeros_in_their_stores():
+    dist = StreamingDistribution.from_counts([(-4.0, 2), (0.0, 3), (5.0, 1), (-4.0, 1)])
+    sketch = dist.sketch
+    assert (sketch.negative.count, sketch.zero_count, sketch.positive.count) == (3, 3, 1)
+    assert (dist.moments.count, dist.moments.min, dist.moments.max) == (7, -4.0, 5.0)
+    assert dist.moments.mean == math.fsum([-8.0, 0.0, 5.0, -4.0]) / 7

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .runtime.build import build_simulation
+from .runtime.simulation import raise_gc_threshold, restore_gc_threshold
 from .spec import load_payload
 
 
@@ -25,7 +26,20 @@ def run_replay(payload, *, plugin_manager=None, progress=None, on_event=None, on
     ``Collector.stream_records_to``), so memory does not grow with the records.
 
     Bad input raises an ``AisimError`` subclass whose message names the JSON path and the rule.
+
+    While it runs, the garbage collector's young-generation threshold is raised (see
+    ``runtime.simulation.RUN_GC_THRESHOLD``) and then restored.
     """
+    thresholds = raise_gc_threshold()
+    try:
+        return _run_replay(payload, plugin_manager, progress, on_event, on_record,
+                           telemetry_interval_ms, on_sample, scaling_policy)
+    finally:
+        restore_gc_threshold(thresholds)
+
+
+def _run_replay(payload, plugin_manager, progress, on_event, on_record, telemetry_interval_ms,
+                on_sample, scaling_policy):
     loaded = payload if hasattr(payload, "spec") else load_payload(payload)
     sim = build_simulation(loaded, plugin_manager=plugin_manager, progress=progress,
                            on_event=on_event, scaling_policy=scaling_policy)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from aisimulate_core.hookspecs import Register, hookimpl
+# Imported with the plugin (small modules, no engine): a run's first registry collection,
+# inside its timed span, then imports nothing.
+from aisimulate_core.runtime.load_scaling import LoadScaling
+from aisimulate_core.runtime.scaling import NoScaling, ScheduledScaling
 
 
 @hookimpl
@@ -16,9 +20,6 @@ def aisimulate_register_timing_providers(register: Register) -> None:
 
 @hookimpl
 def aisimulate_register_scaling_policies(register: Register) -> None:
-    from aisimulate_core.runtime.load_scaling import LoadScaling
-    from aisimulate_core.runtime.scaling import NoScaling, ScheduledScaling
-
     register(NoScaling)
     register(ScheduledScaling)
     register(LoadScaling)

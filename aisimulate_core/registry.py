@@ -161,6 +161,23 @@ def collect_registries(pm: pluggy.PluginManager) -> Registries:
     return registries
 
 
+def registries_of(pm: pluggy.PluginManager) -> Registries:
+    """``collect_registries(pm)``, kept on the manager for the runs that share it: what the
+    register hooks register depends only on the plugins registered, and a run should not pay
+    the hooks (and the imports they do) again. A manager whose plugins changed since (one
+    registered or unregistered) is collected again; a collection that fails is not kept."""
+    plugins = pm.get_plugins()
+    kept = getattr(pm, "_aisimulate_registries", None)
+    if kept is not None and kept[0] == plugins:
+        return kept[1]
+    registries = collect_registries(pm)
+    try:
+        pm._aisimulate_registries = (plugins, registries)
+    except AttributeError:  # a manager that takes no attributes: collected every run
+        pass
+    return registries
+
+
 def _register_for(registry: Registry, plugin: str, distribution: str | None) -> Callable[[type], None]:
     def register(cls: type) -> None:
         registry.register(cls, plugin=plugin, distribution=distribution)

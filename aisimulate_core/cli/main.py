@@ -23,6 +23,7 @@ from aisimulate_core.cli.outputs import StdoutError, write_stdout
 from aisimulate_core.errors import AisimError
 from aisimulate_core.messages import escape_controls, problem_lines
 from aisimulate_core.plugins import AisimPluginManager, call_each_plugin, make_plugin_manager
+from aisimulate_core.runtime.simulation import raise_gc_threshold, restore_gc_threshold
 
 PROG = "aisimulate"
 PLUGINS_ENV = "AISIMULATE_PLUGINS"
@@ -41,6 +42,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``aisimulate`` command; returns the exit status (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
+    # the whole command (plugin imports, the converter's generated code, the run) allocates
+    # what it keeps: the collector's young generation waits longer between collections
+    thresholds = raise_gc_threshold()
+    try:
+        return _main_guarded(argv, debug)
+    finally:
+        restore_gc_threshold(thresholds)
+
+
+def _main_guarded(argv: list[str], debug: bool) -> int:
     with _sigterm_raises():
         try:
             status = _main(argv)

@@ -13,7 +13,7 @@ from ..guards import (TraceFormatLookup, call_provider, check_scaling_policy, ma
                       scaling_policy, timing_model)
 from ..kv.block_pool import BlockPool
 from ..plugins import make_plugin_manager
-from ..registry import collect_registries
+from ..registry import registries_of
 from ..report import Collector
 from ..workload.lowering import build_driver
 from ..workload.prompt import Prompt
@@ -138,7 +138,7 @@ def build_simulation(payload, *, plugin_manager=None, progress=None, on_event=No
     ``scaling_policy``: any object with ``initial_tick_ms()`` and ``on_tick(snapshot)`` (the
     reference's Python contract), used instead of ``spec.adapters.scaling``."""
     pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
-    registries = collect_registries(pm)
+    registries = registries_of(pm)
     spec = payload.spec
     if isinstance(spec.topology, AggregatedTopology):
         sim = _build_aggregated(payload, registries, progress, on_event)

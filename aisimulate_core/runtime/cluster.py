@@ -74,10 +74,11 @@ class Cluster:
         self.lifecycle = Lifecycle({kind: p.life for kind, p in pools.items()},
                                    record=record_operations)
         self.window = TrafficWindow()
-        self._ready = []             # heap of (ready_ms, order, kind, worker_id, origin op)
+        # the loop tests these two before calling ready_due / settle
+        self.starting = []           # heap of (ready_ms, order, kind, worker_id, origin op)
         self._order = 0
         self._tick_ordinal = 0
-        self._settling = []          # draining workers that may hold nothing now
+        self.settling = []           # draining workers that may hold nothing now
         self._last_tick_ms = -math.inf
         self._stalled = 0            # ticks in a row that changed nothing on a stuck run
         for pool in pools.values():
@@ -98,13 +99,13 @@ class Cluster:
     # ------------------------------------------------------------------ the clock
     def next_time(self):
         t = self.next_tick_ms
-        if self._ready and self._ready[0][0] < t:
-            t = self._ready[0][0]
+        if self.starting and self.starting[0][0] < t:
+            t = self.starting[0][0]
         return t
 
     def ready_due(self, t):
         """Workers whose startup ends at or before ``t`` become active, one operation each."""
-        ready = self._ready
+        ready = self.starting
         due = []
         while ready and ready[0][0] <= t:
             due.append(heapq.heappop(ready))
@@ -142,7 +143,7 @@ class Cluster:
         with the error it gives without scaling. (A count, not the first such tick: a load
         policy needs a window of idle ticks before it scales up.)"""
         sim = self.sim
-        idle = (self.lifecycle._count == operations and not self._ready
+        idle = (self.lifecycle._count == operations and not self.starting
                 and math.isinf(sim._event_time()) and math.isinf(sim.driver.next_ready_ms()))
         self._stalled = self._stalled + 1 if idle else 0
         if self._stalled >= MAX_STALLED_TICKS:
@@ -236,7 +237,7 @@ class Cluster:
         delay = pool.startup_delay_ms
         if delay > 0:
             op.transition(worker_id, "worker_starting", STARTING, op.ordinal)
-            heapq.heappush(self._ready, (t + delay, self._order, pool.kind, worker_id, op.ordinal))
+            heapq.heappush(self.starting, (t + delay, self._order, pool.kind, worker_id, op.ordinal))
             self._order += 1
         else:
             op.transition(worker_id, "worker_ready", ACTIVE, op.ordinal)
@@ -250,13 +251,13 @@ class Cluster:
         """A draining worker's pass completed: remember to check whether it still holds work."""
         pool = self.pools[pool_kind]
         if pool.life.state.get(worker.worker_id) == DRAINING:
-            self._settling.append((pool, worker))
+            self.settling.append((pool, worker))
 
     def settle(self, t):
         """Draining workers that hold nothing any more are removed: one ``drain_settlement``
         per pool and time, in ascending id (the reference batches them); its origin is their
         draining operation, or None when they drained in different operations."""
-        settling, self._settling = self._settling, []
+        settling, self.settling = self.settling, []
         by_pool = {}
         for pool, worker in settling:
             worker_id = worker.worker_id

@@ -10,6 +10,7 @@ its limits, arrival and terminal bookkeeping, and the report.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 
@@ -29,6 +30,27 @@ WAKE = 1          # a submission reached an idle worker: visit its time so that 
 # 600 passes; deferred prefill rounds) stay far below this.
 LIVELOCK_PASSES = 10_000
 _GEN_MASK = 0xFFFF_FFFF
+# Allocations between two young-generation collections while a run goes on. CPython's default
+# (700) makes a run of a few milliseconds pay collections that walk what the imports left (about
+# 1 ms, a sixth of such a run); a run keeps most of what it allocates (requests, records), so
+# collecting less often frees nothing later. Set for the call and restored (mypy's build does
+# the same); the cyclic garbage held meanwhile is at most this many objects.
+RUN_GC_THRESHOLD = 100_000
+
+
+def raise_gc_threshold():
+    """Raise the young-generation threshold for a run; returns the thresholds to give back to
+    ``restore_gc_threshold`` (None when they stay: automatic collection off, or set higher)."""
+    old = gc.get_threshold()
+    if old[0] == 0 or old[0] >= RUN_GC_THRESHOLD:
+        return None
+    gc.set_threshold(RUN_GC_THRESHOLD, *old[1:])
+    return old
+
+
+def restore_gc_threshold(old):
+    if old is not None:
+        gc.set_threshold(*old)
 
 
 class _RankEvents:
@@ -249,16 +271,23 @@ class Simulation:
         """Process every event at or before ``t_ms``; the clock ends at ``t_ms`` (or the cutoff)."""
         started = time.perf_counter()
         limit = min(t_ms, self.max_sim_time_ms)
+        # bound once: this loop runs once per event
+        next_time, step, progress = self._next_time, self._step, self.progress
         steps = 0
-        while True:
-            t = self._next_time()
-            if t > limit or math.isinf(t):
-                break
-            self._step(t)
-            steps += 1
-            if self.progress is not None and steps % 4096 == 0:
-                self.progress(self.now_ms, self.completed, self.driver.total or self.arrived)
-        if math.isinf(t):
+        thresholds = raise_gc_threshold()
+        try:
+            while True:
+                t = next_time()
+                if t > limit or t == math.inf:
+                    break
+                step(t)
+                if progress is not None:
+                    steps += 1
+                    if steps % 4096 == 0:
+                        progress(self.now_ms, self.completed, self.driver.total or self.arrived)
+        finally:
+            restore_gc_threshold(thresholds)
+        if t == math.inf:
             self._check_drained()
         if t_ms < self.max_sim_time_ms and not math.isinf(t_ms) and t_ms > self.now_ms:
             self.now_ms = t_ms  # the embedder's clock moved on; later submissions arrive then
@@ -306,11 +335,16 @@ class Simulation:
         flight or still to arrive): they never keep a finished run going. Telemetry samples
         are not events: each is taken when the clock passes it (``Telemetry.due_before``), so
         that sampling never changes a run."""
-        if self.cluster is None or (self.in_flight <= 0
-                                    and math.isinf(self.driver.next_ready_ms())):
+        cluster = self.cluster
+        if cluster is None:
             return t
-        c = self.cluster.next_time()
-        return c if c < t else t
+        c = cluster.next_tick_ms
+        starting = cluster.starting
+        if starting and starting[0][0] < c:
+            c = starting[0][0]            # cluster.next_time(), inline: this runs per event
+        if c >= t or (self.in_flight <= 0 and self.driver.next_ready_ms() == math.inf):
+            return t
+        return c
 
     def _extension_cutoff(self):
         """Extended decode passes end by the run's time limit, and by the next tick, worker
@@ -330,8 +364,11 @@ class Simulation:
         return (self.max_in_flight - self.in_flight) if self.max_in_flight is not None else 1 << 62
 
     def _step(self, t):
-        if self.telemetry is not None:
-            self.telemetry.due_before(t)   # samples between the last step and t see its state
+        # Runs once per event: what a run without scaling, telemetry or a router queue does
+        # not need is skipped by a field test, not a call.
+        telemetry = self.telemetry
+        if telemetry is not None:
+            telemetry.due_before(t)   # samples between the last step and t see its state
         self.now_ms = t
         queue = self.queue
         workers = self.workers
@@ -347,24 +384,36 @@ class Simulation:
             dirty.add(idx)
             if cluster is not None:
                 cluster.worker_idle("agg", worker)
-        if self.router.queued:
-            self.router.flush(t)
+        router = self.router
+        if router.queued:
+            router.flush(t)
         if cluster is not None:
-            cluster.ready_due(t)   # at one time a worker ready comes before a settlement
-            cluster.settle(t)
-        limit = self._arrival_limit()
-        if limit > 0:
-            for request in self.driver.pop_ready(t, limit):
-                self._place(request, t)
+            # at one time a worker ready comes before a settlement
+            if cluster.starting and cluster.starting[0][0] <= t:
+                cluster.ready_due(t)
+            if cluster.settling:
+                cluster.settle(t)
+        driver = self.driver
+        max_in_flight = self.max_in_flight
+        if driver.next_ready_ms() <= t:
+            limit = 1 << 62 if max_in_flight is None else max_in_flight - self.in_flight
+            if limit > 0:
+                for request in driver.pop_ready(t, limit):
+                    self._place(request, t)
         if self.windows:
-            if self.telemetry is not None:
-                self.telemetry.due(t)
-            if cluster is not None:
+            if telemetry is not None:
+                telemetry.due(t)
+            if cluster is not None and cluster.next_tick_ms <= t:
                 cluster.tick_due(t)
         if dirty:
-            horizon = self._arrival_horizon()
-            cutoff = self._extension_cutoff()
-            for idx in sorted(dirty):
+            # the earliest time a known request could arrive (passes starting later may see
+            # it): a completion must free a slot first when the cap is reached
+            if max_in_flight is not None and self.in_flight >= max_in_flight:
+                horizon = math.inf
+            else:
+                horizon = driver.next_ready_ms()
+            cutoff = self._extension_cutoff() if self.windows else self.max_sim_time_ms
+            for idx in sorted(dirty) if len(dirty) > 1 else tuple(dirty):
                 worker = workers[idx]
                 if not worker.busy:
                     end = worker.start_pass(t, horizon, cutoff)
@@ -392,12 +441,6 @@ class Simulation:
         if self._spins >= LIVELOCK_PASSES:
             raise livelock_error(worker, t, self._spins)
         return False
-
-    def _arrival_horizon(self):
-        """The earliest time a known request could arrive; passes starting later may see it."""
-        if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
-            return math.inf  # a completion must free a slot first; truncation covers that
-        return self.driver.next_ready_ms()
 
     def _register_arrival(self, request, now_ms):
         request.uuid = self._next_uuid

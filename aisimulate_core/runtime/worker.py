@@ -15,7 +15,7 @@ from ..engine.request import request_name
 
 class Worker:
     __slots__ = ("idx", "worker_id", "ranks", "busy", "_active", "pass_end_ms", "generation",
-                 "extendable", "_round_ranks", "_pass_start")
+                 "extendable", "_round_ranks", "_pass_start", "_lone")
 
     def __init__(self, idx, ranks, worker_id=None):
         self.idx = idx                # the simulation's key for this worker
@@ -26,6 +26,8 @@ class Worker:
         self._pass_start = 0.0
         self.pass_end_ms = 0.0
         self.generation = 0
+        # the rank of a worker without attention DP (the common case: no group to form)
+        self._lone = ranks[0] if len(ranks) == 1 else None
         # a lone rank that can run decode-only passes as one event
         self.extendable = len(ranks) == 1 and hasattr(ranks[0], "extend")
         # ranks that take the group's round signal (a lone rank signals itself)
@@ -48,8 +50,8 @@ class Worker:
 
     def start_pass(self, now_ms, horizon_ms=float("inf"), cutoff_ms=float("inf")):
         """Start a grouped pass; returns its end time, or None when no rank has work."""
-        if len(self.ranks) == 1:
-            rank = self.ranks[0]
+        rank = self._lone
+        if rank is not None:
             end = rank.schedule(now_ms)
             if end is None:
                 return None
@@ -131,6 +133,11 @@ class Worker:
 
     def complete_pass(self):
         self.busy = False
+        if self._lone is not None:   # no group: no idle rank to report
+            if self._active:
+                self._lone.complete()
+                self._active = ()
+            return
         active = self._active
         for rank in active:
             rank.complete()

@@ -19,14 +19,16 @@ from ..kv import hashing
 
 
 class Prompt:
-    __slots__ = ("length", "_values", "_lengths", "_source", "_hashes")
+    __slots__ = ("length", "_values", "_lengths", "_source", "_hashes", "_hashes_block")
 
     def __init__(self, values, lengths):
         self._values = values             # array('I'): token value of each run
         self._lengths = lengths           # array('I'): run lengths
         self._source = None
         self.length = sum(lengths)
-        self._hashes = {}
+        # the block hashes at the block size asked last (a run has one block size per pool,
+        # so one slot pair, not a dict per prompt)
+        self._hashes = self._hashes_block = None
 
     @classmethod
     def from_tokens(cls, tokens):
@@ -43,7 +45,7 @@ class Prompt:
         prompt._values = prompt._lengths = None
         prompt._source = (canonical_ids, trace_block_size)
         prompt.length = input_length
-        prompt._hashes = {}
+        prompt._hashes = prompt._hashes_block = None
         return prompt
 
     def _build_runs(self):
@@ -71,15 +73,18 @@ class Prompt:
         return self._lengths
 
     def block_hashes(self, block_size):
-        hashes = self._hashes.get(block_size)
-        if hashes is None:
-            hashes = hashing.seq_hashes_runs(self.values, self.lengths, block_size)
-            self._hashes[block_size] = hashes
+        if self._hashes_block == block_size:
+            return self._hashes
+        if self._values is None:
+            self._build_runs()
+        hashes = hashing.seq_hashes_runs(self._values, self._lengths, block_size)
+        self._hashes, self._hashes_block = hashes, block_size
         return hashes
 
     def extended_hashes(self, block_size, request, n_blocks):
         """Hashes of the first ``n_blocks`` blocks of prompt followed by generated tokens."""
-        prompt_hashes = self.block_hashes(block_size)
+        prompt_hashes = (self._hashes if self._hashes_block == block_size
+                         else self.block_hashes(block_size))
         if n_blocks <= len(prompt_hashes):
             return prompt_hashes
         authored = request.output_token_ids

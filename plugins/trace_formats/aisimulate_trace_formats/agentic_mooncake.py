@@ -25,7 +25,7 @@ from aisimulate_core.workload.graph import AgenticNode, AgenticTrace, Dependency
 
 from .plays import assign_component_plays
 from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_u64, decode_line,
-                   decode_rows, fail, first_of, iter_lines, model_block_size)
+                   decode_rows, fail, first_of, iter_lines, model_block_size, row_decoder)
 
 SCHEMA = "dynamo.agentic_mooncake"
 VERSION = 2
@@ -124,7 +124,7 @@ def graph_node(where, block_size, *, request_id, play_id, session_id, model, inp
 
 def _header(path, number, line):
     where = f"{path}:{number}"
-    header = decode_line(msgspec.json.Decoder(Header), where, line)
+    header = decode_line(row_decoder(Header), where, line)
     if header.version != VERSION:
         fail(where, "version", f"must be {VERSION}, got {header.version}")
     if header.block_size == 0:

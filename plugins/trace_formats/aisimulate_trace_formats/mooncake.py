@@ -18,7 +18,7 @@ from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
 from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64, decode_rows,
-                   fail, first_of, model_block_size)
+                   fail, first_of, model_block_size, row_decoder)
 
 
 class MooncakeRow(msgspec.Struct, kw_only=True):
@@ -37,6 +37,9 @@ class MooncakeRow(msgspec.Struct, kw_only=True):
     priority: I32 | None = None
     strict_priority: U32 | None = None
     policy_class: str | None = None
+
+
+row_decoder(MooncakeRow)   # built as the plugin loads, not in a run
 
 
 class MooncakeBuilder:
@@ -115,14 +118,19 @@ def load_mooncake(path, block_size, *, accumulate_deltas=False):
     add = builder.add
     for number, row in decode_rows(path, MooncakeRow):
         where = f"{path}:{number}"
-        add(where, number, row.session_id,
-            first_of(where, row, "input_length", "input_tokens"),
-            first_of(where, row, "output_length", "output_tokens"),
-            row.hash_ids,
-            timestamp=first_of(where, row, "timestamp", "created_time"),
-            delay=first_of(where, row, "delay", "delay_ms"),
-            output_token_ids=row.output_token_ids, priority=row.priority,
-            strict_priority=row.strict_priority, policy_class=row.policy_class)
+        if (row.input_tokens is None and row.output_tokens is None and row.created_time is None
+                and row.delay_ms is None):   # no alias given (the usual row): nothing to merge
+            input_length, output_length = row.input_length, row.output_length
+            timestamp, delay = row.timestamp, row.delay
+        else:
+            input_length = first_of(where, row, "input_length", "input_tokens")
+            output_length = first_of(where, row, "output_length", "output_tokens")
+            timestamp = first_of(where, row, "timestamp", "created_time")
+            delay = first_of(where, row, "delay", "delay_ms")
+        add(where, number, row.session_id, input_length, output_length, row.hash_ids,
+            timestamp=timestamp, delay=delay, output_token_ids=row.output_token_ids,
+            priority=row.priority, strict_priority=row.strict_priority,
+            policy_class=row.policy_class)
     if not builder.sessions:
         fail(path, "", "holds no requests")
     return builder.trace()

@@ -304,7 +304,8 @@ def run_to_end(name):
 
 
 @pytest.mark.parametrize("name", PAYLOADS)
-def test_a_run_gives_the_same_itl_figures_on_both_backends_and_as_before(name):
+def test_a_run_gives_the_same_itl_figures_on_both_backends_and_as_before(name, monkeypatch):
+    monkeypatch.chdir(ROOT)  # payloads name their traces from the checkout's root
     sim = run_to_end(name)
     ranks = [rank for worker in sim.workers for rank in worker.ranks]
     history = [(rank.pass_ends, rank.itl_diff, rank.break_gaps) for rank in ranks]

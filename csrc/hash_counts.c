@@ -12,12 +12,17 @@
 #include "aisim.h"
 #include "hash_counts.cdef.h"
 
+/* one slot per cache line fetch: key, count and flag side by side */
+typedef struct hc_slot {
+    uint64_t key;
+    int64_t count;
+    uint8_t used;       /* 0 empty, 1 present, 2 present and marked by the operation running */
+} hc_slot;
+
 struct aisim_hash_counts {
     aisim_hc_view view;
     size_t mask;        /* slots - 1 */
-    uint64_t *keys;
-    int64_t *counts;
-    uint8_t *used;
+    hc_slot *slots;
     int64_t *scratch;   /* new counts of a chain update, read before any is written */
     size_t scratch_cap;
 };
@@ -34,22 +39,16 @@ static size_t home(const aisim_hash_counts *m, uint64_t h)
 static size_t find(const aisim_hash_counts *m, uint64_t h)
 {
     size_t i = home(m, h);
-    while (m->used[i] && m->keys[i] != h)
+    while (m->slots[i].used && m->slots[i].key != h)
         i = (i + 1) & m->mask;
     return i;
 }
 
 static int allocate(aisim_hash_counts *m, size_t slots)
 {
-    m->keys = malloc(slots * sizeof(uint64_t));
-    m->counts = malloc(slots * sizeof(int64_t));
-    m->used = calloc(slots, 1);
-    if (!m->keys || !m->counts || !m->used) {
-        free(m->keys);
-        free(m->counts);
-        free(m->used);
+    m->slots = calloc(slots, sizeof(hc_slot));
+    if (!m->slots)
         return AISIM_ENOMEM;
-    }
     m->mask = slots - 1;
     return AISIM_OK;
 }
@@ -72,48 +71,41 @@ static int reserve(aisim_hash_counts *m, uint64_t extra)
         return AISIM_ENOMEM;
     }
     for (size_t i = 0; i <= old.mask; i++) {
-        if (old.used[i]) {
-            size_t j = find(m, old.keys[i]);
-            m->used[j] = 1;
-            m->keys[j] = old.keys[i];
-            m->counts[j] = old.counts[i];
-        }
+        if (old.slots[i].used)
+            m->slots[find(m, old.slots[i].key)] = old.slots[i];
     }
-    free(old.keys);
-    free(old.counts);
-    free(old.used);
+    free(old.slots);
     return AISIM_OK;
 }
 
 static void put(aisim_hash_counts *m, uint64_t h, int64_t count)
 {
-    size_t i = find(m, h);
-    if (!m->used[i]) {
-        m->used[i] = 1;
-        m->keys[i] = h;
+    hc_slot *slot = &m->slots[find(m, h)];
+    if (!slot->used) {
+        slot->used = 1;
+        slot->key = h;
         m->view.len++;
     }
-    m->counts[i] = count;
+    slot->count = count;
 }
 
 static void erase_slot(aisim_hash_counts *m, size_t i)
 {
     /* backward shift: pull later members of the probe run into the hole */
     size_t j = i;
-    m->used[i] = 0;
+    hc_slot *slots = m->slots;
+    slots[i].used = 0;
     m->view.len--;
     for (;;) {
         j = (j + 1) & m->mask;
-        if (!m->used[j])
+        if (!slots[j].used)
             return;
-        size_t k = home(m, m->keys[j]);
+        size_t k = home(m, slots[j].key);
         /* j's entry may move to i only if its home is not in (i, j] cyclically */
         int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
         if (!stays) {
-            m->keys[i] = m->keys[j];
-            m->counts[i] = m->counts[j];
-            m->used[i] = 1;
-            m->used[j] = 0;
+            slots[i] = slots[j];   /* with its mark, if the running operation set one */
+            slots[j].used = 0;
             i = j;
         }
     }
@@ -149,9 +141,7 @@ int aisim_hc_new(aisim_hash_counts **out)
 int aisim_hc_free(aisim_hash_counts *m)
 {
     if (m) {
-        free(m->keys);
-        free(m->counts);
-        free(m->used);
+        free(m->slots);
         free(m->scratch);
         free(m);
     }
@@ -170,10 +160,10 @@ int aisim_hc_get(const aisim_hash_counts *m, uint64_t h, int64_t *out)
 {
     if (!m || !out)
         return AISIM_EINVAL;
-    size_t i = find(m, h);
-    if (!m->used[i])
+    const hc_slot *slot = &m->slots[find(m, h)];
+    if (!slot->used)
         return 0;
-    *out = m->counts[i];
+    *out = slot->count;
     return 1;
 }
 
@@ -183,9 +173,9 @@ int aisim_hc_items(const aisim_hash_counts *m, uint64_t *keys, int64_t *counts, 
         return AISIM_EINVAL;
     size_t n = 0;
     for (size_t i = 0; i <= m->mask && n < cap; i++) {
-        if (m->used[i]) {
-            keys[n] = m->keys[i];
-            counts[n] = m->counts[i];
+        if (m->slots[i].used) {
+            keys[n] = m->slots[i].key;
+            counts[n] = m->slots[i].count;
             n++;
         }
     }
@@ -199,7 +189,7 @@ int64_t aisim_hc_held_prefix(const aisim_hash_counts *m, const uint64_t *hashes,
     size_t low = 0, high = n;
     while (low < high) {
         size_t middle = (low + high) / 2;
-        if (m->used[find(m, hashes[middle])])
+        if (m->slots[find(m, hashes[middle])].used)
             low = middle + 1;
         else
             high = middle;
@@ -215,10 +205,10 @@ int aisim_hc_add_chain(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
     if (scratch(m, held) != AISIM_OK || reserve(m, n - held) != AISIM_OK)
         return AISIM_ENOMEM;
     for (size_t i = 0; i < held; i++) {
-        size_t slot = find(m, hashes[i]);
-        if (!m->used[slot])
+        const hc_slot *slot = &m->slots[find(m, hashes[i])];
+        if (!slot->used)
             return AISIM_EINVAL;   /* not a union of whole chains: the twin's lookup fails */
-        m->scratch[i] = m->counts[slot] + 1;
+        m->scratch[i] = slot->count + 1;
     }
     for (size_t i = 0; i < held; i++)
         put(m, hashes[i], m->scratch[i]);
@@ -234,10 +224,10 @@ int aisim_hc_drop_chain(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
     size_t low = 0, high = n;
     while (low < high) {
         size_t middle = (low + high) / 2;
-        size_t i = find(m, hashes[middle]);
-        if (!m->used[i])
+        const hc_slot *slot = &m->slots[find(m, hashes[middle])];
+        if (!slot->used)
             return AISIM_EINVAL;
-        if (m->counts[i] > 1)
+        if (slot->count > 1)
             low = middle + 1;
         else
             high = middle;
@@ -246,30 +236,31 @@ int aisim_hc_drop_chain(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
         return AISIM_ENOMEM;
     /* check before changing anything: every hash read or removed is present, once */
     for (size_t i = 0; i < low; i++) {
-        size_t slot = find(m, hashes[i]);
-        if (!m->used[slot])
+        const hc_slot *slot = &m->slots[find(m, hashes[i])];
+        if (!slot->used)
             return AISIM_EINVAL;
-        m->scratch[i] = m->counts[slot] - 1;
+        m->scratch[i] = slot->count - 1;
     }
     /* each removed hash present and listed once: marked 2 while checking */
     int status = AISIM_OK;
     size_t marked = low;
     for (; marked < n; marked++) {
-        size_t slot = find(m, hashes[marked]);
-        if (m->used[slot] != 1) {
+        hc_slot *slot = &m->slots[find(m, hashes[marked])];
+        if (slot->used != 1) {
             status = AISIM_EINVAL;   /* absent, or a repeat the twin could not delete twice */
             break;
         }
-        m->used[slot] = 2;
+        slot->used = 2;
     }
-    for (size_t i = low; i < marked; i++)
-        m->used[find(m, hashes[i])] = 1;
-    if (status != AISIM_OK)
+    if (status != AISIM_OK) {
+        for (size_t i = low; i < marked; i++)
+            m->slots[find(m, hashes[i])].used = 1;
         return status;
+    }
     for (size_t i = 0; i < low; i++)
-        put(m, hashes[i], m->scratch[i]);
+        put(m, hashes[i], m->scratch[i]);   /* keeps the mark of a hash also in the tail */
     for (size_t i = low; i < n; i++)
-        erase_slot(m, find(m, hashes[i]));
+        erase_slot(m, find(m, hashes[i]));  /* marks travel with moved slots, then go */
     return AISIM_OK;
 }
 
@@ -280,11 +271,11 @@ int aisim_hc_insert_all(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
     if (reserve(m, n) != AISIM_OK)
         return AISIM_ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        size_t slot = find(m, hashes[i]);
-        if (!m->used[slot]) {
-            m->used[slot] = 1;
-            m->keys[slot] = hashes[i];
-            m->counts[slot] = 1;
+        hc_slot *slot = &m->slots[find(m, hashes[i])];
+        if (!slot->used) {
+            slot->used = 1;
+            slot->key = hashes[i];
+            slot->count = 1;
             m->view.len++;
         }
     }
@@ -297,7 +288,7 @@ int aisim_hc_remove_all(aisim_hash_counts *m, const uint64_t *hashes, size_t n)
         return AISIM_EINVAL;
     for (size_t i = 0; i < n; i++) {
         size_t slot = find(m, hashes[i]);
-        if (m->used[slot])
+        if (m->slots[slot].used)
             erase_slot(m, slot);
     }
     return AISIM_OK;
@@ -308,7 +299,7 @@ int64_t aisim_hc_leading(const aisim_hash_counts *m, const uint64_t *hashes, siz
     if (!m || (!hashes && n))
         return AISIM_EINVAL;
     size_t i = 0;
-    while (i < n && m->used[find(m, hashes[i])])
+    while (i < n && m->slots[find(m, hashes[i])].used)
         i++;
     return (int64_t)i;
 }

@@ -219,7 +219,7 @@ def register_object(
 
 
 def field_names(cls: type) -> list[str]:
-    names = [a.name for a in attrs.fields(cls)]
+    names = [a.name for a in attrs.fields(cls) if a.init]
     rule = _rules.get(cls)
     if rule is not None:
         names.extend(rule.aliases)
@@ -289,7 +289,7 @@ def _make_converter() -> cattrs.Converter:
 
 
 def _unstructure_factory(cls: type) -> Callable[[Any], dict[str, Any]]:
-    fields = attrs.fields(cls)
+    fields = [field for field in attrs.fields(cls) if field.init]   # not a memo
 
     def unstructure(obj: Any) -> dict[str, Any]:
         # Absent and null mean the same for every optional field, so `None` is omitted.

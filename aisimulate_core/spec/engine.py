@@ -151,9 +151,16 @@ class ReplayEngineConfig:
     rank: EngineConfig = EngineConfig()
     prefill: ReplayRoleConfig | None = None
     decode: ReplayRoleConfig | None = None
+    # stage -> the role ``role`` made: loading and building a payload ask for each a dozen
+    # times, and making one takes two ``attrs.evolve`` calls (tens of microseconds). Not a
+    # field of the JSON (init=False: not structured, unstructured or compared).
+    _roles: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def role(self, stage: Stage) -> ReplayRoleConfig:
         """The rank group serving `stage`, with `rank.worker_type` forced to the stage."""
+        role = self._roles.get(stage)
+        if role is not None:
+            return role
         given = {"prefill": self.prefill, "decode": self.decode}.get(stage)
         role = given or ReplayRoleConfig(
             dp_size=self.dp_size,
@@ -163,6 +170,7 @@ class ReplayEngineConfig:
         )
         if role.rank.worker_type != stage:
             role = attrs.evolve(role, rank=attrs.evolve(role.rank, worker_type=stage))
+        self._roles[stage] = role
         return role
 
 

@@ -27,6 +27,8 @@ _INNERMOST = re.compile(rb"\[\]|\{\}")
 def _text_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether valid JSON `raw` nests deeper than `limit`: strings and scalars are cut out
     (in C, by regex), then each pass removes the innermost level of the bracket skeleton."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False   # no deeper than its opening brackets (most payloads: two counts)
     skeleton = _NOT_BRACKET.sub(b"", _STRING.sub(b"", raw))
     for _ in range(limit):
         if not skeleton:

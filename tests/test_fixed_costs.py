@@ -154,3 +154,43 @@ def test_a_distribution_is_described_from_its_metadata_headers(name):
     except importlib.metadata.PackageNotFoundError:
         pytest.skip(f"{name} is not installed")
     assert _describe(dist) == f"{dist.metadata['Name']} {dist.version}"
+
+
+def test_a_role_is_made_once_per_engine_config_and_is_no_field_of_the_json():
+    from aisimulate_core.spec import load_payload
+    from aisimulate_core.spec.load import spec_to_dict
+
+    spec = bare_spec([req(0, 32, 4)])
+    spec["topology"] = {"kind": "disaggregated", "prefill": {"initial_workers": 1},
+                        "decode": {"initial_workers": 1}}
+    payload = load_payload(json.dumps(spec))
+    engine = payload.spec.engine
+    prefill = engine.role("prefill")
+    assert engine.role("prefill") is prefill and prefill.rank.worker_type == "prefill"
+    assert engine.role("decode").rank.worker_type == "decode"
+    # the memo is not part of the payload: not written out, not read back, not compared
+    shown = spec_to_dict(payload)
+    assert "_roles" not in json.dumps(shown)
+    assert load_payload(json.dumps(shown)) == payload
+
+
+def test_the_role_memo_is_not_a_field_a_payload_may_give():
+    from aisimulate_core.spec import load_payload
+
+    spec = bare_spec([req(0, 32, 4)])
+    spec["engine"]["_roles"] = {}
+    with pytest.raises(AisimError) as info:
+        load_payload(json.dumps(spec))
+    assert str(info.value) == "$.engine._roles: unknown field"
+
+
+@pytest.mark.parametrize("depth, too_deep", [(64, False), (65, True)])
+def test_the_depth_rule_holds_with_and_without_the_bracket_count(depth, too_deep):
+    # 64 nested arrays: no more opening brackets than the limit (the counted shortcut);
+    # 65: the full check, inside a string too (brackets in strings never count as depth)
+    from aisimulate_core.spec.load import _text_too_deep
+
+    nested = "[" * depth + "]" * depth
+    assert _text_too_deep(nested.encode()) is too_deep
+    padded = '{"a": "' + "[" * 70 + '", "b": ' + nested + "}"
+    assert _text_too_deep(padded.encode()) is (depth + 1 > 64)

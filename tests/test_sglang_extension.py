@@ -3,8 +3,8 @@ pass, exactly as if each were its own event.
 
 The differential test runs seeded random SGLang workloads twice, with the extension on and
 switched off (``SglangRank.extension``), and asserts the same events, the same
-per-request records and summary, and the same pass history on every rank (events that share a
-time are compared as a set: see ``_outcome``). The workloads are
+per-request records and summary, and the same pass history and radix tree (spans, access stamps,
+locks) on every rank (events that share a time are compared as a set: see ``_outcome``). The workloads are
 small and tight (a few hundred KV tokens, pages of 1 to 16 tokens, short clips, deferred
 prefill rounds, LPM, closed loops over several workers) so that retraction, eviction, refused
 heads and truncated runs are common; the test also checks that they happened.
@@ -123,6 +123,12 @@ class Spy:
         monkeypatch.setattr(SglangRank, "truncate", counting_truncate)
 
 
+def _tree(node):
+    """The radix tree below ``node``: spans, access stamps (LRU order), locks, children."""
+    return (node.start, node.end, node.access, node.lock,
+            sorted((key, _tree(child)) for key, child in node.children.items()))
+
+
 def _outcome(payload):
     """Everything a run shows: its events, report (wall time aside) and pass history."""
     events = []
@@ -138,7 +144,8 @@ def _outcome(payload):
     report = json.loads(sim.report().to_json())
     for key in WALL_CLOCK_KEYS:
         report.pop(key)
-    history = [(list(rank.pass_ends), rank.itl_gaps(), rank.committed_prefill_tokens)
+    history = [(list(rank.pass_ends), rank.itl_gaps(), rank.committed_prefill_tokens,
+                _tree(rank.cache.root), rank.cache.free_tokens, rank.cache.evictable_size)
                for worker in sim.workers for rank in worker.ranks]
     # Passes of different workers that end at one time complete in the order the runtime
     # queued their events, and an extended pass is queued when it starts (vLLM's too): only

@@ -9,6 +9,14 @@ through ``new_token_ratio`` (sglang_budget.py).
 
 Running requests are not touched per decode pass: sglang_running.py keeps them arithmetically.
 KV bookkeeping (radix tree, pages) is in sglang_kv.py.
+
+Speed: the decode passes that follow a pass run as one event while they can change nothing but
+token counts, page use, the admission ratio and deferred rounds (``extend``): the pool holds
+every member's growth, the queue's head stays refused, evicting cached pages cannot change its
+match, and the run ends with the first pass in which a member emits its last token. Their end
+times come from vLLM's decode-run loop (engine/decode_run.py, in C); what they did is applied
+when the last one completes. A rank the cluster layer watches runs every pass as its own event.
+
 What the cluster layer reads (gauges, counters, router KV events, FPM rows) is in
 sglang_cluster.py; it runs only when the runtime sets ``watched``.
 
@@ -213,7 +221,8 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         and end by ``cutoff_ms``; the runtime calls ``truncate`` if an unforeseen request
         arrives meanwhile. What they do is applied when the last of them completes
         (``_complete_extension``): nothing reads the rank in between but a submission, which
-        only queues. Returns the end time of the last pass.
+        only queues, and a placement policy's live view, which sees the rank as the first pass
+        left it (as with vLLM's runs). Returns the end time of the last pass.
         """
         end = self.pass_end_ms
         if not self._extendable or end >= horizon_ms:
@@ -371,27 +380,30 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         self.finish_round(False, True)
 
     def _grow_pages(self, steps):
-        """The pages of the next ``steps`` decode steps of the running batch, in pass order."""
+        """The pages of the next ``steps`` decode steps of the running batch.
+
+        Each step evicts what the free pool lacks, least recently used first. One eviction of
+        the sum leaves the tree as the steps' evictions one by one would: the run made sure the
+        pool holds it all, each eviction frees exactly what it is asked (whole pages, a leaf
+        trimmed to what is still wanted), and two leaves never share an access stamp (one
+        touch stamps one path), so a trimmed leaf is the next one taken either way."""
         running = self.running
         cache = self.cache
         ps = self.page_size
         if ps == 1:
-            needs = None
             total = len(running) * steps
         else:
             crossings = running.crossings
-            D = running.D
-            needs = [ps * crossings[(-d) % ps] for d in range(D, D + steps)]
-            total = sum(needs)
-        if cache.available() >= total:
-            cache.allocate(total)
-            return
-        for need in needs or [len(running)] * steps:
-            if cache.available() < need:
-                cache.evict(need - cache.available())
-            if not cache.allocate(need):
-                raise SimulationError("internal: an extended SGLang pass found no KV room its "
-                                      "plan counted on")
+            total = 0
+            for d in range(running.D, running.D + steps):
+                total += crossings[(-d) % ps]
+            total *= ps
+        free = cache.available()
+        if free < total:
+            cache.evict(total - free)
+        if not cache.allocate(total):
+            raise SimulationError("internal: an extended SGLang pass found no KV room its plan "
+                                  "counted on")
 
     def join_group(self, dp_size):
         """Attention DP (the worker calls this when ``dp_size`` > 1): SGLang splits the chunk

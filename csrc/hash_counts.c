@@ -303,3 +303,13 @@ int64_t aisim_hc_leading(const aisim_hash_counts *m, const uint64_t *hashes, siz
         i++;
     return (int64_t)i;
 }
+
+int64_t aisim_hc_leading_absent(const aisim_hash_counts *m, const uint64_t *hashes, size_t n)
+{
+    if (!m || (!hashes && n))
+        return AISIM_EINVAL;
+    size_t i = 0;
+    while (i < n && !m->slots[find(m, hashes[i])].used)
+        i++;
+    return (int64_t)i;
+}

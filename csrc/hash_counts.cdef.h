@@ -32,3 +32,5 @@ int aisim_hc_insert_all(aisim_hash_counts *m, const uint64_t *hashes, size_t n);
 int aisim_hc_remove_all(aisim_hash_counts *m, const uint64_t *hashes, size_t n);
 /* how many leading hashes are present (a linear scan to the first absent one) */
 int64_t aisim_hc_leading(const aisim_hash_counts *m, const uint64_t *hashes, size_t n);
+/* how many leading hashes are absent (a linear scan to the first present one) */
+int64_t aisim_hc_leading_absent(const aisim_hash_counts *m, const uint64_t *hashes, size_t n);

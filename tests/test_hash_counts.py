@@ -51,11 +51,14 @@ def test_c_map_matches_python_twin(seed):
     for _ in range(400):
         hashes = random_hashes(rng, live)
         op = rng.choice(["held_prefix", "add_chain", "add_chain", "drop_chain", "insert_all",
-                         "remove_all", "leading"])
+                         "remove_all", "leading", "leading_absent"])
         if op == "drop_chain" and live and rng.random() < 0.8:
             hashes = live.pop(rng.randrange(len(live)))
-        got = outcome(lambda: getattr(c, op)(hashes))
-        want = outcome(lambda: getattr(py, op)(hashes))
+        args = (hashes,)
+        if op.startswith("leading") and rng.random() < 0.5:
+            args = (hashes, rng.randrange(len(hashes) + 2), rng.choice([None, rng.randrange(0, len(hashes) + 2)]))
+        got = outcome(lambda: getattr(c, op)(*args))
+        want = outcome(lambda: getattr(py, op)(*args))
         assert got == want, (op, hashes)
         if op == "add_chain" and want[0] == "ok":
             live.append(hashes)

@@ -19,6 +19,7 @@ from collections import deque
 
 from ..errors import SimulationError
 from . import fpm
+from ..kv.hash_counts import hash_counts
 from .decode_run import MAX_PASSES, decode_runner
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, request_name
@@ -530,19 +531,21 @@ class VllmRank(RankBase):
             return held
         index = self._in_flight_index
         if index is None:
-            stored = set()
+            stored, gone = hash_counts(), hash_counts()
             for run in self._stored:
-                stored.update(run)
-            index = self._in_flight_index = (stored, set(self._evicted_in_flight))
+                stored.insert_all(run)
+            gone.insert_all(self._evicted_in_flight)
+            index = self._in_flight_index = (stored, gone)
         stored, gone = index
-        count = 0
-        for i, block in enumerate(hashes):
-            # resident: indexed unless this pass stored it; gone: indexed until this pass ends,
-            # unless this pass had stored it in the first place
-            if (block in stored) if i < held else (block not in gone or block in stored):
-                break
-            count += 1
-        return count
+        # resident blocks are indexed unless this pass stored them; gone ones are indexed until
+        # this pass ends, unless this pass had stored them in the first place
+        count = stored.leading_absent(hashes, 0, held) if stored else held
+        if count < held:
+            return count
+        run = gone.leading(hashes, held) if gone else 0
+        if run and stored:
+            run = stored.leading_absent(hashes, held, held + run)
+        return held + run
 
     def live_gauges(self):
         """(active blocks, inactive blocks, running, waiting) now."""

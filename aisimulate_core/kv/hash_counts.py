@@ -104,14 +104,24 @@ class PyHashCounts:
         for h in hashes:
             pop(h, None)
 
-    def leading(self, hashes: Sequence[int]) -> int:
+    def leading(self, hashes: Sequence[int], start: int = 0, stop: int | None = None) -> int:
         counts = self._counts
         matched = 0
-        for h in hashes:
+        for h in hashes[start:stop]:
             if h not in counts:
                 break
             matched += 1
         return matched
+
+    def leading_absent(self, hashes: Sequence[int], start: int = 0,
+                       stop: int | None = None) -> int:
+        counts = self._counts
+        missed = 0
+        for h in hashes[start:stop]:
+            if h in counts:
+                break
+            missed += 1
+        return missed
 
 
 def _buffer(hashes, operation):
@@ -167,8 +177,14 @@ class CHashCounts:
     def __iter__(self) -> Iterator[int]:
         return iter([key for key, _ in self.items()])
 
-    def _call(self, function, operation, hashes):
+    def _call(self, function, operation, hashes, start=0, stop=None):
         buffer, n = _buffer(hashes, operation)
+        if stop is not None and stop < n:
+            n = max(stop, 0)
+        if start:
+            start = min(start, n)
+            buffer += start
+            n -= start
         status = function(self._map, buffer, n)
         if status < 0:
             if status == EINVAL:
@@ -191,8 +207,14 @@ class CHashCounts:
     def remove_all(self, hashes: Sequence[int]) -> None:
         self._call(lib.aisim_hc_remove_all, "remove_all", hashes)
 
-    def leading(self, hashes: Sequence[int]) -> int:
-        return self._call(lib.aisim_hc_leading, "leading", hashes)
+    def leading(self, hashes: Sequence[int], start: int = 0, stop: int | None = None) -> int:
+        """How many of ``hashes[start:stop]`` are present, up to the first absent one."""
+        return self._call(lib.aisim_hc_leading, "leading", hashes, start, stop)
+
+    def leading_absent(self, hashes: Sequence[int], start: int = 0,
+                       stop: int | None = None) -> int:
+        """How many of ``hashes[start:stop]`` are absent, up to the first present one."""
+        return self._call(lib.aisim_hc_leading_absent, "leading_absent", hashes, start, stop)
 
 
 def hash_counts(backend=None):

@@ -27,8 +27,11 @@ is one of its pass ends, so that same-time order stays exact.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import itertools
 import math
+import operator
 from collections import deque
 
 from ..errors import SimulationError
@@ -122,13 +125,15 @@ class DisaggregatedSimulation(Simulation):
         self._actions = deque()
         self._deferred = {}          # rank -> actions waiting for its worker's pass to end
         self._idle = (set(), set())  # per pool: keys of idle workers that may have work
-        self._extended = set()       # keys of decode workers whose pass in flight may be extended
+        self._extended = {}          # decode worker key -> its rank, while its pass in flight
+                                     # may be extended
         self._no_extend = False      # a parked worker progresses at every drive: keep passes single
         self._stale = {}             # time -> pass events due then that were cut short
         self._transfers = []         # heap of (done_ms, order, handoff)
         self._transfer_order = 0
         self._held = []              # handoffs whose source was held by the pass completing now
         self._visited = []           # every time the clock stopped at (worker-seconds)
+        self._until = -math.inf      # the last time the current run_until call visits
 
     def attach_pools(self, prefill_workers, decode_workers, prefill_router, decode_router):
         self.prefill_workers = prefill_workers
@@ -173,17 +178,30 @@ class DisaggregatedSimulation(Simulation):
         return worker
 
     # ------------------------------------------------------------------ loop
+    def run_until(self, t_ms):
+        # the last time this call may visit: a step looks ahead no further (_absorb_transfers)
+        self._until = min(t_ms, self.max_sim_time_ms)
+        super().run_until(t_ms)
+
     def _next_time(self):
         if self._actions:
             return self.now_ms  # a submission waits for its placement
         return super()._next_time()
 
     def _event_time(self):
+        t = self._pass_time()
+        transfers = self._transfers
+        if transfers and transfers[0][0] < t:
+            return transfers[0][0]
+        return t
+
+    def _pass_time(self):
+        """The next pass completion's time, dropping cut-short completions from the head: their
+        times are never visited."""
         queue = self.queue
         stale = self._stale
         t = queue.peek_time()
         while t in stale:
-            # drop cut-short completions from the head: their times are never visited
             t, kind, ident = queue.pop()
             if self._is_stale(ident):
                 self._unstale(t)
@@ -191,8 +209,6 @@ class DisaggregatedSimulation(Simulation):
                 queue.push(t, kind, ident)  # completions due together are ordered by worker
                 break
             t = queue.peek_time()
-        if self._transfers and self._transfers[0][0] < t:
-            return self._transfers[0][0]
         return t
 
     def _unstale(self, t):
@@ -207,13 +223,15 @@ class DisaggregatedSimulation(Simulation):
         return not worker.busy or worker.generation != ident & _GEN_MASK
 
     def _step(self, t):
-        if self.telemetry is not None:
-            self.telemetry.due_before(t)   # samples between the last step and t see its state
+        telemetry = self.telemetry
+        if telemetry is not None:
+            telemetry.due_before(t)   # samples between the last step and t see its state
         self.now_ms = t
         self._visited.append(t)
-        if self._extended:
-            for key in list(self._extended):
-                if self.workers[key].ranks[0].ends_pass_at(t):
+        extended = self._extended
+        if extended:
+            for key, rank in extended.items():   # (a cut leaves the keys as they are)
+                if rank.ends_pass_at(t):
                     self._cut(key, t)  # that pass end is a visited time of its own
         queue = self.queue
         transfers = self._transfers
@@ -222,7 +240,6 @@ class DisaggregatedSimulation(Simulation):
         driver = self.driver
         rounds = 0
         cluster = self.cluster
-        telemetry = self.telemetry
         prefill_router, decode_router = self.routers
         sampled = ticked = False
         while True:
@@ -251,17 +268,17 @@ class DisaggregatedSimulation(Simulation):
                     # placed (observed on the reference; the baseline at 0 sees them placed)
                     sampled = True
                     telemetry.due(t)
-            if not changed and not ticked:
+            if not changed:
+                if ticked:
+                    break
                 # the same-time work is settled: the telemetry sample, then the scaling tick
                 # (whose changes get their own rounds)
                 ticked = sampled = True
                 if telemetry is not None:
                     telemetry.due(t)
-                if cluster is not None and cluster.next_tick_ms <= t:
-                    cluster.tick_due(t)
-                    changed = True
-            if not changed:
-                break
+                if cluster is None or cluster.next_tick_ms > t:
+                    break
+                cluster.tick_due(t)
         if idle_prefill or idle_decode:
             self._no_extend = self._progress_parked()
             if self._no_extend:
@@ -269,6 +286,39 @@ class DisaggregatedSimulation(Simulation):
                     self._cut(key, t)
         else:
             self._no_extend = False
+            if transfers and cluster is None and telemetry is None:
+                self._absorb_transfers()
+
+    def _absorb_transfers(self):
+        """Visit, without a step, the next times at which only transfers complete, each into a
+        decode worker whose pass is in flight: all a step there does is to defer each
+        activation to that pass end (cutting an extended pass there) and to cut the extended
+        passes that end a pass at that time. Nothing else can happen then: no pass ends, no
+        arrival is due, no worker is idle with work, no action waits, no router released a
+        request, and neither scaling nor telemetry runs (the caller checked the last three)."""
+        transfers = self._transfers
+        workers = self.workers
+        routers = self.routers
+        while transfers:
+            t = transfers[0][0]
+            next_pass = self._pass_time()
+            # (the next pass end is visited by this run: the clock ends past t as it would)
+            if (t >= next_pass or next_pass > self._until or t >= self.driver.next_ready_ms()
+                    or routers[0]._released or routers[1]._released):
+                return
+            due = []
+            while transfers and transfers[0][0] == t:
+                due.append(heapq.heappop(transfers))
+            if not all(workers[handoff.decode_key].busy for _, _, handoff in due):
+                for entry in due:
+                    heapq.heappush(transfers, entry)  # (time, start order) keys: order kept
+                return
+            self._visited.append(t)
+            for key, rank in self._extended.items():
+                if rank.ends_pass_at(t):
+                    self._cut(key, t)
+            for _, _, handoff in due:
+                self._defer(handoff.decode_key, handoff.decode.rank, ACTIVATE, handoff, t)
 
     def _flush_routers(self, t):
         """Deliver what the routers released from their queues; whether anything was."""
@@ -281,24 +331,28 @@ class DisaggregatedSimulation(Simulation):
     def _complete_due(self, t):
         """Steps 1 and 2: the pass completions and transfers due at ``t``."""
         queue = self.queue
+        workers = self.workers
         due = []
         while queue.peek_time() <= t:
             time, _, ident = queue.pop()
-            if self._is_stale(ident):
-                self._unstale(time)
+            key = ident >> 32
+            worker = workers[key]
+            if not worker.busy or worker.generation != ident & _GEN_MASK:
+                self._unstale(time)   # cut short: its pass ends earlier
                 continue
-            due.append(ident >> 32)
-        is_decode, workers = self._is_decode, self.workers
-        if len(due) > 1:
-            if self._spawned:   # keys no longer follow pool then id order
-                due.sort(key=lambda k: (is_decode[k], workers[k].worker_id))
-            else:
-                due.sort()      # prefill workers first, each pool in id order
-        cluster = self.cluster
-        for key in due:
-            self._complete(key, t)
-            if cluster is not None:
-                cluster.worker_idle("decode" if is_decode[key] else "prefill", workers[key])
+            due.append(key)
+        if due:
+            is_decode = self._is_decode
+            if len(due) > 1:
+                if self._spawned:   # keys no longer follow pool then id order
+                    due.sort(key=lambda k: (is_decode[k], workers[k].worker_id))
+                else:
+                    due.sort()      # prefill workers first, each pool in id order
+            cluster = self.cluster
+            for key in due:
+                self._complete(key, t)
+                if cluster is not None:
+                    cluster.worker_idle("decode" if is_decode[key] else "prefill", workers[key])
         transfers = self._transfers
         done = bool(due)
         while transfers and transfers[0][0] <= t:
@@ -310,25 +364,34 @@ class DisaggregatedSimulation(Simulation):
         """A pass of worker ``key`` ends at ``t``; returns whether it produced a reservation or
         a held source (its tokens and terminals are recorded through the rank callbacks)."""
         worker = self.workers[key]
-        self._extended.discard(key)
+        self._extended.pop(key, None)
         held = self._held = []
         worker.complete_pass()
         decode = self._is_decode[key]
         actions = self._actions
         produced = bool(held)
+        deferred = None if immediate else self._deferred
         # each rank of the group completes in turn, idle ones included
-        for rank in worker.ranks:
-            got = rank.retry() if decode else None
-            if not immediate and self._deferred:
-                deferred = self._deferred.pop(rank, None)
+        if decode:
+            # (a decode rank holds no source: its pass leaves nothing in ``held``)
+            for rank in worker.ranks:
+                got = rank.retry()
                 if deferred:
-                    actions.extend(deferred)
-            for handoff in held:
-                if handoff.prefill.rank is rank:
-                    actions.append((RESERVE, handoff))
-            if got is not None:
-                self._reserved(got, t)
-                produced = True
+                    waiting = deferred.pop(rank, None)
+                    if waiting:
+                        actions.extend(waiting)
+                if got is not None:
+                    self._reserved(got, t)
+                    produced = True
+        else:
+            for rank in worker.ranks:
+                if deferred:
+                    waiting = deferred.pop(rank, None)
+                    if waiting:
+                        actions.extend(waiting)
+                for handoff in held:
+                    if handoff.prefill.rank is rank:
+                        actions.append((RESERVE, handoff))
         self._idle[decode].add(key)
         return produced
 
@@ -356,17 +419,21 @@ class DisaggregatedSimulation(Simulation):
     def _start(self, key, t):
         worker = self.workers[key]
         decode = self._is_decode[key]
-        for rank in worker.ranks:
-            rank.pass_effect = False
-        horizon = self._decode_horizon(key) if decode and not self._no_extend else t
-        end = worker.start_pass(t, horizon, self._extension_cutoff())
+        if not decode or self._no_extend:
+            horizon = t
+        elif self._transfers:
+            horizon = self._decode_horizon(key)
+        else:
+            horizon = math.inf
+        end = worker.start_pass(t, horizon, self._extension_cutoff() if self.windows
+                                else self.max_sim_time_ms)
         if end is None:
             return False
         if end > t:
             self.queue.push(end, PASS_DONE, (key << 32) | worker.generation)
             self._idle[decode].discard(key)
             if decode and worker.extendable:
-                self._extended.add(key)
+                self._extended[key] = worker.ranks[0]
             return True
         effect = worker.progressed()
         return self._complete(key, t, immediate=True) or effect
@@ -613,19 +680,21 @@ class DisaggregatedSimulation(Simulation):
         for worker in self.workers:
             for rank in worker.ranks:
                 times.update(rank.pass_ends)
-        n_prefill = len(self.prefill_workers)
-        n_decode = len(self.decode_workers)
-        prefill = decode = 0.0
-        prev = 0.0
-        for t in sorted(times):
-            dt = t - prev
-            if dt > 0:
-                prefill += n_prefill * dt / 1000.0
-                decode += n_decode * dt / 1000.0
-            prev = t
+        times = sorted(times)
+        # every advance dt (the first may be 0, adding nothing), summed left to right in time
+        # order with C-level loops (reduce, not sum: its float summation differs by version)
+        advances = list(map(operator.sub, times, itertools.chain((0.0,), times)))
+        prefill = _time_sum(len(self.prefill_workers), advances)
+        decode = _time_sum(len(self.decode_workers), advances)
         return dict(prefill_worker_seconds=prefill, decode_worker_seconds=decode,
                     prefill_gpus_per_worker=self.prefill_gpus_per_worker,
                     decode_gpus_per_worker=self.gpus_per_worker)
+
+
+def _time_sum(workers, advances):
+    """``workers × dt / 1000`` added up over ``advances`` in order, from 0.0."""
+    return functools.reduce(operator.add, map(operator.truediv, map(
+        operator.mul, itertools.repeat(workers), advances), itertools.repeat(1000.0)), 0.0)
 
 
 def _check_rank(request, dp_rank, worker):

@@ -210,9 +210,27 @@ def test_supports_names_what_it_refuses():
                                 backend="c")
 
 
-def test_a_watched_rank_is_refused():
+def test_a_rank_watched_before_its_first_request_becomes_the_python_rank():
+    engine = EngineConfig(backend="vllm", num_gpu_blocks=8, block_size=4)
+    pool = BlockPool(8, backend="c")
+    rank = NativeVllmRank(engine, StepTimer(PolynomialTiming()), pool, callbacks=Terminals())
+    rank.config_path = "$.spec.engine.rank"
+    rank.fpm_on = True
+    assert type(rank) is VllmRank and rank.fpm_on and rank.pool is pool
+    assert rank.config_path == "$.spec.engine.rank"
+    rank.submit(make_request(1, (0.0, [1, 2], 4, 8, 3, None)))
+    assert rank.schedule(0.0) > 0
+
+
+def test_a_rank_watched_after_a_request_is_one_error():
     engine = EngineConfig(backend="vllm", num_gpu_blocks=8, block_size=4)
     rank = NativeVllmRank(engine, StepTimer(PolynomialTiming()), BlockPool(8, backend="c"),
                           callbacks=Terminals())
+    rank.submit(make_request(1, (0.0, [1, 2], 4, 8, 3, None)))
     with pytest.raises(SimulationError, match="observer"):
         rank.observer = object()
+
+
+def test_ranks_beyond_int64_counts_keep_the_python_rank():
+    assert "num_gpu_blocks" in supports(EngineConfig(backend="vllm", num_gpu_blocks=2**64 - 1),
+                                        backend="c")

@@ -28,6 +28,7 @@ from .vllm import VllmRank
 MAX_BLOCK_SIZE = 65536       # the rank keeps one bucket per block offset
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15  # workload/prompt.py's salt of blocks past the prompt
+_EXACT = 2 ** 62              # counts the C rank keeps in int64 without overflow
 _NO_HASHES = array("Q")
 _NO_RUNS = array("I")
 _U64_ARRAY = native.ffi.typeof("uint64_t[]") if native.ffi is not None else None
@@ -52,6 +53,12 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
         return f"block_size {engine.block_size} (at most {MAX_BLOCK_SIZE})"
     if pool is not None and getattr(pool, "backend", None) != "c":
         return "a Python block pool"
+    for field in ("num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs", "max_model_len"):
+        value = getattr(engine, field)
+        if value is not None and not 0 <= value < _EXACT:
+            return f"{field} {value} (the C rank counts in int64: below 2^62)"
+    if engine.num_gpu_blocks * engine.block_size >= _EXACT:
+        return "num_gpu_blocks x block_size beyond 2^62 tokens"
     return None
 
 
@@ -110,6 +117,9 @@ class NativeVllmRank(RankBase):
         if reason is not None:
             raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
+        self._init_args = ((engine, timer, pool), dict(
+            callbacks=callbacks, worker_idx=worker_idx, dp_rank=dp_rank,
+            scheduler_id=scheduler_id))
         self.worker_idx = worker_idx
         self.dp_rank = dp_rank
         self.scheduler_id = scheduler_id
@@ -193,20 +203,36 @@ class NativeVllmRank(RankBase):
     def n_dec(self):
         return self._view.n_dec
 
-    def _refuse(name):
-        """A switch the runtime sets on watched ranks: this rank has none of them (v1)."""
+    def _watcher(name):
+        """A switch the runtime turns on for a watched rank (a router's observer, telemetry
+        gauges, forward-pass metrics), none of which this rank keeps (v1): turned on before
+        the first submission, it makes this rank the Python one, afterwards it is an error."""
         def get(self):
             return None if name == "observer" else False
 
         def set_(self, value):
-            if value:
-                raise SimulationError(f"the C vLLM rank does not support {name} (v1)")
+            if not value:
+                return
+            if self._requests:
+                raise SimulationError(f"the C vLLM rank does not support {name} (v1), and "
+                                      f"requests were submitted to it already")
+            self._become_python()
+            setattr(self, name, value)
         return property(get, set_)
 
-    observer = _refuse("observer")
-    capture_gauges = _refuse("capture_gauges")
-    fpm_on = _refuse("fpm_on")
-    del _refuse
+    observer = _watcher("observer")
+    capture_gauges = _watcher("capture_gauges")
+    fpm_on = _watcher("fpm_on")
+    del _watcher
+
+    def _become_python(self):
+        """Turn this (still empty) rank into a ``VllmRank`` on the same pool and timer."""
+        args, kwargs = self._init_args
+        kept = {key: self.__dict__[key] for key in ("config_path",) if key in self.__dict__}
+        self.__dict__.clear()   # drops the C rank; the pool it borrowed is untouched
+        self.__class__ = VllmRank
+        VllmRank.__init__(self, *args, **kwargs)
+        self.__dict__.update(kept)
 
     # ------------------------------------------------------------------ what VllmRank words
     # the same text and arithmetic over the same fields: one definition, VllmRank's

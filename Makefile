@@ -14,8 +14,14 @@ $(STAMP): requirements-dev.txt pyproject.toml setup.py $(wildcard csrc/*) $(wild
 demo: $(STAMP)
 	$(VENV)/bin/aisimulate run examples/mooncake_demo.json
 
+# the whole suite, then every recorded reference case again on the pure-Python twins of the C
+# core (AISIMULATE_BACKEND=python): both backends must match the reference exactly
+REFERENCE_TESTS := tests/test_reference_parity.py tests/test_semantics_cases.py \
+	tests/test_cluster_cases.py tests/test_trace_reference.py tests/test_cluster_weka.py
+
 test: $(STAMP)
 	$(PY) -m pytest
+	AISIMULATE_BACKEND=python $(PY) -m pytest -q $(REFERENCE_TESTS)
 
 bench: $(STAMP)
 	$(PY) bench/run.py

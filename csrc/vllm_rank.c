@@ -121,6 +121,8 @@ struct aisim_vllm_rank {
     size_t n_events, events_cap;   /* events_cap: values */
     int64_t *stretch_out;
     size_t n_stretch_out, stretch_out_cap;
+    int64_t *itl_diff;
+    size_t n_itl_diff, itl_diff_cap;
     aisim_vllm_view view;
 };
 
@@ -227,6 +229,8 @@ static void refresh_view(aisim_vllm_rank *r)
     v->n_events = r->n_events;
     v->stretches = r->stretch_out;
     v->n_stretch_values = r->n_stretch_out;
+    v->itl_diff = r->itl_diff;
+    v->n_itl_diff = r->n_itl_diff;
 }
 
 /* A failure mid-pass: the rank is unusable from now on. */
@@ -397,6 +401,7 @@ static void destroy(aisim_vllm_rank *r)
     free(r->heap);
     free(r->events);
     free(r->stretch_out);
+    free(r->itl_diff);
     free(r);
 }
 
@@ -711,6 +716,20 @@ static void free_slot(aisim_vllm_rank *r, int32_t s)
     r->status[s] = ST_FINISHED;
     r->generation[s]++;   /* stale finishing entries and memos no longer match it */
     r->free_slots.v[r->free_slots.len++] = s;   /* room made in new_slot */
+}
+
+/* A finished request's inter-token gaps (RankBase._record_itl): each stretch's via the
+ * difference array; the gaps across breaks between stretches Python counts from the event. */
+static void record_itl(aisim_vllm_rank *r, int32_t s)
+{
+    size_t i;
+    for (i = 0; i < r->n_stretch[s]; i += 2) {
+        int64_t first = r->stretches[s][i], last = r->stretches[s][i + 1];
+        if (last > first) {
+            r->itl_diff[first]++;
+            r->itl_diff[last]--;
+        }
+    }
 }
 
 /* ``s`` has generated its last token (or had none to generate): it leaves the rank. The
@@ -1126,6 +1145,11 @@ static int complete(aisim_vllm_rank *r, int64_t extra)
     aisim_vllm_view *v = &r->view;
     int64_t P;
     size_t i;
+    /* a diff entry per pass, the extended ones and this one (zeroed) */
+    size_t passes = (size_t)(v->pass_index + extra + 1);
+    TRY(grow((void **)&r->itl_diff, &r->itl_diff_cap, passes, sizeof *r->itl_diff));
+    memset(r->itl_diff + r->n_itl_diff, 0, (passes - r->n_itl_diff) * sizeof *r->itl_diff);
+    r->n_itl_diff = passes;
     if (extra)
         TRY(complete_extension(r, extra));
     P = v->pass_index;
@@ -1181,6 +1205,7 @@ static int complete(aisim_vllm_rank *r, int64_t extra)
         for (i = 0; i < count; i++) {
             int32_t s = order[i];
             TRY(close_stretch(r, s, P));
+            record_itl(r, s);
             TRY(retire(r, s));
         }
         r->ready.len = 0;

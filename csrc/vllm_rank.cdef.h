@@ -66,6 +66,10 @@ typedef struct aisim_vllm_view {
     size_t n_events;          /* events, not values */
     const int64_t *stretches; /* (first pass, last pass) pairs, flattened */
     size_t n_stretch_values;
+    /* the ITL difference array over completed passes (rank_base.RankBase.itl_diff): each
+     * finished request adds +1 at the first and -1 at the last pass of each stretch */
+    const int64_t *itl_diff;
+    size_t n_itl_diff;
 } aisim_vllm_view;
 
 /* The pool is borrowed: the caller keeps it alive for the rank's lifetime

@@ -29,8 +29,6 @@ MAX_BLOCK_SIZE = 65536       # the rank keeps one bucket per block offset
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15  # workload/prompt.py's salt of blocks past the prompt
 _EXACT = 2 ** 62              # counts the C rank keeps in int64 without overflow
-_NO_HASHES = array("Q")
-_NO_RUNS = array("I")
 _U64_ARRAY = native.ffi.typeof("uint64_t[]") if native.ffi is not None else None
 _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
 
@@ -164,7 +162,6 @@ class NativeVllmRank(RankBase):
         self.running = _Queue(self, 0)
         self.waiting = _Queue(self, 1)
         self.pass_ends = array("d")
-        self.itl_diff = array("q")
         self.break_gaps = {}
         self.pass_end_ms = 0.0
         self.pass_effect = False
@@ -194,6 +191,16 @@ class NativeVllmRank(RankBase):
     @property
     def decode_steps(self):
         return self._view.decode_steps
+
+    @property
+    def itl_diff(self):
+        """The difference array of gap multiplicities, per pass (C keeps it; read once, by
+        the report)."""
+        view = self._view
+        out = array("q")
+        if view.n_itl_diff:
+            out.frombytes(native.ffi.buffer(view.itl_diff, 8 * view.n_itl_diff))
+        return out
 
     @property
     def held_total(self):
@@ -269,24 +276,29 @@ class NativeVllmRank(RankBase):
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
         self._limit_output(request)
-        bs = self.block_size
-        hashes = _NO_HASHES
-        values = lengths = _NO_RUNS
+        ffi = native.ffi
+        hashes = values = lengths = ffi.NULL
+        n_hashes = n_runs = 0
         authored = request.output_token_ids is not None
         if self.caching and self._may_fit(request):
             prompt = request.prompt
             if authored:
+                bs = self.block_size
                 n_blocks = (request.prompt_len + len(request.output_token_ids)) // bs
-                hashes = prompt.extended_hashes(bs, request, n_blocks)
+                own = prompt.extended_hashes(bs, request, n_blocks)
+                n_hashes = len(own)
+                if n_hashes:
+                    hashes = ffi.from_buffer(_U64_ARRAY, own)
             else:
                 # hashed in C from the prompt's runs: no hash array in Python
-                values, lengths = prompt.values, prompt.lengths
-        ffi = native.ffi
+                runs = prompt.values
+                n_runs = len(runs)
+                if n_runs:
+                    values = ffi.from_buffer(_U32_ARRAY, runs)
+                    lengths = ffi.from_buffer(_U32_ARRAY, prompt.lengths)
         slot = native.lib.aisim_vllm_submit(
-            self._rank, request.prompt_len, request.max_output, request.out_limit,
-            ffi.from_buffer(_U64_ARRAY, hashes), len(hashes),
-            ffi.from_buffer(_U32_ARRAY, values), ffi.from_buffer(_U32_ARRAY, lengths),
-            len(values), authored, (request.uuid * _GOLDEN) & _MASK)
+            self._rank, request.prompt_len, request.max_output, request.out_limit, hashes,
+            n_hashes, values, lengths, n_runs, authored, (request.uuid * _GOLDEN) & _MASK)
         _check(slot, "aisim_vllm_submit")
         requests = self._requests
         if slot == len(requests):
@@ -378,6 +390,13 @@ class NativeVllmRank(RankBase):
         return self.pass_end_ms
 
     # ------------------------------------------------------------------ pass completion
+    def _count_breaks(self, stretches):
+        """RankBase._record_itl's gaps across a break between two stretches."""
+        breaks = self.break_gaps
+        for i in range(1, len(stretches)):
+            key = (stretches[i - 1][1], stretches[i][0])
+            breaks[key] = breaks.get(key, 0) + 1
+
     def complete(self):
         ends = self._macro_ends
         extra = 0
@@ -385,10 +404,8 @@ class NativeVllmRank(RankBase):
             self._macro_ends = None
             extra = len(ends) - 1
             self.pass_ends.extend(ends[:-1])
-            self.itl_diff.frombytes(bytes(8 * extra))
         end_ms = self.pass_end_ms
         self.pass_ends.append(end_ms)
-        self.itl_diff.append(0)
         _check(native.lib.aisim_vllm_complete(self._rank, extra), "aisim_vllm_complete")
         if not self._view.n_events:
             return
@@ -410,8 +427,8 @@ class NativeVllmRank(RankBase):
                 own = r.stretches
                 for k in range(2 * a, 2 * (a + b), 2):
                     own.append((stretches[k], stretches[k + 1]))
-                if own:
-                    self._record_itl(r)
+                if b > 1:   # the gaps across its breaks (C counted those within stretches)
+                    self._count_breaks(own)
                 finished.append((r, "completed"))
             else:           # rejected
                 finished.append((r, "rejected"))

@@ -20,9 +20,14 @@ At every visited time t, repeated until nothing changes:
      t completes at once; one that changed nothing parks its worker until the next drive);
   6. arrivals due at t are released (they are placed in step 3 of the next round).
 
-Speed: a decode worker runs decode-only passes as one event (``VllmRank.extend``); the run is cut
-at the pass in flight whenever something reaches that worker, and at every visited time that
-is one of its pass ends, so that same-time order stays exact.
+Speed: a decode worker runs decode-only passes as one event (``VllmRank.extend``) up to the
+pass end its first known transfer needs; the run is cut at the pass in flight whenever
+something else reaches that worker, and at every visited time that is one of its pass ends, so
+that same-time order stays exact. A time at which only transfers into passes in flight complete
+is visited without a step (``_absorb_transfers``): all a step would do there is defer their
+activations. What b5 (1 prefill, 2 decode workers) still visits per request: its arrival, its
+prefill pass end, the decode pass end that reserves its destination, the pass end that activates
+it, the end of the pass giving its first token (not decode-only), and its last token.
 """
 
 from __future__ import annotations

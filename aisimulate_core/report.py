@@ -213,12 +213,12 @@ class Report:
 class Collector:
     """Accumulates what the summary needs; ``finalize`` builds the report once.
 
-    ``backend`` ("c" or "python", default: ``aisimulate_core.native``'s choice) is the token-gap
-    histogram's (``token_stats.TokenGaps``). Memory does not grow with the records a run makes,
-    only with its samples: each completed
+    Memory does not grow with the records a run makes, only with its samples: each completed
     request leaves its TTFT, E2E, TTST and TPOT as 8-byte doubles (``_Totals``), in the
-    summary's order. Records are kept only when asked for: all of them in memory
-    (``record_per_request``), or handed to a sink as they settle (``stream_records_to``).
+    summary's order, and the token gaps are one count per distinct gap, held in C on the C
+    backend (``token_stats.TokenGaps``; ``backend`` "c" or "python" forces one). Records are
+    kept only when asked for: all of them in memory (``record_per_request``), or handed to a
+    sink as they settle (``stream_records_to``).
     """
 
     def __init__(self, *, sla: Any = None, record_per_request: bool,
@@ -275,8 +275,9 @@ class Collector:
 
     def add_itl_gaps(self, gaps_ms, counts) -> None:
         """Record ``counts[i]`` token gaps of ``gaps_ms[i]`` ms (completed, admitted requests);
-        NaN and +inf gaps are not samples, a negative gap counts as 0 (the reference clamps it).
-        Arrays (``'d'``, ``'q'``), as ``RankBase.itl_gaps`` gives them, go in without a copy."""
+        NaN and +inf gaps are not samples, a negative gap counts as 0 (the reference clamps it);
+        a count must fit an int64. Arrays (``'d'``, ``'q'``), as ``RankBase.itl_gaps`` gives
+        them, go in without a copy."""
         self._gaps.add(gaps_ms, counts)
 
     def _token_distributions(self) -> tuple[StreamingDistribution, StreamingDistribution]:

@@ -21,11 +21,14 @@ from aisimulate_core import native
 from aisimulate_core.engine.request import SimRequest
 from aisimulate_core.engine.timing import FixedTiming, PolynomialTiming, StepTimer
 from aisimulate_core.engine.vllm import VllmRank
-from aisimulate_core.engine.vllm_native import NativeVllmRank, supports
+from aisimulate_core import engine as engines
+from aisimulate_core.engine.vllm_native import NativeVllmRank, rank_class, supports
 from aisimulate_core.errors import SimulationError
 from aisimulate_core.kv.block_pool import BlockPool
 from aisimulate_core.spec.engine import EngineConfig
 from aisimulate_core.workload.prompt import Prompt
+from reference import record_mismatches, run_fixture, summary_mismatches
+from test_reference_parity import SYNTHETIC_CASES
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
 
@@ -234,3 +237,62 @@ def test_a_rank_watched_after_a_request_is_one_error():
 def test_ranks_beyond_int64_counts_keep_the_python_rank():
     assert "num_gpu_blocks" in supports(EngineConfig(backend="vllm", num_gpu_blocks=2**64 - 1),
                                         backend="c")
+
+
+@pytest.fixture
+def c_ranks(monkeypatch):
+    """Every vLLM rank the runtime builds is the class ``rank_class`` picks (the C rank where
+    supported); yields the classes built."""
+    built = []
+
+    def make(engine, timer, pool, **kwargs):
+        cls = rank_class(engine)
+        built.append(cls)
+        return cls(engine, timer, pool, **kwargs)
+    monkeypatch.setitem(engines.ENGINES, "vllm", make)
+    yield built
+
+
+@pytest.mark.parametrize("name", SYNTHETIC_CASES + [
+    "b1_poisson_fixed", "sem_two_isl1000_budget512", "sem_poly_isl1000_osl4",
+    "reject_vllm_max_model_len_isl16m", "reject_vllm_over_capacity_isl1e7"])
+@pytest.mark.skipif(native.BACKEND != "c", reason="the Python backend keeps the Python rank")
+def test_the_c_rank_in_the_runtime_matches_the_reference(c_ranks, name):
+    report, fixture = run_fixture(name)
+    assert NativeVllmRank in c_ranks
+    assert summary_mismatches(report.summary, fixture["summary"]) == []
+    if fixture.get("per_request") is not None:
+        assert record_mismatches(report.per_request, fixture["per_request"]) == []
+
+
+def test_the_c_rank_checks_its_arguments():
+    ffi, lib = native.ffi, native.lib
+    pool = BlockPool(8, backend="c")
+    config = ffi.new("aisim_vllm_config *", dict(block_size=4, num_blocks=8, max_batched=64,
+                                                 max_seqs=4, max_model_len=-1, caching=1,
+                                                 chunked=1, lifo=1))
+    box = ffi.new("aisim_vllm_rank **")
+    for field, bad in (("block_size", 0), ("block_size", 65537), ("num_blocks", 0),
+                       ("max_model_len", -2)):
+        good = getattr(config, field)
+        setattr(config, field, bad)
+        assert lib.aisim_vllm_new(box, config, pool._pool) == native.EINVAL
+        setattr(config, field, good)
+    assert lib.aisim_vllm_new(box, config, ffi.NULL) == native.EINVAL
+    assert lib.aisim_vllm_new(box, config, pool._pool) == native.OK
+    rank = ffi.gc(box[0], lib.aisim_vllm_free)
+    values, lengths = ffi.new("uint32_t[]", [7, 8]), ffi.new("uint32_t[]", [4, 3])
+    # the runs must be the prompt: 7 tokens, not 8
+    assert lib.aisim_vllm_submit(rank, 8, 2, 2, ffi.NULL, 0, values, lengths, 2, 0, 0) \
+        == native.EINVAL
+    assert lib.aisim_vllm_submit(rank, -1, 2, 2, ffi.NULL, 0, ffi.NULL, ffi.NULL, 0, 0, 0) \
+        == native.EINVAL
+    assert lib.aisim_vllm_submit(rank, 7, 2, 2, ffi.NULL, 0, values, lengths, 2, 0, 0) == 0
+    assert lib.aisim_vllm_complete(rank, -1) == native.EINVAL
+    assert lib.aisim_vllm_queue(rank, 2, ffi.NULL, 0) == native.EINVAL
+    assert lib.aisim_vllm_queue(rank, 1, ffi.NULL, 0) == 1    # the count, nothing copied
+    stop = ffi.new("int64_t *")
+    assert lib.aisim_vllm_extension_input(rank, ffi.NULL, ffi.NULL, 0, ffi.NULL) \
+        == native.EINVAL
+    assert lib.aisim_vllm_extension_input(rank, ffi.NULL, ffi.NULL, 0, stop) == 0
+    assert lib.aisim_vllm_schedule(ffi.NULL, 0.0) == native.EINVAL

@@ -60,6 +60,14 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     return None
 
 
+def rank_class(engine, *, dp_size=1, role="aggregated", backend=None):
+    """The class of a rank of this configuration: the C rank where ``supports`` takes it, else
+    the Python one (the runtime's choice, once wired)."""
+    if supports(engine, dp_size=dp_size, role=role, backend=backend) is None:
+        return NativeVllmRank
+    return VllmRank
+
+
 def _check(status, operation):
     if status < 0:
         raise native.status_error(status, operation)
@@ -111,7 +119,7 @@ class NativeVllmRank(RankBase):
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):
-        reason = supports(engine, pool=pool)
+        reason = supports(engine, pool=pool, backend="c")   # the pool decides, not the process
         if reason is not None:
             raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib

@@ -29,7 +29,7 @@ from array import array
 from itertools import accumulate, chain, islice
 from operator import sub
 
-from .native import EINVAL, ffi, lib, resolve_backend, status_error
+from .native import EINVAL, ffi, handle_view, lib, open_handle, resolve_backend, status_error
 from .stats import HistogramSummary, summarize_counts
 
 INT64_MIN = -(2**63)
@@ -98,14 +98,9 @@ class CTokenGaps(TokenGaps):
     backend = "c"
 
     def __init__(self, backend=None):
-        box = ffi.new("aisim_token_stats **")
-        status = lib.aisim_ts_new(box)
-        if status:
-            raise status_error(status, "TokenGaps()")
-        self._handle = ffi.gc(box[0], lib.aisim_ts_free)
-        view = ffi.new("aisim_ts_view **")
-        lib.aisim_ts_view_of(self._handle, view)
-        self._view = view[0]
+        self._handle = open_handle("aisim_token_stats", lib.aisim_ts_new, lib.aisim_ts_free,
+                                   "TokenGaps()")
+        self._view = handle_view(self._handle, "aisim_ts_view", lib.aisim_ts_view_of)
 
     def __len__(self):
         return self._view.len

@@ -8,6 +8,7 @@ finished request's token times and its inter-token gaps follow without per-token
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 
 from ..token_stats import TokenGaps
 
@@ -23,6 +24,34 @@ class RankBase:
     # the pass just formed repeats the previous one with no effect, and so will every next one
     # (a rank that detects such a fixed point sets it; ``stuck_error`` explains it)
     stuck = False
+    # end times of the passes of an extended pass (its decode-only run), None for one pass
+    _macro_ends = None
+
+    def truncate(self, arrival_ms):
+        """A request arrived during extended passes: stop after the pass in flight at
+        ``arrival_ms`` so that the request joins the next one. Returns the new end time."""
+        ends = self._macro_ends
+        if ends is None:
+            return self.pass_end_ms
+        i = bisect_left(ends, arrival_ms)
+        if i < len(ends) - 1:
+            if i == 0:
+                self._macro_ends = None
+            else:
+                del ends[i + 1:]
+            self._run_cut()
+            self.pass_end_ms = ends[i]
+        return self.pass_end_ms
+
+    def _run_cut(self):
+        """The extended pass was shortened (an engine that tracks the run's last pass hears)."""
+
+    def ends_pass_at(self, t_ms):
+        """Whether a pass before the last one of an extended pass ends exactly at ``t_ms``."""
+        ends = self._macro_ends
+        if ends is None or t_ms >= ends[-1]:
+            return False
+        return ends[bisect_left(ends, t_ms)] == t_ms
 
     def holds_kv(self):
         """Whether KV is held here for a request outside the queues (disaggregated roles: a

@@ -29,7 +29,6 @@ token array; while running, ``bucket_key`` = its join number (running order) and
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import deque
 
 from ..errors import ConfigError, SimulationError
@@ -318,28 +317,9 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
             return None
         return charged + reserve
 
-    def truncate(self, arrival_ms):
-        """A request arrived during extended passes: stop after the pass in flight at
-        ``arrival_ms`` so that the request joins the next one. Returns the new end time."""
-        ends = self._macro_ends
-        if ends is None:
-            return self.pass_end_ms
-        i = bisect_left(ends, arrival_ms)
-        if i < len(ends) - 1:
-            if i == 0:
-                self._macro_ends = None
-            else:
-                del ends[i + 1:]
-            self._ends_finishing = False
-            self.pass_end_ms = ends[i]
-        return self.pass_end_ms
-
-    def ends_pass_at(self, t_ms):
-        """Whether a pass before the last one of an extended pass ends exactly at ``t_ms``."""
-        ends = self._macro_ends
-        if ends is None or t_ms >= ends[-1]:
-            return False
-        return ends[bisect_left(ends, t_ms)] == t_ms
+    def _run_cut(self):
+        # the run now ends before the pass in which members finish
+        self._ends_finishing = False
 
     def _complete_extension(self):
         """Record the passes before the last one of an extended pass and apply what every

@@ -45,6 +45,37 @@ print(json.dumps({"wall_s": elapsed, "completed": s["completed_requests"],
 """
 
 
+# Workloads too long to repeat: one run per side, whatever --repeat says.
+LARGE_PREFIX = "large_"
+# The Mooncake conversation trace replicated 10x for 16 workers (issue 10): copy k shifts every
+# hash id by k * (largest id + 1), so copies share no prefix, and the clock is stretched 2.5x so
+# that each of the 16 workers sees b3's per-worker load (120,310 requests).
+REPLICAS = 10
+STRETCH = 2.5
+MOONCAKE = SHARED / "data" / "mooncake" / "conversation_trace.jsonl"
+GENERATED = ROOT / "build" / "bench" / "mooncake_conversation_x10.jsonl"
+
+
+def generate_replicated_trace():
+    """Write GENERATED from the shared trace (not kept in the project: derived at bench time)."""
+    if GENERATED.exists() and GENERATED.stat().st_mtime >= MOONCAKE.stat().st_mtime:
+        return
+    rows = [json.loads(line) for line in MOONCAKE.read_text().splitlines() if line.strip()]
+    shift = 1 + max(h for row in rows for h in row["hash_ids"])
+    replicated = []
+    for k in range(REPLICAS):
+        for row in rows:
+            replicated.append({"timestamp": int(row["timestamp"] * STRETCH),
+                               "input_length": row["input_length"],
+                               "output_length": row["output_length"],
+                               "hash_ids": [h + k * shift for h in row["hash_ids"]]})
+    replicated.sort(key=lambda row: row["timestamp"])   # stable: copies in order at one time
+    GENERATED.parent.mkdir(parents=True, exist_ok=True)
+    partial = GENERATED.with_suffix(".tmp")
+    partial.write_text("".join(json.dumps(row) + "\n" for row in replicated))
+    partial.replace(GENERATED)
+
+
 def workloads():
     """(name, payload path, runs on the reference?) for every benchmark payload."""
     found = []
@@ -134,14 +165,17 @@ def main(argv=None):
     for name, path, on_reference in workloads():
         if args.only and name not in args.only:
             continue
-        ours, error = median_run(run_ours, path, args.repeat)
+        repeat = 1 if name.startswith(LARGE_PREFIX) else args.repeat
+        if name == "large_mooncake_x10_16w":
+            generate_replicated_trace()
+        ours, error = median_run(run_ours, path, repeat)
         if error:
             print(f"{name:34s} {'-':>9s} {'-':>9s} {'-':>7s}  ours failed: {error}")
             continue
         ref = None
         note = ""
         if have_reference and on_reference:
-            ref, ref_error = median_run(run_reference, path, args.repeat)
+            ref, ref_error = median_run(run_reference, path, repeat)
             if ref_error:
                 note = f"reference failed: {ref_error}"
         elif have_reference:

@@ -1,7 +1,8 @@
 /*
  * vllm_rank.c: a vLLM rank's pass in C, step for step as engine/vllm.py's
  * VllmRank (its twin and specification: read the two side by side, the
- * function names match).
+ * function names match), TensorRT-LLM's GUARANTEED_NO_EVICT admission
+ * included.
  *
  * Requests are slots of struct-of-arrays; the waiting queue is a ring of
  * slots, the running order and the partial list are arrays of slots in
@@ -52,6 +53,7 @@ enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3 };
     X(int64_t, chunk_isl)      /* -1: the chunk computed no prompt token */      \
     X(int64_t, chunk_prefix)                                                     \
     X(int64_t, sched_mark)     /* the pass whose walk scheduled it */            \
+    X(int64_t, footprint_blocks) /* no_evict: blocks reserved through completion */ \
     X(int32_t, seq)                                                              \
     X(int32_t, status)                                                           \
     X(int32_t, in_stretch)                                                       \
@@ -92,6 +94,7 @@ struct aisim_vllm_rank {
     aisim_vllm_config cfg;
     aisim_kv_pool *pool;
     const aisim_decode_timing *decode_timing;
+    int64_t completion_total;   /* no_evict: to-completion blocks over running requests */
     const aisim_kv_view *kv;
     int broken;
     /* requests */
@@ -544,6 +547,7 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
     r->chunk_tokens[s] = 0;
     r->chunk_isl[s] = r->chunk_prefix[s] = -1;
     r->sched_mark[s] = -1;
+    r->footprint_blocks[s] = 0;
     r->seq[s] = -1;
     r->status[s] = ST_WAITING;
     r->in_stretch[s] = 0;
@@ -617,11 +621,13 @@ static int release(aisim_vllm_rank *r, int32_t s)
     r->seq[s] = -1;
     r->view.held_total -= r->held_blocks[s];
     r->held_blocks[s] = 0;
+    if (r->cfg.no_evict)
+        r->completion_total -= r->footprint_blocks[s];
     r->committed_blocks[s] = 0;
     return AISIM_OK;
 }
 
-static int take_blocks(aisim_vllm_rank *r, int32_t s, int64_t hits)
+static int take_blocks(aisim_vllm_rank *r, int32_t s, int64_t hits, int64_t footprint)
 {
     int seq = aisim_kv_new_seq(r->pool);
     if (seq < 0)
@@ -632,6 +638,10 @@ static int take_blocks(aisim_vllm_rank *r, int32_t s, int64_t hits)
     r->held_blocks[s] = hits;
     r->committed_blocks[s] = hits;
     r->view.held_total += hits;
+    if (r->cfg.no_evict) {
+        r->footprint_blocks[s] = footprint;
+        r->completion_total += footprint;
+    }
     return AISIM_OK;
 }
 
@@ -849,6 +859,8 @@ static int running_walk(aisim_vllm_rank *r, int64_t P, int64_t *budget, int *pre
             tokens = remaining < *budget ? remaining : *budget;
             need = ceildiv(r->computed[s] + tokens, bs) - r->held_blocks[s];
         }
+        if (r->cfg.no_evict && need > allocatable(r))
+            break;   /* the reservation under-counted: TRT-LLM declines to preempt */
         while (need > allocatable(r)) {
             int32_t victim = r->cfg.lifo ? r->running.v[r->running.len - 1] : r->running.v[0];
             if (r->sched_mark[victim] == P)
@@ -898,7 +910,8 @@ static int reject_head(aisim_vllm_rank *r)
 static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *waits)
 {
     int64_t bs = r->cfg.block_size, length, hit_blocks = 0, active_hits = 0, cached,
-            active_cached, available, needed, remaining, prompt_left, tokens;
+            active_cached, available, needed, remaining, prompt_left, tokens, footprint = 0;
+    int no_evict = r->cfg.no_evict;
     int32_t s = wait_front(r);
     int fresh;
     (void)now_ms;
@@ -912,7 +925,11 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
     length = r->prompt_len[s] + r->generated[s];
     if (r->cfg.max_model_len >= 0 && r->prompt_len[s] >= r->cfg.max_model_len)
         return reject_head(r);
-    if (fresh && ceildiv(length, bs) > r->cfg.num_blocks)
+    if (no_evict)
+        footprint = ceildiv(r->prompt_len[s] + r->out_limit[s], bs);
+    if (fresh && (no_evict ? footprint : ceildiv(length, bs)) > r->cfg.num_blocks)
+        return reject_head(r);
+    if (no_evict && r->prompt_len[s] >= r->cfg.num_blocks * bs)
         return reject_head(r);
     if (r->cfg.caching) {
         size_t n = (size_t)(length / bs);
@@ -934,8 +951,8 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
         cached = length;
     if (active_cached > length)
         active_cached = length;
-    if (r->generated[s] < r->max_output[s]) {
-        /* the last block is recomputed to get logits */
+    if (r->generated[s] < r->max_output[s] && !no_evict) {
+        /* the last block is recomputed to get logits (TensorRT-LLM reuses all of it) */
         int64_t cap = floordiv(length - 1, bs) * bs;
         if (cached > cap)
             cached = cap;
@@ -943,7 +960,12 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
             active_cached = cap;
     }
     available = r->cfg.num_blocks - (int64_t)r->kv->active;
-    needed = ceildiv(length, bs) - floordiv(active_cached, bs);
+    if (no_evict) {
+        needed = footprint - floordiv(active_cached, bs);
+        available -= r->completion_total - r->view.held_total;
+    } else {
+        needed = ceildiv(length, bs) - floordiv(active_cached, bs);
+    }
     if (needed > available) {
         r->blocked_slot = s;
         r->blocked_generation = r->generation[s];
@@ -966,7 +988,7 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
     TRY(list_push(&r->running, s));
     TRY(list_push(&r->partial, s));
     wait_pop_front(r);
-    TRY(take_blocks(r, s, floordiv(cached, bs)));
+    TRY(take_blocks(r, s, floordiv(cached, bs), footprint));
     r->computed[s] = cached;
     r->status[s] = ST_RUNNING;
     TRY(run_chunk(r, s, tokens));

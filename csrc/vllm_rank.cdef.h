@@ -1,5 +1,5 @@
 /*
- * vllm_rank.cdef.h: one vLLM rank's scheduling and pass completion in C
+ * vllm_rank.cdef.h: one vLLM (or TensorRT-LLM) rank's scheduling and pass completion in C
  * (engine/vllm_native.py drives it; engine/vllm.py's VllmRank is its twin
  * and its specification). Read by cffi as its cdef (no preprocessor lines).
  *
@@ -19,6 +19,8 @@ typedef struct aisim_vllm_config {
     int32_t caching;         /* enable_prefix_caching */
     int32_t chunked;         /* enable_chunked_prefill */
     int32_t lifo;            /* preemption victim: the last running (else the first) */
+    int32_t no_evict;        /* TensorRT-LLM GUARANTEED_NO_EVICT: admission reserves the
+                                whole prompt + output footprint, nothing is preempted */
 } aisim_vllm_config;
 
 /* An event is AISIM_VLLM_EVENT_WIDTH int64 values: kind, slot, a, b, c (one

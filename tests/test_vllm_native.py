@@ -1,7 +1,8 @@
 """The C vLLM rank (engine/vllm_native.py, csrc/vllm_rank.c) against its twin, VllmRank.
 
 Seeded random request streams (prompt lengths, shared prefixes, outputs, arrivals) through both
-ranks, on random engines (block size, a pool small enough to preempt, chunked prefill and
+ranks, on random engines (vLLM or TensorRT-LLM's no-evict admission, block size, a pool small
+enough to preempt or reject, chunked prefill and
 prefix caching on and off, LIFO and FIFO preemption, max_model_len, max_num_seqs,
 max_num_batched_tokens), driven by the same small loop: both must give the same pass end times,
 the same per-request admissions, token stretches and terminals, the same ITL bookkeeping and the
@@ -50,7 +51,7 @@ def random_engine(rng, stream):
     longest = max(-(-(item[3] + item[4]) // block_size) for item in stream)
     scale = rng.choice([0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 100.0])
     return EngineConfig(
-        backend="vllm",
+        backend=rng.choice(["vllm", "vllm", "trtllm"]),
         block_size=block_size,
         num_gpu_blocks=max(1, int(longest * scale)),
         max_model_len=rng.choice([None, None, 50, 300]),
@@ -205,7 +206,8 @@ def test_the_streams_reach_every_path():
 
 def test_supports_names_what_it_refuses():
     assert supports(EngineConfig(backend="vllm"), backend="c") is None
-    assert "trtllm" in supports(EngineConfig(backend="trtllm"), backend="c")
+    assert supports(EngineConfig(backend="trtllm"), backend="c") is None
+    assert "sglang" in supports(EngineConfig(backend="sglang"), backend="c")
     assert "dp_size" in supports(EngineConfig(backend="vllm"), dp_size=2, backend="c")
     assert "role" in supports(EngineConfig(backend="vllm"), role="prefill", backend="c")
     assert "C backend" in supports(EngineConfig(backend="vllm"), backend="python")
@@ -241,8 +243,8 @@ def test_ranks_beyond_int64_counts_keep_the_python_rank():
 
 @pytest.fixture
 def c_ranks(monkeypatch):
-    """Every vLLM rank the runtime builds is the class ``rank_class`` picks (the C rank where
-    supported); yields the classes built."""
+    """Every vLLM and TensorRT-LLM rank the runtime builds is the class ``rank_class`` picks
+    (the C rank where supported); yields the classes built."""
     built = []
 
     def make(engine, timer, pool, **kwargs):
@@ -250,12 +252,16 @@ def c_ranks(monkeypatch):
         built.append(cls)
         return cls(engine, timer, pool, **kwargs)
     monkeypatch.setitem(engines.ENGINES, "vllm", make)
+    monkeypatch.setitem(engines.ENGINES, "trtllm", make)
     yield built
 
 
 @pytest.mark.parametrize("name", SYNTHETIC_CASES + [
     "b1_poisson_fixed", "sem_two_isl1000_budget512", "sem_poly_isl1000_osl4",
-    "reject_vllm_max_model_len_isl16m", "reject_vllm_over_capacity_isl1e7"])
+    "reject_vllm_max_model_len_isl16m", "reject_vllm_over_capacity_isl1e7",
+    "trtllm_full_cache_hit", "trtllm_kv_pressure", "trtllm_poisson_polynomial",
+    "trtllm_prefix_reuse", "reject_trtllm_max_model_len_isl16m",
+    "reject_trtllm_over_capacity_isl1e7"])
 @pytest.mark.skipif(native.BACKEND != "c", reason="the Python backend keeps the Python rank")
 def test_the_c_rank_in_the_runtime_matches_the_reference(c_ranks, name):
     report, fixture = run_fixture(name)

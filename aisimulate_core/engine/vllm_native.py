@@ -1,4 +1,4 @@
-"""A vLLM rank whose pass runs in C (csrc/vllm_rank.c): ``NativeVllmRank``.
+"""A vLLM (or TensorRT-LLM) rank whose pass runs in C (csrc/vllm_rank.c): ``NativeVllmRank``.
 
 The rank keeps every request's engine state in C (struct-of-arrays slots: lengths, KV blocks,
 open stretches, emission stretches); Python keeps only the slot -> ``SimRequest`` map, the pass
@@ -36,13 +36,13 @@ _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
 def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     """Why the C rank cannot take this configuration, or None when it can.
 
-    v1 takes the aggregated vLLM rank without attention DP, on the C pool: not TensorRT-LLM
-    (its no-evict admission), not the disaggregated roles, and not a rank a router, telemetry
-    gauges or forward-pass metrics watch (setting those raises)."""
+    v1 takes the aggregated vLLM or TensorRT-LLM rank without attention DP, on the C pool:
+    not the disaggregated roles, and not a rank a router, telemetry gauges or forward-pass
+    metrics watch (turning those on makes a still empty rank the Python one)."""
     if native.resolve_backend(backend) != "c":
         return "the C backend is not in use"
-    if engine.backend != "vllm":
-        return f"backend {engine.backend!r} (only 'vllm')"
+    if engine.backend not in ("vllm", "trtllm"):
+        return f"backend {engine.backend!r} (only 'vllm' and 'trtllm')"
     if role != "aggregated" or getattr(engine, "worker_type", "aggregated") != "aggregated":
         return f"role {role!r} (only the aggregated one)"
     if dp_size != 1:
@@ -110,7 +110,6 @@ class NativeVllmRank(RankBase):
     charges_prefill = True
     charges_decode = True
     holds_sources = False
-    no_evict = False
     # the pass a router, telemetry or FPM would watch: none here (supports() says so)
     watched = False
     in_flight = False
@@ -141,6 +140,9 @@ class NativeVllmRank(RankBase):
         self.caching = engine.enable_prefix_caching
         self.chunked = engine.enable_chunked_prefill
         self.lifo = engine.preemption_mode != "fifo"
+        # TensorRT-LLM GUARANTEED_NO_EVICT: admission reserves every request's whole
+        # prompt + output footprint, so nothing is ever preempted
+        self.no_evict = engine.backend == "trtllm"
         config = ffi.new("aisim_vllm_config *")
         config.block_size = bs
         config.num_blocks = self.num_blocks
@@ -150,6 +152,7 @@ class NativeVllmRank(RankBase):
         config.caching = self.caching
         config.chunked = self.chunked
         config.lifo = self.lifo
+        config.no_evict = self.no_evict
         box = ffi.new("aisim_vllm_rank **")
         _check(lib.aisim_vllm_new(box, config, pool._pool), "aisim_vllm_new")
         self._rank = ffi.gc(box[0], lib.aisim_vllm_free)

@@ -309,7 +309,7 @@ class DisaggregatedSimulation(Simulation):
             next_pass = self._pass_time()
             # (the next pass end is visited by this run: the clock ends past t as it would)
             if (t >= next_pass or next_pass > self._until or t >= self.driver.next_ready_ms()
-                    or routers[0]._released or routers[1]._released):
+                    or self._actions or routers[0]._released or routers[1]._released):
                 return
             due = []
             while transfers and transfers[0][0] == t:

@@ -120,6 +120,7 @@ struct aisim_vllm_rank {
     int64_t blocked_active;
     /* scratch */
     int64_t *key_scratch;
+    int64_t *count_scratch;
     int64_t *events;          /* AISIM_VLLM_EVENT_WIDTH values each */
     size_t n_events, events_cap;   /* events_cap: values */
     int64_t *stretch_out;
@@ -401,6 +402,7 @@ static void destroy(aisim_vllm_rank *r)
     free(r->buckets);
     free(r->active_keys);
     free(r->key_scratch);
+    free(r->count_scratch);
     free(r->heap);
     free(r->events);
     free(r->stretch_out);
@@ -431,7 +433,8 @@ int aisim_vllm_new(aisim_vllm_rank **out, const aisim_vllm_config *config, aisim
     r->buckets = calloc(bs, sizeof *r->buckets);
     r->active_keys = malloc(bs * sizeof *r->active_keys);
     r->key_scratch = malloc(bs * sizeof *r->key_scratch);
-    if (!r->buckets || !r->active_keys || !r->key_scratch) {
+    r->count_scratch = malloc(bs * sizeof *r->count_scratch);
+    if (!r->buckets || !r->active_keys || !r->key_scratch || !r->count_scratch) {
         destroy(r);
         return AISIM_ENOMEM;
     }
@@ -1131,6 +1134,52 @@ int aisim_vllm_extension_input(const aisim_vllm_rank *r, int64_t *keys, int64_t 
         counts[i] = (int64_t)r->buckets[keys[i]].len;
     *stop_pass = heap_min_above(r, 0, r->view.pass_index);
     return (int)n;
+}
+
+#define EXACT_INT ((int64_t)1 << 62)   /* engine/decode_run.py's _EXACT */
+
+int aisim_vllm_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, double cutoff_ms,
+                      int64_t max_passes, double *ends, size_t cap, aisim_decode_run *run,
+                      int32_t resume)
+{
+    const aisim_vllm_view *v;
+    size_t i;
+    int64_t last, room;
+    if (!r || !ends || !run || max_passes < 1 || (uint64_t)max_passes > cap)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    if (!r->decode_timing || r->view.n_dec <= 0)
+        return AISIM_EINVAL;
+    if (resume)
+        return aisim_decode_extend(r->decode_timing, run, ends, (size_t)max_passes);
+    v = &r->view;
+    last = v->pass_index + max_passes;   /* first_pass - 1 + max_passes */
+    room = allocatable(r);
+    /* the ranges the C loop computes as Python's integers would (CDecodeRun's test) */
+    if (!(-EXACT_INT < v->sum_base && v->sum_base < EXACT_INT) || last >= EXACT_INT / v->n_dec ||
+        room >= EXACT_INT)
+        return AISIM_VLLM_EXTEND_IN_PYTHON;
+    sorted_keys(r, r->key_scratch);
+    for (i = 0; i < r->n_active_keys; i++)
+        r->count_scratch[i] = (int64_t)r->buckets[r->key_scratch[i]].len;
+    memset(run, 0, sizeof *run);
+    run->block_size = r->cfg.block_size;
+    run->batch = v->n_dec;
+    run->base = v->sum_base;
+    run->stop_pass = heap_min_above(r, 0, v->pass_index);
+    run->last_pass = last;
+    run->horizon_ms = horizon_ms;
+    run->cutoff_ms = cutoff_ms;
+    run->crossing_keys = r->key_scratch;
+    run->crossing_counts = r->count_scratch;
+    run->n_crossing = r->n_active_keys;
+    run->pass_ = v->pass_index + 1;
+    run->room = room;
+    run->end_ms = end_ms;
+    ends[0] = end_ms;
+    run->n_ends = 1;
+    return aisim_decode_extend(r->decode_timing, run, ends, (size_t)max_passes);
 }
 
 /* ------------------------------------------------------------ pass completion */

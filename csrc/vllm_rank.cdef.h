@@ -100,6 +100,19 @@ int aisim_vllm_schedule(aisim_vllm_rank *r, double now_ms);
  * AISIM_EINVAL). */
 int aisim_vllm_extension_input(const aisim_vllm_rank *r, int64_t *keys, int64_t *counts,
                                size_t cap, int64_t *stop_pass);
+/* aisim_vllm_extend's answer when the run's integers could leave the range
+ * the C loop computes exactly: run the Python loop instead. */
+enum aisim_vllm_extend_status { AISIM_VLLM_EXTEND_IN_PYTHON = 3 };
+
+/* The decode-only passes after the pass just formed (VllmRank.extend), through
+ * aisim_decode_extend with the rank's decode timing: resume 0 fills run from
+ * the rank (ends[0] = end_ms), resume 1 continues a run that stopped on
+ * AISIM_DECODE_MISS once Python put the missing time. Answers AISIM_OK
+ * (run->n_ends ends written), AISIM_DECODE_MISS, AISIM_VLLM_EXTEND_IN_PYTHON
+ * or an error. max_passes <= cap. */
+int aisim_vllm_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, double cutoff_ms,
+                      int64_t max_passes, double *ends, size_t cap, aisim_decode_run *run,
+                      int32_t resume);
 /* Completes the pass formed, lengthened by extra_passes decode-only passes. */
 int aisim_vllm_complete(aisim_vllm_rank *r, int64_t extra_passes);
 /* Copies the slots of the running order (which 0) or the waiting queue

@@ -181,6 +181,8 @@ class NativeVllmRank(RankBase):
         self._keys = ffi.new("int64_t[]", bs)
         self._counts = ffi.new("int64_t[]", bs)
         self._stop = ffi.new("int64_t *")
+        self._run = ffi.new("aisim_decode_run *")
+        self._ends = ffi.new("double[]", MAX_PASSES)
 
     # ------------------------------------------------------------------ counters (C's)
     @property
@@ -382,6 +384,40 @@ class NativeVllmRank(RankBase):
         view = self._view
         if not view.plain_decode or view.n_dec == 0 or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
+        if max_passes <= MAX_PASSES:
+            ends = self._extend_in_c(horizon_ms, cutoff_ms, max_passes)
+            if ends is not None:
+                if len(ends) > 1:
+                    self._macro_ends = ends
+                    self.pass_end_ms = ends[-1]
+                return self.pass_end_ms
+        return self._extend_in_python(horizon_ms, cutoff_ms, max_passes)
+
+    def _extend_in_c(self, horizon_ms, cutoff_ms, max_passes):
+        """The run's end times from the C loop over the rank's own state, or None when its
+        integers need Python's."""
+        ffi, lib = native.ffi, native.lib
+        run, buffer = self._run, self._ends
+        status = lib.aisim_vllm_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
+                                       max_passes, buffer, MAX_PASSES, run, 0)
+        while status == lib.AISIM_DECODE_MISS:
+            # a time only Python knows (or an error only it can word): ask, remember, resume
+            batch, active = run.miss_batch, run.miss_active
+            value = self.timer.decode(batch, active, active // batch, self.total_kv_tokens)
+            _check(lib.aisim_decode_timing_put(self._decode_timing, batch, active, value),
+                   "aisim_decode_timing_put")
+            status = lib.aisim_vllm_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
+                                           max_passes, buffer, MAX_PASSES, run, 1)
+        if status == lib.AISIM_VLLM_EXTEND_IN_PYTHON:
+            return None
+        _check(status, "aisim_vllm_extend")
+        ends = array("d")
+        ends.frombytes(ffi.buffer(buffer, 8 * run.n_ends))
+        return ends
+
+    def _extend_in_python(self, horizon_ms, cutoff_ms, max_passes):
+        """``extend`` through engine/decode_run.py's loop, fed from the rank's state."""
+        view = self._view
         run = self._decode_run
         if run is None:
             run = self._decode_run = decode_runner(self.timer, self.total_kv_tokens)

@@ -220,7 +220,7 @@ def test_supports_names_what_it_refuses():
     assert supports(EngineConfig(backend="vllm"), backend="c") is None
     assert supports(EngineConfig(backend="trtllm"), backend="c") is None
     assert "sglang" in supports(EngineConfig(backend="sglang"), backend="c")
-    assert "dp_size" in supports(EngineConfig(backend="vllm"), dp_size=2, backend="c")
+    assert supports(EngineConfig(backend="vllm"), dp_size=2, backend="c") is None
     assert "role" in supports(EngineConfig(backend="vllm"), role="prefill", backend="c")
     assert "C backend" in supports(EngineConfig(backend="vllm"), backend="python")
     assert "Python" in supports(EngineConfig(backend="vllm"), pool=BlockPool(4, backend="python"),
@@ -314,3 +314,50 @@ def test_the_c_rank_checks_its_arguments():
         == native.EINVAL
     assert lib.aisim_vllm_extension_input(rank, ffi.NULL, ffi.NULL, 0, stop) == 0
     assert lib.aisim_vllm_schedule(ffi.NULL, 0.0) == native.EINVAL
+
+
+def drive_group(rank_cls, engine, stream, size):
+    """``stream`` over an attention-DP group of ``size`` ranks (runtime/worker.py's grouped
+    pass: each rank with work forms its pass, all end at the slowest one's end)."""
+    ranks = [rank_cls(engine, StepTimer(PolynomialTiming()),
+                      BlockPool(engine.num_gpu_blocks, backend="c"), callbacks=Terminals())
+             for _ in range(size)]
+    requests = [make_request(i + 1, item) for i, item in enumerate(stream)]
+    nxt, t = 0, 0.0
+    for _ in range(3000):
+        while nxt < len(requests) and requests[nxt].arrival_ms <= t:
+            ranks[nxt % size].submit(requests[nxt])
+            nxt += 1
+        ends = [(rank, rank.schedule(t)) for rank in ranks]
+        active = [(rank, end) for rank, end in ends if end is not None]
+        if not active:
+            if nxt >= len(requests):
+                break
+            t = requests[nxt].arrival_ms
+            continue
+        end = max(e for _, e in active)
+        for rank, _ in active:
+            rank.pass_end_ms = end
+        progressed = any(rank.progressed() for rank, _ in active)
+        for rank, _ in active:
+            rank.complete()
+        if end == t and not progressed:
+            if nxt >= len(requests):
+                break
+            t = requests[nxt].arrival_ms
+        else:
+            t = end
+    return ([list(rank.pass_ends) for rank in ranks], [rank.cb.log for rank in ranks],
+            [(r.uuid, r.status, r.admissions, r.preemptions)
+             + ((r.stretches,) if r.status == 3 else ()) for r in requests],
+            [(rank.pool.active(), rank.pool.inactive(), rank.preemptions) for rank in ranks])
+
+
+def test_attention_dp_groups_match_the_python_rank():
+    for seed in range(2000, 2040):
+        rng = random.Random(seed)
+        stream = random_stream(rng, 30)
+        engine = random_engine(rng, stream)
+        size = rng.choice([2, 3])
+        assert drive_group(NativeVllmRank, engine, stream, size) == \
+            drive_group(VllmRank, engine, stream, size), seed

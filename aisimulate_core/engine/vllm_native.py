@@ -36,7 +36,8 @@ _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
 def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     """Why the C rank cannot take this configuration, or None when it can.
 
-    v1 takes the aggregated vLLM or TensorRT-LLM rank without attention DP, on the C pool:
+    v1 takes the aggregated vLLM or TensorRT-LLM rank on the C pool, alone or in an attention
+    DP group (a group forms one pass per rank and never extends, as with the Python rank):
     not the disaggregated roles, and not a rank a router, telemetry gauges or forward-pass
     metrics watch (turning those on makes a still empty rank the Python one)."""
     if native.resolve_backend(backend) != "c":
@@ -45,8 +46,8 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
         return f"backend {engine.backend!r} (only 'vllm' and 'trtllm')"
     if role != "aggregated" or getattr(engine, "worker_type", "aggregated") != "aggregated":
         return f"role {role!r} (only the aggregated one)"
-    if dp_size != 1:
-        return f"dp_size {dp_size} (only 1)"
+    if dp_size < 1:
+        return f"dp_size {dp_size}"
     if not 1 <= engine.block_size <= MAX_BLOCK_SIZE:
         return f"block_size {engine.block_size} (at most {MAX_BLOCK_SIZE})"
     if pool is not None and getattr(pool, "backend", None) != "c":

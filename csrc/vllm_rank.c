@@ -1330,3 +1330,20 @@ int aisim_vllm_request_blocks(const aisim_vllm_rank *r, int32_t slot, int64_t *b
     *seq = r->seq[slot];
     return AISIM_OK;
 }
+
+int aisim_vllm_pending_prefill_tokens(const aisim_vllm_rank *r, int64_t *out)
+{
+    size_t i;
+    int64_t total = 0;
+    if (!r || !out)
+        return AISIM_EINVAL;
+    for (i = 0; i < r->wait_len; i++)
+        total += r->prompt_len[r->wait_ring[(r->wait_head + i) & (r->wait_cap - 1)]];
+    for (i = 0; i < r->partial.len; i++) {
+        int32_t s = r->partial.v[i];
+        if (r->computed[s] < r->prompt_len[s])
+            total += r->prompt_len[s] - r->computed[s];
+    }
+    *out = total;
+    return AISIM_OK;
+}

@@ -121,3 +121,6 @@ int aisim_vllm_queue(const aisim_vllm_rank *r, int32_t which, int32_t *out, size
 /* A live request's KV blocks now (an open stretch's included) and computed tokens. */
 int aisim_vllm_request_blocks(const aisim_vllm_rank *r, int32_t slot, int64_t *blocks,
                               int64_t *computed, int32_t *seq);
+/* Prompt tokens not computed yet, over the requests waiting or running (VllmRank.
+ * pending_prefill_tokens: a placement policy's active_prefill_tokens). */
+int aisim_vllm_pending_prefill_tokens(const aisim_vllm_rank *r, int64_t *out);

@@ -151,7 +151,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         progressed = rank.progressed()
         trace.append((t, end, rank.pass_effect, progressed, len(rank.running),
                       len(rank.waiting), pool.active(), pool.inactive(), rank.held_total,
-                      rank.preemptions))
+                      rank.preemptions, rank.pending_prefill_tokens()))
         rank.complete()
         if end == t and not progressed:
             if nxt >= len(requests):

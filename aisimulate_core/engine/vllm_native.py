@@ -278,6 +278,13 @@ class NativeVllmRank(RankBase):
         view = self._view
         return bool(view.n_running or view.n_waiting)
 
+    def pending_prefill_tokens(self):
+        """Prompt tokens not computed yet, over the requests waiting or running here."""
+        out = native.ffi.new("int64_t *")
+        _check(native.lib.aisim_vllm_pending_prefill_tokens(self._rank, out),
+               "aisim_vllm_pending_prefill_tokens")
+        return out[0]
+
     def request_blocks(self, r):
         """The KV blocks ``r`` holds now (the invariant checker's question)."""
         slot = self._requests.index(r)

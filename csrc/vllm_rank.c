@@ -54,6 +54,7 @@ enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3 };
     X(int64_t, chunk_prefix)                                                     \
     X(int64_t, sched_mark)     /* the pass whose walk scheduled it */            \
     X(int64_t, footprint_blocks) /* no_evict: blocks reserved through completion */ \
+    X(int64_t, gauge_stamp)    /* finishing_gauges' mark of the requests finishing */ \
     X(int32_t, seq)                                                              \
     X(int32_t, status)                                                           \
     X(int32_t, in_stretch)                                                       \
@@ -76,7 +77,7 @@ typedef struct bucket {
     int32_t *seqs;
     size_t len, cap, seq_cap;
     int64_t grown;   /* blocks granted to every member since the bucket opened */
-    int64_t pos;     /* index in active_keys, -1 while empty */
+    int64_t pos;     /* index in active_keys while not empty */
 } bucket;
 
 typedef struct fin_entry {
@@ -95,6 +96,7 @@ struct aisim_vllm_rank {
     aisim_kv_pool *pool;
     const aisim_decode_timing *decode_timing;
     int64_t completion_total;   /* no_evict: to-completion blocks over running requests */
+    int64_t gauge_stamps;       /* finishing_gauges calls so far */
     const aisim_kv_view *kv;
     int broken;
     /* requests */
@@ -414,7 +416,6 @@ int aisim_vllm_new(aisim_vllm_rank **out, const aisim_vllm_config *config, aisim
 {
     aisim_vllm_rank *r;
     const aisim_kv_view *kv;
-    size_t i, bs;
     if (!out || !config || !pool)
         return AISIM_EINVAL;
     if (config->block_size < 1 || config->block_size > MAX_BLOCK_SIZE || config->num_blocks < 1 ||
@@ -429,17 +430,6 @@ int aisim_vllm_new(aisim_vllm_rank **out, const aisim_vllm_config *config, aisim
     r->pool = pool;
     r->kv = kv;
     r->blocked_slot = -1;
-    bs = (size_t)config->block_size;
-    r->buckets = calloc(bs, sizeof *r->buckets);
-    r->active_keys = malloc(bs * sizeof *r->active_keys);
-    r->key_scratch = malloc(bs * sizeof *r->key_scratch);
-    r->count_scratch = malloc(bs * sizeof *r->count_scratch);
-    if (!r->buckets || !r->active_keys || !r->key_scratch || !r->count_scratch) {
-        destroy(r);
-        return AISIM_ENOMEM;
-    }
-    for (i = 0; i < bs; i++)
-        r->buckets[i].pos = -1;
     refresh_view(r);
     *out = r;
     return AISIM_OK;
@@ -551,6 +541,7 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
     r->chunk_isl[s] = r->chunk_prefix[s] = -1;
     r->sched_mark[s] = -1;
     r->footprint_blocks[s] = 0;
+    r->gauge_stamp[s] = 0;
     r->seq[s] = -1;
     r->status[s] = ST_WAITING;
     r->in_stretch[s] = 0;
@@ -650,6 +641,22 @@ static int take_blocks(aisim_vllm_rank *r, int32_t s, int64_t hits, int64_t foot
 
 /* ------------------------------------------------------------ stretches */
 
+/* The buckets (one per pass offset) and their key lists, made with the first open stretch:
+ * a rank that never decodes (a DP group's idle ranks, 65,536 of them at most) costs no
+ * block_size-sized memory. */
+static int ensure_buckets(aisim_vllm_rank *r)
+{
+    size_t bs = (size_t)r->cfg.block_size;
+    if (r->buckets)
+        return AISIM_OK;
+    r->active_keys = malloc(bs * sizeof *r->active_keys);
+    r->key_scratch = malloc(bs * sizeof *r->key_scratch);
+    r->count_scratch = malloc(bs * sizeof *r->count_scratch);
+    if (r->active_keys && r->key_scratch && r->count_scratch)
+        r->buckets = calloc(bs, sizeof *r->buckets);   /* last: it marks success */
+    return r->buckets ? AISIM_OK : AISIM_ENOMEM;
+}
+
 static int open_stretch(aisim_vllm_rank *r, int32_t s, int64_t P)
 {
     int64_t bs = r->cfg.block_size, key, last;
@@ -658,12 +665,13 @@ static int open_stretch(aisim_vllm_rank *r, int32_t s, int64_t P)
     r->base_pass[s] = P;
     r->base_gen[s] = r->generated[s];
     r->base_len[s] = r->prompt_len[s] + r->generated[s];
+    TRY(ensure_buckets(r));
     key = pymod(P + 1 - r->base_len[s], bs);
     r->bucket_key[s] = key;
     b = &r->buckets[key];
     TRY(grow((void **)&b->slots, &b->cap, b->len + 1, sizeof *b->slots));
     TRY(grow((void **)&b->seqs, &b->seq_cap, b->len + 1, sizeof *b->seqs));
-    if (b->len == 0) {
+    if (b->len == 0) {   /* a bucket opens */
         b->grown = 0;
         b->pos = (int64_t)r->n_active_keys;
         r->active_keys[r->n_active_keys++] = key;
@@ -699,7 +707,6 @@ static int close_stretch(aisim_vllm_rank *r, int32_t s, int64_t last_pass)
         int64_t moved = r->active_keys[--r->n_active_keys];
         r->active_keys[b->pos] = moved;
         r->buckets[moved].pos = b->pos;
-        b->pos = -1;
         b->grown = 0;
     }
     r->view.n_dec--;
@@ -1019,7 +1026,8 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     aisim_vllm_view *v = &r->view;
     int64_t P = v->pass_index, bs = r->cfg.block_size, budget = r->cfg.max_batched;
     int64_t demand = v->n_dec, need, admitted = 0, n, active, steps;
-    bucket *crossing = &r->buckets[pymod(P, bs)];
+    static const bucket no_bucket;
+    const bucket *crossing = r->buckets ? &r->buckets[pymod(P, bs)] : &no_bucket;
     int fast, preempted = 0;
     size_t i;
     v->formed = 0;
@@ -1346,4 +1354,136 @@ int aisim_vllm_pending_prefill_tokens(const aisim_vllm_rank *r, int64_t *out)
     }
     *out = total;
     return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ telemetry */
+
+/* Stamps the live requests of heap entries at `pass` (the top region of the heap) whose
+ * stretch finishes there, and lists them in r->done. */
+static int stamp_finishing(aisim_vllm_rank *r, size_t i, int64_t pass, int64_t stamp)
+{
+    size_t child;
+    if (i >= r->heap_len || r->heap[i].pass > pass)
+        return AISIM_OK;
+    if (r->heap[i].pass == pass) {
+        int32_t s = r->heap[i].slot;
+        if (r->generation[s] == r->heap[i].generation && r->live[s] && r->in_stretch[s] &&
+            r->base_pass[s] + r->out_limit[s] - r->base_gen[s] - 1 == pass &&
+            r->gauge_stamp[s] != stamp) {
+            r->gauge_stamp[s] = stamp;
+            TRY(list_push(&r->done, s));
+        }
+    }
+    for (child = 2 * i + 1; child <= 2 * i + 2; child++)
+        TRY(stamp_finishing(r, child, pass, stamp));
+    return AISIM_OK;
+}
+
+static int block_order(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Appends the KV table of `seq` to *blocks (as int64 values); returns its length (a count,
+ * not a status: callers test < 0). */
+static int append_table(aisim_vllm_rank *r, int32_t seq, int64_t **blocks, size_t *n,
+                        size_t *cap, int32_t **table, size_t *table_cap)
+{
+    int len = aisim_kv_seq_len(r->pool, seq), i;
+    if (len < 0)
+        return len;
+    TRY(grow((void **)table, table_cap, (size_t)len + 1, sizeof **table));
+    aisim_kv_seq_blocks(r->pool, seq, *table, (size_t)len);
+    TRY(grow((void **)blocks, cap, *n + (size_t)len + 1, sizeof **blocks));
+    for (i = 0; i < len; i++)
+        (*blocks)[(*n)++] = (*table)[i];
+    return len;
+}
+
+static int finishing_gauges(aisim_vllm_rank *r, int64_t extra, int64_t *out,
+                            int64_t **kept, int32_t **table, int64_t **gone)
+{
+    int64_t P = r->view.pass_index + extra, stamp = ++r->gauge_stamps;
+    size_t i, n_kept = 0, kept_cap = 0, table_cap = 0, n_gone = 0, gone_cap = 0;
+    r->done.len = 0;
+    TRY(stamp_finishing(r, 0, P, stamp));
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        if (r->generated[s] + 1 >= r->out_limit[s] && r->gauge_stamp[s] != stamp) {
+            r->gauge_stamp[s] = stamp;
+            TRY(list_push(&r->done, s));
+        }
+    }
+    out[0] = (int64_t)r->done.len;
+    out[1] = out[2] = 0;
+    if (!r->done.len)
+        return AISIM_OK;
+    /* the blocks the other running requests keep */
+    for (i = 0; i < r->running.len; i++) {
+        int32_t s = r->running.v[i];
+        if (r->gauge_stamp[s] != stamp && r->seq[s] >= 0) {
+            int len = append_table(r, r->seq[s], kept, &n_kept, &kept_cap, table, &table_cap);
+            if (len < 0)
+                return len;
+        }
+    }
+    if (n_kept)
+        qsort(*kept, n_kept, sizeof **kept, block_order);
+    /* the finishing requests' other blocks, as 2 * id + (full: stays cached) */
+    for (i = 0; i < r->done.len; i++) {
+        int32_t s = r->done.v[i];
+        int64_t full = r->cfg.caching
+                           ? floordiv(r->prompt_len[s] + r->out_limit[s] - 1, r->cfg.block_size)
+                           : 0;
+        size_t first = n_gone, j;
+        int len;
+        if (r->seq[s] < 0)
+            continue;
+        len = append_table(r, r->seq[s], gone, &n_gone, &gone_cap, table, &table_cap);
+        if (len < 0)
+            return len;
+        for (j = first; j < n_gone; j++) {
+            int64_t block = (*gone)[j];
+            (*gone)[j] = 2 * block + ((int64_t)(j - first) < full);
+        }
+    }
+    /* drop the kept ones */
+    {
+        size_t k = 0;
+        for (i = 0; i < n_gone; i++) {
+            int64_t key = (*gone)[i] / 2;
+            if (!n_kept || !bsearch(&key, *kept, n_kept, sizeof **kept, block_order))
+                (*gone)[k++] = (*gone)[i];
+        }
+        n_gone = k;
+    }
+    if (n_gone)
+        qsort(*gone, n_gone, sizeof **gone, block_order);
+    for (i = 0; i < n_gone; i++) {
+        int first_of_block = i == 0 || (*gone)[i] / 2 != (*gone)[i - 1] / 2;
+        out[1] += first_of_block;
+        /* sorted: a block's cached occurrence (odd) comes last */
+        if ((i + 1 == n_gone || (*gone)[i + 1] / 2 != (*gone)[i] / 2) && ((*gone)[i] & 1))
+            out[2]++;
+    }
+    r->done.len = 0;
+    return AISIM_OK;
+}
+
+int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_t *out)
+{
+    int64_t *kept = NULL, *gone = NULL;
+    int32_t *table = NULL;
+    int status;
+    if (!r || !out || extra_passes < 0)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    status = finishing_gauges(r, extra_passes, out, &kept, &table, &gone);
+    r->done.len = 0;
+    free(kept);
+    free(table);
+    free(gone);
+    return status < 0 ? status : AISIM_OK;
 }

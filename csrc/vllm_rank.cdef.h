@@ -124,3 +124,8 @@ int aisim_vllm_request_blocks(const aisim_vllm_rank *r, int32_t slot, int64_t *b
 /* Prompt tokens not computed yet, over the requests waiting or running (VllmRank.
  * pending_prefill_tokens: a placement policy's active_prefill_tokens). */
 int aisim_vllm_pending_prefill_tokens(const aisim_vllm_rank *r, int64_t *out);
+/* What the pass in flight (extended by extra_passes) will finish, as telemetry's
+ * submission gauges see it (VllmRank.submission_gauges): out[0] requests
+ * finishing, out[1] blocks they free (held by no other running request, each
+ * once), out[2] of those, the full ones that stay cached. */
+int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_t *out);

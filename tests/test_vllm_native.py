@@ -115,7 +115,7 @@ def random_timer(rng):
 
 
 def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, timing=None,
-          run_passes=MAX_PASSES):
+          run_passes=MAX_PASSES, gauges=False):
     """Run ``stream`` through one rank; returns everything observable, pass by pass, and the
     CPU time of the loop (requests are made before it; ``timing="b1"``: the benchmark's fixed 10/5 ms, bench/vllm_native_ab.py)."""
     if timing == "b1":
@@ -125,6 +125,11 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
     pool = BlockPool(engine.num_gpu_blocks, backend="c")
     cb = Terminals()
     rank = rank_cls(engine, timer, pool, callbacks=cb)
+    seen = []     # telemetry's gauges after each submission and completion
+    if gauges:    # as runtime/simulation.py turns them on
+        rank.capture_gauges = True
+        rank.watched = True
+        rank._gauges = rank.live_gauges()
     requests = [make_request(i + 1, item) for i, item in enumerate(stream)]
     trace = []
     nxt = 0
@@ -133,6 +138,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
     for _ in range(max_passes):
         while nxt < len(requests) and requests[nxt].arrival_ms <= t:
             rank.submit(requests[nxt])
+            seen.append(rank.telemetry_gauges())
             nxt += 1
         arrival = requests[nxt].arrival_ms if nxt < len(requests) else math.inf
         end = rank.schedule(t)
@@ -146,6 +152,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         # requests arriving while the pass is in flight join the queue then
         while nxt < len(requests) and requests[nxt].arrival_ms < end:
             rank.submit(requests[nxt])
+            seen.append(rank.telemetry_gauges())   # a submission while the pass is in flight
             end = rank.truncate(requests[nxt].arrival_ms)
             nxt += 1
         progressed = rank.progressed()
@@ -153,6 +160,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
                       len(rank.waiting), pool.active(), pool.inactive(), rank.held_total,
                       rank.preemptions, rank.pending_prefill_tokens()))
         rank.complete()
+        seen.append((rank.telemetry_gauges(), rank.completed_preemptions))
         if end == t and not progressed:
             if nxt >= len(requests):
                 break   # nothing can start: the runtime's stall
@@ -167,7 +175,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
                for r in requests]
     pool.check()
     return dict(
-        trace=trace, terminals=cb.log, records=records, pass_ends=list(rank.pass_ends),
+        trace=trace, gauges=seen, terminals=cb.log, records=records, pass_ends=list(rank.pass_ends),
         itl_diff=list(rank.itl_diff), break_gaps=rank.break_gaps,
         counters=(pool.active(), pool.inactive(), pool.free_blocks(), pool.cached(),
                   pool.evictions, pool.live_seqs(), rank.preemptions,
@@ -184,8 +192,11 @@ def assert_same(seed, n_requests):
     timer_seed = rng.randrange(1 << 30)
     # short runs, and longer ones than the C loop takes (the Python loop then)
     run_passes = rng.choice([MAX_PASSES, MAX_PASSES, 3, MAX_PASSES + 1])
-    expected, _ = drive(VllmRank, engine, timer_seed, stream, truncating, run_passes=run_passes)
-    got, _ = drive(NativeVllmRank, engine, timer_seed, stream, truncating, run_passes=run_passes)
+    gauges = rng.random() < 0.5
+    expected, _ = drive(VllmRank, engine, timer_seed, stream, truncating, run_passes=run_passes,
+                        gauges=gauges)
+    got, _ = drive(NativeVllmRank, engine, timer_seed, stream, truncating,
+                   run_passes=run_passes, gauges=gauges)
     for key in expected:
         assert got[key] == expected[key], (seed, key, engine)
     return expected
@@ -232,9 +243,12 @@ def test_a_rank_watched_before_its_first_request_becomes_the_python_rank():
     pool = BlockPool(8, backend="c")
     rank = NativeVllmRank(engine, StepTimer(PolynomialTiming()), pool, callbacks=Terminals())
     rank.config_path = "$.spec.engine.rank"
+    rank.capture_gauges = rank.watched = True   # telemetry first, as the runtime may
+    rank._gauges = baseline = rank.live_gauges()
     rank.fpm_on = True
     assert type(rank) is VllmRank and rank.fpm_on and rank.pool is pool
     assert rank.config_path == "$.spec.engine.rank"
+    assert rank.capture_gauges and rank.watched and rank.telemetry_gauges() is baseline
     rank.submit(make_request(1, (0.0, [1, 2], 4, 8, 3, None)))
     assert rank.schedule(0.0) > 0
 
@@ -256,13 +270,18 @@ def test_ranks_beyond_int64_counts_keep_the_python_rank():
 @pytest.fixture
 def c_ranks(monkeypatch):
     """Every vLLM and TensorRT-LLM rank the runtime builds is the class ``rank_class`` picks
-    (the C rank where supported); yields the classes built."""
+    (the C rank where supported; the runtime may pick it itself already); yields the C ranks
+    built."""
     built = []
+    init = NativeVllmRank.__init__
+
+    def counted(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
 
     def make(engine, timer, pool, **kwargs):
-        cls = rank_class(engine)
-        built.append(cls)
-        return cls(engine, timer, pool, **kwargs)
+        return rank_class(engine)(engine, timer, pool, **kwargs)
+    monkeypatch.setattr(NativeVllmRank, "__init__", counted)
     monkeypatch.setitem(engines.ENGINES, "vllm", make)
     monkeypatch.setitem(engines.ENGINES, "trtllm", make)
     yield built
@@ -277,7 +296,7 @@ def c_ranks(monkeypatch):
 @pytest.mark.skipif(native.BACKEND != "c", reason="the Python backend keeps the Python rank")
 def test_the_c_rank_in_the_runtime_matches_the_reference(c_ranks, name):
     report, fixture = run_fixture(name)
-    assert NativeVllmRank in c_ranks
+    assert c_ranks
     assert summary_mismatches(report.summary, fixture["summary"]) == []
     if fixture.get("per_request") is not None:
         assert record_mismatches(report.per_request, fixture["per_request"]) == []

@@ -1,13 +1,16 @@
 """A vLLM (or TensorRT-LLM) rank whose pass runs in C (csrc/vllm_rank.c): ``NativeVllmRank``.
 
 The rank keeps every request's engine state in C (struct-of-arrays slots: lengths, KV blocks,
-open stretches, emission stretches); Python keeps only the slot -> ``SimRequest`` map, the pass
-history the report reads (``pass_ends``, ``itl_diff``, ``break_gaps``) and the timing, which
-it asks the rank's ``StepTimer`` for once per pass from the keys C leaves in its view. What a
-call did comes back as one flat array of events (admitted, preempted, rejected, finished with
-its stretches), so Python touches a request only at those lifecycle events: its
-``admissions``, ``first_reused``, ``max_reused``, ``preemptions``, ``stretches``, ``generated``
-and ``status`` are right from then on (in between, C holds the truth).
+open stretches, emission stretches, prompt hashes), with the running order, the waiting queue,
+the ITL difference array, and the decode-only extension (decode_run.c's loop over the rank's
+own state). Decode times of the built-in models are evaluated in C; prefill times and an
+external provider's decode times come from the rank's ``StepTimer`` (the latter through the C
+memo). Python keeps the slot -> ``SimRequest`` map, ``pass_ends`` (records read token times
+from it) and ``break_gaps``. What a call did comes back as one flat array of events (admitted,
+preempted, rejected, finished with its stretches), so Python touches a request only at those
+lifecycle events: its ``admissions``, ``first_reused``, ``max_reused``, ``preemptions``,
+``stretches``, ``generated`` and ``status`` are right from then on (in between, C holds the
+truth).
 
 ``VllmRank`` (engine/vllm.py) is its twin and specification: the same request stream through
 both gives the same passes, token times and pool state (tests/test_vllm_native.py). The
@@ -31,6 +34,10 @@ _GOLDEN = 0x9E3779B97F4A7C15  # workload/prompt.py's salt of blocks past the pro
 _EXACT = 2 ** 62              # counts the C rank keeps in int64 without overflow
 _U64_ARRAY = native.ffi.typeof("uint64_t[]") if native.ffi is not None else None
 _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
+
+
+# attributes the runtime sets on a rank it built (runtime/build.py, simulation.py, cluster.py)
+_RUNTIME_SET = ("config_path", "watched", "capture_gauges", "_gauges", "fpm_clock", "fpm_last")
 
 
 def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
@@ -67,6 +74,29 @@ def rank_class(engine, *, dp_size=1, role="aggregated", backend=None):
     if supports(engine, dp_size=dp_size, role=role, backend=backend) is None:
         return NativeVllmRank
     return VllmRank
+
+
+class _Scratch:
+    """C buffers every rank uses only within one call (one process, one thread): made once,
+    not per rank, so that 65,536 idle ranks of a DP group cost nothing for them."""
+
+    __slots__ = ("run", "ends", "gauges", "count")
+
+    def __init__(self):
+        ffi = native.ffi
+        self.run = ffi.new("aisim_decode_run *")     # a decode-only run, resumed on misses
+        self.ends = ffi.new("double[]", MAX_PASSES)  # its end times
+        self.gauges = ffi.new("int64_t[3]")          # finishing_gauges' answer
+        self.count = ffi.new("int64_t *")
+
+
+_SCRATCH = []
+
+
+def _scratch():
+    if not _SCRATCH:
+        _SCRATCH.append(_Scratch())
+    return _SCRATCH[0]
 
 
 def _check(status, operation):
@@ -111,9 +141,13 @@ class NativeVllmRank(RankBase):
     charges_prefill = True
     charges_decode = True
     holds_sources = False
-    # the pass a router, telemetry or FPM would watch: none here (supports() says so)
+    # telemetry gauges (the only watcher this class keeps: see _watcher), captured as of the
+    # latest pass completion or submission, as VllmRank's
     watched = False
-    in_flight = False
+    capture_gauges = False
+    in_flight = False            # a pass formed by schedule() has not completed yet
+    completed_preemptions = 0    # as of the latest completed pass
+    _gauges = None
     fpm_last = None
     fpm_clock = 0.0
 
@@ -179,11 +213,7 @@ class NativeVllmRank(RankBase):
         self.pass_effect = False
         self._macro_ends = None
         self._decode_run = None
-        self._keys = ffi.new("int64_t[]", bs)
-        self._counts = ffi.new("int64_t[]", bs)
-        self._stop = ffi.new("int64_t *")
-        self._run = ffi.new("aisim_decode_run *")
-        self._ends = ffi.new("double[]", MAX_PASSES)
+
 
     # ------------------------------------------------------------------ counters (C's)
     @property
@@ -192,10 +222,6 @@ class NativeVllmRank(RankBase):
 
     @property
     def preemptions(self):
-        return self._view.preemptions
-
-    @property
-    def completed_preemptions(self):
         return self._view.preemptions
 
     @property
@@ -225,9 +251,9 @@ class NativeVllmRank(RankBase):
         return self._view.n_dec
 
     def _watcher(name):
-        """A switch the runtime turns on for a watched rank (a router's observer, telemetry
-        gauges, forward-pass metrics), none of which this rank keeps (v1): turned on before
-        the first submission, it makes this rank the Python one, afterwards it is an error."""
+        """A switch the runtime turns on for a watched rank (a router's observer, forward-pass
+        metrics), which this rank does not keep (v1): turned on before the first submission,
+        it makes this rank the Python one, afterwards it is an error."""
         def get(self):
             return None if name == "observer" else False
 
@@ -242,14 +268,15 @@ class NativeVllmRank(RankBase):
         return property(get, set_)
 
     observer = _watcher("observer")
-    capture_gauges = _watcher("capture_gauges")
     fpm_on = _watcher("fpm_on")
     del _watcher
 
     def _become_python(self):
         """Turn this (still empty) rank into a ``VllmRank`` on the same pool and timer."""
         args, kwargs = self._init_args
-        kept = {key: self.__dict__[key] for key in ("config_path",) if key in self.__dict__}
+        # what the runtime set on the rank so far (its settings' path, telemetry's switch and
+        # baseline) carries over; the rest is an empty rank's state
+        kept = {key: self.__dict__[key] for key in _RUNTIME_SET if key in self.__dict__}
         self.__dict__.clear()   # drops the C rank; the pool it borrowed is untouched
         self.__class__ = VllmRank
         VllmRank.__init__(self, *args, **kwargs)
@@ -267,8 +294,22 @@ class NativeVllmRank(RankBase):
     truncate = VllmRank.truncate
     ends_pass_at = VllmRank.ends_pass_at
 
-    def telemetry_gauges(self):
-        return self.live_gauges()
+    telemetry_gauges = VllmRank.telemetry_gauges
+
+    def submission_gauges(self):
+        """``live_gauges()`` at a submission: with a pass in flight, the reference's engine
+        shows the requests that pass finishes as gone already (their blocks cached)."""
+        active, inactive, running, waiting = self.live_gauges()
+        if not self.in_flight:
+            return active, inactive, running, waiting
+        ends = self._macro_ends
+        out = _scratch().gauges
+        _check(native.lib.aisim_vllm_finishing_gauges(
+            self._rank, len(ends) - 1 if ends else 0, out), "aisim_vllm_finishing_gauges")
+        finishing, freed, cached = out[0], out[1], out[2]
+        if not finishing:
+            return active, inactive, running, waiting
+        return active - freed, inactive + cached, running - finishing, waiting
 
     def progressed(self):
         # computed chunks are progress too: a chunk can cost no time
@@ -280,7 +321,7 @@ class NativeVllmRank(RankBase):
 
     def pending_prefill_tokens(self):
         """Prompt tokens not computed yet, over the requests waiting or running here."""
-        out = native.ffi.new("int64_t *")
+        out = _scratch().count
         _check(native.lib.aisim_vllm_pending_prefill_tokens(self._rank, out),
                "aisim_vllm_pending_prefill_tokens")
         return out[0]
@@ -326,6 +367,8 @@ class NativeVllmRank(RankBase):
             requests.append(request)
         else:
             requests[slot] = request
+        if self.capture_gauges:
+            self._gauges = self.submission_gauges()
 
     def _may_fit(self, r):
         """Whether ``r`` passes admission's length tests, so that its prompt is worth hashing
@@ -360,6 +403,8 @@ class NativeVllmRank(RankBase):
                                                           decode), "aisim_decode_timing_put")
         self.pass_effect = bool(view.pass_effect)
         self.pass_end_ms = (now_ms + prefill) + decode
+        if self.watched:
+            self.in_flight = True
         return self.pass_end_ms
 
     def _events(self):
@@ -405,7 +450,7 @@ class NativeVllmRank(RankBase):
         """The run's end times from the C loop over the rank's own state, or None when its
         integers need Python's."""
         ffi, lib = native.ffi, native.lib
-        run, buffer = self._run, self._ends
+        run, buffer = _scratch().run, _scratch().ends
         status = lib.aisim_vllm_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
                                        max_passes, buffer, MAX_PASSES, run, 0)
         while status == lib.AISIM_DECODE_MISS:
@@ -430,15 +475,16 @@ class NativeVllmRank(RankBase):
         if run is None:
             run = self._decode_run = decode_runner(self.timer, self.total_kv_tokens)
         ffi = native.ffi
+        keys, counts = ffi.new("int64_t[]", self.block_size), ffi.new("int64_t[]", self.block_size)
+        stop = _scratch().count
         n = _check(native.lib.aisim_vllm_extension_input(
-            self._rank, self._keys, self._counts, self.block_size, self._stop),
-            "aisim_vllm_extension_input")
-        crossing = dict(zip(ffi.unpack(self._keys, n), ffi.unpack(self._counts, n)))
+            self._rank, keys, counts, self.block_size, stop), "aisim_vllm_extension_input")
+        crossing = dict(zip(ffi.unpack(keys, n), ffi.unpack(counts, n)))
         P0 = view.pass_index
         ends = run(first_pass=P0 + 1, end_ms=self.pass_end_ms, batch=view.n_dec,
                    base=view.sum_base, total_kv=self.total_kv_tokens, block_size=self.block_size,
                    room=self.pool.allocatable(), horizon_ms=horizon_ms, cutoff_ms=cutoff_ms,
-                   crossing=crossing, stop_pass=self._stop[0], max_passes=max_passes)
+                   crossing=crossing, stop_pass=stop[0], max_passes=max_passes)
         if len(ends) > 1:
             self._macro_ends = ends
             self.pass_end_ms = ends[-1]
@@ -453,6 +499,15 @@ class NativeVllmRank(RankBase):
             breaks[key] = breaks.get(key, 0) + 1
 
     def complete(self):
+        if self.watched:
+            self.in_flight = False
+        self._complete()
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
+            # preemptions count once the pass that preempted completes (the reference's)
+            self.completed_preemptions = self._view.preemptions
+
+    def _complete(self):
         ends = self._macro_ends
         extra = 0
         if ends is not None:

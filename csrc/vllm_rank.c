@@ -16,8 +16,12 @@
  *
  * Python learns what a call did from its events (admitted, preempted,
  * rejected, finished with its emission stretches), read once per call.
- * Timing stays with Python: schedule() leaves the pass's timing keys in the
- * view.
+ * schedule() leaves the pass's timing keys in the view, and its decode time
+ * when the rank's decode timing (decode_run.c: the built-in models, or the
+ * memo Python fills) knows it; prefill times are Python's (the StepTimer's
+ * memo). The decode-only extension runs decode_run.c's loop over the rank's
+ * own buckets. The ITL difference array and telemetry's in-flight gauges
+ * (finishing_gauges) are kept here too.
  *
  * Errors: a bad argument gives AISIM_EINVAL with nothing changed. A failure
  * inside a pass (out of memory, a pool call refused that the twin assumes

@@ -117,7 +117,8 @@ def random_timer(rng):
 def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, timing=None,
           run_passes=MAX_PASSES, gauges=False):
     """Run ``stream`` through one rank; returns everything observable, pass by pass, and the
-    CPU time of the loop (requests are made before it; ``timing="b1"``: the benchmark's fixed 10/5 ms, bench/vllm_native_ab.py)."""
+    CPU time of the loop (requests are made before it). ``timing="b1"``: the benchmark's fixed
+    10/5 ms (bench/vllm_native_ab.py); ``gauges``: telemetry's gauges on."""
     if timing == "b1":
         timer = StepTimer(FixedTiming(10.0, 5.0))
     else:

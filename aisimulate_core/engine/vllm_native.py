@@ -214,7 +214,6 @@ class NativeVllmRank(RankBase):
         self._macro_ends = None
         self._decode_run = None
 
-
     # ------------------------------------------------------------------ counters (C's)
     @property
     def pass_index(self):

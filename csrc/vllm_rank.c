@@ -133,6 +133,14 @@ struct aisim_vllm_rank {
     size_t n_stretch_out, stretch_out_cap;
     int64_t *itl_diff;
     size_t n_itl_diff, itl_diff_cap;
+    /* a router's observer (aisim_vllm_observe) */
+    int observed;
+    uint64_t *stored, *report_stored, *report_evicted;
+    size_t n_stored, stored_cap, report_stored_cap, n_report_evicted, report_evicted_cap;
+    int64_t *stored_ends, *report_ends, *report_order;
+    size_t n_stored_runs, stored_ends_cap, n_report_runs, report_ends_cap, n_report_order,
+        report_order_cap;
+    slot_list report_prefilled;
     aisim_vllm_view view;
 };
 
@@ -241,6 +249,18 @@ static void refresh_view(aisim_vllm_rank *r)
     v->n_stretch_values = r->n_stretch_out;
     v->itl_diff = r->itl_diff;
     v->n_itl_diff = r->n_itl_diff;
+    v->stored = r->stored;
+    v->stored_ends = r->stored_ends;
+    v->n_stored_runs = r->n_stored_runs;
+    v->report_stored = r->report_stored;
+    v->report_ends = r->report_ends;
+    v->n_report_runs = r->n_report_runs;
+    v->report_evicted = r->report_evicted;
+    v->n_report_evicted = r->n_report_evicted;
+    v->report_order = r->report_order;
+    v->n_report_order = r->n_report_order / 2;
+    v->report_prefilled = r->report_prefilled.v;
+    v->n_report_prefilled = r->report_prefilled.len;
 }
 
 /* A failure mid-pass: the rank is unusable from now on. */
@@ -413,6 +433,13 @@ static void destroy(aisim_vllm_rank *r)
     free(r->events);
     free(r->stretch_out);
     free(r->itl_diff);
+    free(r->stored);
+    free(r->report_stored);
+    free(r->report_evicted);
+    free(r->stored_ends);
+    free(r->report_ends);
+    free(r->report_order);
+    free(r->report_prefilled.v);
     free(r);
 }
 
@@ -604,6 +631,16 @@ static int commit_full_blocks(aisim_vllm_rank *r, int32_t s, int64_t full)
                             (uint32_t)(full - done)));
         r->view.kv_version++;
         r->committed_blocks[s] = full;
+        if (r->observed) {   /* the router hears of them when the pass ends */
+            size_t count = (size_t)(full - done);
+            TRY(grow((void **)&r->stored, &r->stored_cap, r->n_stored + count,
+                     sizeof *r->stored));
+            TRY(grow((void **)&r->stored_ends, &r->stored_ends_cap, r->n_stored_runs + 1,
+                     sizeof *r->stored_ends));
+            memcpy(r->stored + r->n_stored, r->hashes[s] + done, count * sizeof *r->stored);
+            r->n_stored += count;
+            r->stored_ends[r->n_stored_runs++] = (int64_t)r->n_stored;
+        }
     }
     return AISIM_OK;
 }
@@ -1223,7 +1260,84 @@ static int complete_extension(aisim_vllm_rank *r, int64_t extra)
     return AISIM_OK;
 }
 
-static int complete(aisim_vllm_rank *r, int64_t extra)
+static int order_signal(aisim_vllm_rank *r, int32_t s)
+{
+    int64_t index = list_index(&r->running, s);
+    if (index < 0)
+        return AISIM_ECORRUPT;
+    TRY(grow((void **)&r->report_order, &r->report_order_cap, r->n_report_order + 2,
+             sizeof *r->report_order));
+    r->report_order[r->n_report_order++] = s;
+    r->report_order[r->n_report_order++] = index;
+    return AISIM_OK;
+}
+
+/* The open stretches whose last token is in pass P, as complete() will find them. */
+static int order_finishing(aisim_vllm_rank *r, size_t i, int64_t P)
+{
+    size_t child;
+    if (i >= r->heap_len || r->heap[i].pass > P)
+        return AISIM_OK;
+    if (r->heap[i].pass == P) {
+        int32_t s = r->heap[i].slot;
+        if (r->generation[s] == r->heap[i].generation && r->live[s] && r->in_stretch[s] &&
+            r->base_pass[s] + r->out_limit[s] - r->base_gen[s] - 1 == P)
+            TRY(order_signal(r, s));
+    }
+    for (child = 2 * i + 1; child <= 2 * i + 2; child++)
+        TRY(order_finishing(r, child, P));
+    return AISIM_OK;
+}
+
+/* What the pass that ends now did, for the router (VllmRank._report_pass): the runs of hashes
+ * committed since the last report, the evictions, the running-order index of each request
+ * that emits its first or last token, and the prompts completed. */
+static int report_pass(aisim_vllm_rank *r, int64_t P, int32_t mode)
+{
+    size_t i, cap;
+    uint64_t *swap_u;
+    int64_t *swap_i;
+    int taken;
+    /* the stored runs become the report's; the pass's own retirements start the next */
+    swap_u = r->report_stored, r->report_stored = r->stored, r->stored = swap_u;
+    cap = r->report_stored_cap, r->report_stored_cap = r->stored_cap, r->stored_cap = cap;
+    swap_i = r->report_ends, r->report_ends = r->stored_ends, r->stored_ends = swap_i;
+    cap = r->report_ends_cap, r->report_ends_cap = r->stored_ends_cap, r->stored_ends_cap = cap;
+    r->n_report_runs = r->n_stored_runs;
+    r->n_stored_runs = r->n_stored = 0;
+    TRY(grow((void **)&r->report_evicted, &r->report_evicted_cap, (size_t)r->kv->logged + 1,
+             sizeof *r->report_evicted));
+    taken = aisim_kv_take_evicted(r->pool, mode == AISIM_VLLM_REPORT_KV, r->report_evicted,
+                                  r->report_evicted_cap);
+    if (taken < 0)
+        return taken;
+    r->n_report_evicted = mode == AISIM_VLLM_REPORT_KV ? (size_t)taken : 0;
+    r->n_report_order = 0;
+    for (i = 0; i < r->ready.len; i++)
+        TRY(order_signal(r, r->ready.v[i]));
+    TRY(order_finishing(r, 0, P));
+    /* a first token that is also the last is a terminal only */
+    r->report_prefilled.len = 0;
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        if (r->generated[s] + 1 < r->out_limit[s])
+            TRY(list_push(&r->report_prefilled, s));
+    }
+    return AISIM_OK;
+}
+
+int aisim_vllm_observe(aisim_vllm_rank *r, int32_t on)
+{
+    if (!r)
+        return AISIM_EINVAL;
+    r->observed = on != 0;
+    if (!r->observed)
+        r->n_stored = r->n_stored_runs = 0;
+    refresh_view(r);
+    return AISIM_OK;
+}
+
+static int complete(aisim_vllm_rank *r, int64_t extra, int32_t report)
 {
     aisim_vllm_view *v = &r->view;
     int64_t P;
@@ -1240,6 +1354,8 @@ static int complete(aisim_vllm_rank *r, int64_t extra)
     /* a pass cut off by the run's time limit never completes: its prompt work is not counted */
     v->committed_prefill_tokens += v->pf_tokens;
     v->decode_steps += v->pass_steps;
+    if (report)
+        TRY(report_pass(r, P, report));
     for (i = 0; i < r->rejected.len; i++) {
         TRY(push_event(r, AISIM_VLLM_REJECTED, r->rejected.v[i], 0, 0, 0));
         free_slot(r, r->rejected.v[i]);
@@ -1297,16 +1413,17 @@ static int complete(aisim_vllm_rank *r, int64_t extra)
     return AISIM_OK;
 }
 
-int aisim_vllm_complete(aisim_vllm_rank *r, int64_t extra_passes)
+int aisim_vllm_complete(aisim_vllm_rank *r, int64_t extra_passes, int32_t report)
 {
     int status;
-    if (!r || extra_passes < 0)
+    if (!r || extra_passes < 0 || report < 0 || report > AISIM_VLLM_REPORT_INDEX ||
+        (report && !r->observed))
         return AISIM_EINVAL;
     if (r->broken)
         return AISIM_ECORRUPT;
     r->n_events = 0;
     r->n_stretch_out = 0;
-    status = complete(r, extra_passes);
+    status = complete(r, extra_passes, report);
     if (status < 0)
         return fail(r, status);
     refresh_view(r);

@@ -72,6 +72,21 @@ typedef struct aisim_vllm_view {
      * finished request adds +1 at the first and -1 at the last pass of each stretch */
     const int64_t *itl_diff;
     size_t n_itl_diff;
+    /* observed: the runs of hashes committed since the last report (stored_ends[i]: where
+     * run i ends in stored), and the latest report: its runs, its evicted hashes, its
+     * running-order signals (slot, index) and its prefill completions (slots) */
+    const uint64_t *stored;
+    const int64_t *stored_ends;
+    size_t n_stored_runs;
+    const uint64_t *report_stored;
+    const int64_t *report_ends;
+    size_t n_report_runs;
+    const uint64_t *report_evicted;
+    size_t n_report_evicted;
+    const int64_t *report_order;    /* (slot, running index) pairs */
+    size_t n_report_order;
+    const int32_t *report_prefilled;
+    size_t n_report_prefilled;
 } aisim_vllm_view;
 
 /* The pool is borrowed: the caller keeps it alive for the rank's lifetime
@@ -113,8 +128,19 @@ enum aisim_vllm_extend_status { AISIM_VLLM_EXTEND_IN_PYTHON = 3 };
 int aisim_vllm_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, double cutoff_ms,
                       int64_t max_passes, double *ends, size_t cap, aisim_decode_run *run,
                       int32_t resume);
-/* Completes the pass formed, lengthened by extra_passes decode-only passes. */
-int aisim_vllm_complete(aisim_vllm_rank *r, int64_t extra_passes);
+/* Completes the pass formed, lengthened by extra_passes decode-only passes.
+ * report (a router observes the rank, VllmRank._report_pass): 0 none;
+ * AISIM_VLLM_REPORT_KV takes the pool's eviction log of hashes not resident
+ * again, AISIM_VLLM_REPORT_INDEX empties it; either fills the view's report
+ * arrays as of the pass end, before its requests retire. */
+enum aisim_vllm_report {
+    AISIM_VLLM_REPORT_KV = 1,
+    AISIM_VLLM_REPORT_INDEX = 2
+};
+int aisim_vllm_complete(aisim_vllm_rank *r, int64_t extra_passes, int32_t report);
+/* While on, every commit of block hashes is kept (the pass's "stored" runs,
+ * reported with the pass that ends next). */
+int aisim_vllm_observe(aisim_vllm_rank *r, int32_t on);
 /* Copies the slots of the running order (which 0) or the waiting queue
  * (which 1); returns how many there are. */
 int aisim_vllm_queue(const aisim_vllm_rank *r, int32_t which, int32_t *out, size_t cap);

@@ -35,11 +35,37 @@ from test_reference_parity import SYNTHETIC_CASES
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
 
 
-class Terminals:
-    """The runtime's callbacks: what finished, when, as what."""
+class Recorder:
+    """A router's observer (runtime/simulation.py EngineEvents' interface) that writes down
+    every notification, for both ranks to be compared."""
 
-    def __init__(self):
-        self.log = []
+    def __init__(self, ordered, sends_kv, log):
+        self.ordered = ordered
+        self.sends_kv = sends_kv
+        self.log = log
+
+    def begin_pass(self, order):
+        self.log.append(("begin", sorted(order.items())))
+
+    def end_pass(self):
+        self.log.append(("end",))
+
+    def kv_stored(self, rank, hashes):
+        self.log.append(("stored", list(hashes)))
+
+    def kv_removed(self, rank, hashes):
+        self.log.append(("removed", list(hashes)))
+
+    def prefill_done(self, rank, request):
+        self.log.append(("prefill", request.uuid))
+
+
+class Terminals:
+    """The runtime's callbacks: what finished, when, as what (into ``log``, which an observer
+    may share, so that the order of both is compared)."""
+
+    def __init__(self, log=None):
+        self.log = [] if log is None else log
 
     def on_finish(self, r, end_ms, status):
         self.log.append((r.uuid, end_ms, status))
@@ -115,7 +141,7 @@ def random_timer(rng):
 
 
 def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, timing=None,
-          run_passes=MAX_PASSES, gauges=False):
+          run_passes=MAX_PASSES, gauges=False, observer=None):
     """Run ``stream`` through one rank; returns everything observable, pass by pass, and the
     CPU time of the loop (requests are made before it). ``timing="b1"``: the benchmark's fixed
     10/5 ms (bench/vllm_native_ab.py); ``gauges``: telemetry's gauges on."""
@@ -126,6 +152,10 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
     pool = BlockPool(engine.num_gpu_blocks, backend="c")
     cb = Terminals()
     rank = rank_cls(engine, timer, pool, callbacks=cb)
+    if observer is not None:   # (ordered, sends_kv) of a router watching, as watch_engines
+        rank.observer = Recorder(*observer, cb.log)
+        rank.watched = True
+        pool.log_evictions(True)
     seen = []     # telemetry's gauges after each submission and completion
     if gauges:    # as runtime/simulation.py turns them on
         rank.capture_gauges = True
@@ -138,6 +168,9 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
     started = time.process_time()
     for _ in range(max_passes):
         while nxt < len(requests) and requests[nxt].arrival_ms <= t:
+            if observer is not None:   # a kv_index router asks before placing
+                seen.append(rank.indexed_prefix(requests[nxt].prompt.block_hashes(
+                    engine.block_size)))
             rank.submit(requests[nxt])
             seen.append(rank.telemetry_gauges())
             nxt += 1
@@ -152,6 +185,9 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         end = rank.extend(horizon, 1e12, run_passes)
         # requests arriving while the pass is in flight join the queue then
         while nxt < len(requests) and requests[nxt].arrival_ms < end:
+            if observer is not None:
+                seen.append(rank.indexed_prefix(requests[nxt].prompt.block_hashes(
+                    engine.block_size)))
             rank.submit(requests[nxt])
             seen.append(rank.telemetry_gauges())   # a submission while the pass is in flight
             end = rank.truncate(requests[nxt].arrival_ms)
@@ -194,10 +230,12 @@ def assert_same(seed, n_requests):
     # short runs, and longer ones than the C loop takes (the Python loop then)
     run_passes = rng.choice([MAX_PASSES, MAX_PASSES, 3, MAX_PASSES + 1])
     gauges = rng.random() < 0.5
+    observer = rng.choice([None, None, (True, True), (False, True), (True, False),
+                           (False, False)])
     expected, _ = drive(VllmRank, engine, timer_seed, stream, truncating, run_passes=run_passes,
-                        gauges=gauges)
+                        gauges=gauges, observer=observer)
     got, _ = drive(NativeVllmRank, engine, timer_seed, stream, truncating,
-                   run_passes=run_passes, gauges=gauges)
+                   run_passes=run_passes, gauges=gauges, observer=observer)
     for key in expected:
         assert got[key] == expected[key], (seed, key, engine)
     return expected
@@ -220,8 +258,9 @@ def test_the_streams_reach_every_path():
     for seed in range(0, 120):
         out = assert_same(seed, 30)
         preempted += out["counters"][6]
-        rejected += sum(1 for _, _, status in out["terminals"] if status == "rejected")
-        finished += sum(1 for _, _, status in out["terminals"] if status == "completed")
+        terminals = [entry for entry in out["terminals"] if len(entry) == 3]
+        rejected += sum(1 for _, _, status in terminals if status == "rejected")
+        finished += sum(1 for _, _, status in terminals if status == "completed")
         reused += sum(1 for rec in out["records"] if rec[5])
         extended += len(out["pass_ends"]) > len(out["trace"])
     assert min(preempted, rejected, reused, extended, finished) > 0, (
@@ -326,7 +365,9 @@ def test_the_c_rank_checks_its_arguments():
     assert lib.aisim_vllm_submit(rank, -1, 2, 2, ffi.NULL, 0, ffi.NULL, ffi.NULL, 0, 0, 0) \
         == native.EINVAL
     assert lib.aisim_vllm_submit(rank, 7, 2, 2, ffi.NULL, 0, values, lengths, 2, 0, 0) == 0
-    assert lib.aisim_vllm_complete(rank, -1) == native.EINVAL
+    assert lib.aisim_vllm_complete(rank, -1, 0) == native.EINVAL
+    # a report needs an observed rank
+    assert lib.aisim_vllm_complete(rank, 0, lib.AISIM_VLLM_REPORT_KV) == native.EINVAL
     assert lib.aisim_vllm_queue(rank, 2, ffi.NULL, 0) == native.EINVAL
     assert lib.aisim_vllm_queue(rank, 1, ffi.NULL, 0) == 1    # the count, nothing copied
     stop = ffi.new("int64_t *")

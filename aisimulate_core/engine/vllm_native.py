@@ -141,13 +141,14 @@ class NativeVllmRank(RankBase):
     charges_prefill = True
     charges_decode = True
     holds_sources = False
-    # telemetry gauges (the only watcher this class keeps: see _watcher), captured as of the
-    # latest pass completion or submission, as VllmRank's
+    # telemetry gauges, captured as of the latest pass completion or submission, and a
+    # router's observer, as VllmRank's (forward-pass metrics make it the Python rank: fpm_on)
     watched = False
     capture_gauges = False
     in_flight = False            # a pass formed by schedule() has not completed yet
     completed_preemptions = 0    # as of the latest completed pass
     _gauges = None
+    _observer = None
     fpm_last = None
     fpm_clock = 0.0
 
@@ -213,6 +214,11 @@ class NativeVllmRank(RankBase):
         self.pass_effect = False
         self._macro_ends = None
         self._decode_run = None
+        # a router's kv_index (indexed_prefix): the evictions taken during the pass in flight,
+        # and the hash sets built from them and the pass's commits
+        self._evicted_in_flight = []
+        self._index = None
+        self._index_key = None
 
     # ------------------------------------------------------------------ counters (C's)
     @property
@@ -249,26 +255,35 @@ class NativeVllmRank(RankBase):
     def n_dec(self):
         return self._view.n_dec
 
-    def _watcher(name):
-        """A switch the runtime turns on for a watched rank (a router's observer, forward-pass
-        metrics), which this rank does not keep (v1): turned on before the first submission,
-        it makes this rank the Python one, afterwards it is an error."""
-        def get(self):
-            return None if name == "observer" else False
+    @property
+    def fpm_on(self):
+        return False
 
-        def set_(self, value):
-            if not value:
-                return
-            if self._requests:
-                raise SimulationError(f"the C vLLM rank does not support {name} (v1), and "
-                                      f"requests were submitted to it already")
-            self._become_python()
-            setattr(self, name, value)
-        return property(get, set_)
+    @fpm_on.setter
+    def fpm_on(self, value):
+        """Forward-pass metrics, which this rank does not keep (v1): turned on before the first
+        submission, they make this rank the Python one, afterwards they are an error."""
+        if not value:
+            return
+        if self._requests:
+            raise SimulationError("the C vLLM rank does not support fpm_on (v1), and "
+                                  "requests were submitted to it already")
+        self._become_python()
+        self.fpm_on = value
 
-    observer = _watcher("observer")
-    fpm_on = _watcher("fpm_on")
-    del _watcher
+    @property
+    def observer(self):
+        """A router's view of the engine (runtime/simulation.py EngineEvents), or None."""
+        return self._observer
+
+    @observer.setter
+    def observer(self, value):
+        if value is not None and self._requests:
+            raise SimulationError("the C vLLM rank takes an observer only before its first "
+                                  "request")
+        self._observer = value
+        _check(native.lib.aisim_vllm_observe(self._rank, value is not None),
+               "aisim_vllm_observe")
 
     def _become_python(self):
         """Turn this (still empty) rank into a ``VllmRank`` on the same pool and timer."""
@@ -276,10 +291,12 @@ class NativeVllmRank(RankBase):
         # what the runtime set on the rank so far (its settings' path, telemetry's switch and
         # baseline) carries over; the rest is an empty rank's state
         kept = {key: self.__dict__[key] for key in _RUNTIME_SET if key in self.__dict__}
+        observer = self._observer
         self.__dict__.clear()   # drops the C rank; the pool it borrowed is untouched
         self.__class__ = VllmRank
         VllmRank.__init__(self, *args, **kwargs)
         self.__dict__.update(kept)
+        self.observer = observer
 
     # ------------------------------------------------------------------ what VllmRank words
     # the same text and arithmetic over the same fields: one definition, VllmRank's
@@ -489,6 +506,73 @@ class NativeVllmRank(RankBase):
             self.pass_end_ms = ends[-1]
         return self.pass_end_ms
 
+    # ------------------------------------------------------------------ a router's view
+    def _report_pass(self, observer):
+        """Tell the router what the pass that ends now did (VllmRank._report_pass, from the
+        report C made at the pass end): the full blocks it computed, the cached blocks
+        evicted for it, the prompts it completed (in that order)."""
+        ffi = native.ffi
+        view = self._view
+        requests = self._requests
+        if observer.sends_kv:
+            runs = view.n_report_runs
+            if runs:
+                ends = ffi.unpack(view.report_ends, runs)
+                start = 0
+                for end in ends:
+                    hashes = array("Q")
+                    hashes.frombytes(ffi.buffer(view.report_stored + start, 8 * (end - start)))
+                    observer.kv_stored(self, hashes)
+                    start = end
+            if view.n_report_evicted:
+                evicted = array("Q")
+                evicted.frombytes(ffi.buffer(view.report_evicted, 8 * view.n_report_evicted))
+                observer.kv_removed(self, evicted)
+        else:  # the router reads the engine itself (indexed_prefix): a new pass, a new log
+            self._evicted_in_flight = []
+            self._index_key = None
+        if observer.ordered:
+            # the reference signals each request in running order, each draining the
+            # router's queue on its own: the router sorts this pass's signals by it
+            n_pairs = view.n_report_order
+            pairs = ffi.unpack(view.report_order, 2 * n_pairs) if n_pairs else ()
+            observer.begin_pass({requests[pairs[i]].uuid: pairs[i + 1]
+                                 for i in range(0, len(pairs), 2)})
+        if view.n_report_prefilled:
+            for slot in ffi.unpack(view.report_prefilled, view.n_report_prefilled):
+                observer.prefill_done(self, requests[slot])
+
+    def indexed_prefix(self, hashes):
+        """The leading blocks of ``hashes`` an index fed by this rank's KV events would hold
+        (VllmRank.indexed_prefix): what the pool holds, minus blocks the pass in flight
+        committed, plus blocks it evicted (their events come at its end)."""
+        pool = self.pool
+        held = pool.match(hashes)
+        evicted = pool.take_evicted()
+        if len(evicted):
+            self._evicted_in_flight.extend(evicted)
+            self._index_key = None
+        view = self._view
+        runs = view.n_stored_runs
+        if not runs and not self._evicted_in_flight:
+            return held
+        key = (view.pass_index, runs)
+        if self._index_key != key:
+            stored = set()
+            if runs:
+                stored.update(native.ffi.unpack(view.stored, view.stored_ends[runs - 1]))
+            self._index = (stored, set(self._evicted_in_flight))
+            self._index_key = key
+        stored, gone = self._index
+        count = 0
+        for i, block in enumerate(hashes):
+            # resident: indexed unless this pass stored it; gone: indexed until this pass ends,
+            # unless this pass had stored it in the first place
+            if (block in stored) if i < held else (block not in gone or block in stored):
+                break
+            count += 1
+        return count
+
     # ------------------------------------------------------------------ pass completion
     def _count_breaks(self, stretches):
         """RankBase._record_itl's gaps across a break between two stretches."""
@@ -500,13 +584,16 @@ class NativeVllmRank(RankBase):
     def complete(self):
         if self.watched:
             self.in_flight = False
-        self._complete()
+        observer = self._observer
+        self._complete(observer)
         if self.capture_gauges:
             self._gauges = self.live_gauges()
             # preemptions count once the pass that preempted completes (the reference's)
             self.completed_preemptions = self._view.preemptions
+        if observer is not None and observer.ordered:
+            observer.end_pass()
 
-    def _complete(self):
+    def _complete(self, observer):
         ends = self._macro_ends
         extra = 0
         if ends is not None:
@@ -515,7 +602,13 @@ class NativeVllmRank(RankBase):
             self.pass_ends.extend(ends[:-1])
         end_ms = self.pass_end_ms
         self.pass_ends.append(end_ms)
-        _check(native.lib.aisim_vllm_complete(self._rank, extra), "aisim_vllm_complete")
+        lib = native.lib
+        report = 0
+        if observer is not None:
+            report = lib.AISIM_VLLM_REPORT_KV if observer.sends_kv else lib.AISIM_VLLM_REPORT_INDEX
+        _check(lib.aisim_vllm_complete(self._rank, extra, report), "aisim_vllm_complete")
+        if observer is not None:
+            self._report_pass(observer)
         if not self._view.n_events:
             return
         values = self._events()

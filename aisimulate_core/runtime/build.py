@@ -7,6 +7,7 @@ import attrs
 from ..engine.request import SimRequest
 from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES
+from ..engine.vllm_native import NativeVllmRank, supports
 from ..engine.vllm_roles import ROLE_RANKS
 from ..errors import ConfigError
 from ..guards import (TraceFormatLookup, call_provider, check_scaling_policy, malformed,
@@ -62,8 +63,13 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None):
     """``make(worker_id, key)``: one worker of the role (``key``: the simulation's index)."""
     rank_cfg = role_config.rank
     dp = role_config.dp_size
+    native_cls = None
     if engine_cls is None:
         engine_cls = ENGINES[rank_cfg.backend]
+        # the rank's pass in C where it covers the configuration (engine/vllm_native.py); a
+        # rank a router or telemetry then watches turns itself back into the Python one
+        if supports(rank_cfg, dp_size=dp) is None:
+            native_cls = NativeVllmRank
     rank_path = f"{path}.rank"
 
     def make(worker_id, key):
@@ -71,7 +77,8 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None):
         for d in range(dp):
             pool = BlockPool(rank_cfg.num_gpu_blocks,
                              owner=f"{rank_path}.num_gpu_blocks, worker {worker_id} dp rank {d}")
-            rank = engine_cls(rank_cfg, timer, pool, callbacks=callbacks, worker_idx=worker_id,
+            cls = native_cls if native_cls is not None and pool.backend == "c" else engine_cls
+            rank = cls(rank_cfg, timer, pool, callbacks=callbacks, worker_idx=worker_id,
                               dp_rank=d, scheduler_id=worker_id * dp + d)
             rank.config_path = rank_path
             ranks.append(rank)

@@ -44,9 +44,10 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     """Why the C rank cannot take this configuration, or None when it can.
 
     v1 takes the aggregated vLLM or TensorRT-LLM rank on the C pool, alone or in an attention
-    DP group (a group forms one pass per rank and never extends, as with the Python rank):
-    not the disaggregated roles, and not a rank a router, telemetry gauges or forward-pass
-    metrics watch (turning those on makes a still empty rank the Python one)."""
+    DP group (a group forms one pass per rank and never extends, as with the Python rank),
+    watched by a router or telemetry or not: not the disaggregated roles (engine/vllm_roles.py)
+    and not forward-pass metrics (a scaling policy turning ``fpm_on`` on makes a still empty
+    rank the Python one)."""
     if native.resolve_backend(backend) != "c":
         return "the C backend is not in use"
     if engine.backend not in ("vllm", "trtllm"):

@@ -141,6 +141,11 @@ struct aisim_vllm_rank {
     size_t n_stored_runs, stored_ends_cap, n_report_runs, report_ends_cap, n_report_order,
         report_order_cap;
     slot_list report_prefilled;
+    /* forward-pass metrics (aisim_vllm_set_fpm) of the pass just formed */
+    int fpm;
+    int64_t *fpm_chunks, *fpm_contexts, *fpm_queued;
+    size_t n_fpm_chunks, fpm_chunks_cap, n_fpm_contexts, fpm_contexts_cap, n_fpm_queued,
+        fpm_queued_cap;
     aisim_vllm_view view;
 };
 
@@ -261,6 +266,12 @@ static void refresh_view(aisim_vllm_rank *r)
     v->n_report_order = r->n_report_order / 2;
     v->report_prefilled = r->report_prefilled.v;
     v->n_report_prefilled = r->report_prefilled.len;
+    v->fpm_chunks = r->fpm_chunks;
+    v->n_fpm_chunks = r->n_fpm_chunks / 2;
+    v->fpm_contexts = r->fpm_contexts;
+    v->n_fpm_contexts = r->n_fpm_contexts;
+    v->fpm_queued = r->fpm_queued;
+    v->n_fpm_queued = r->n_fpm_queued / 2;
 }
 
 /* A failure mid-pass: the rank is unusable from now on. */
@@ -440,6 +451,9 @@ static void destroy(aisim_vllm_rank *r)
     free(r->report_ends);
     free(r->report_order);
     free(r->report_prefilled.v);
+    free(r->fpm_chunks);
+    free(r->fpm_contexts);
+    free(r->fpm_queued);
     free(r);
 }
 
@@ -744,10 +758,14 @@ static int close_stretch(aisim_vllm_rank *r, int32_t s, int64_t last_pass)
     memmove(b->seqs + i, b->seqs + i + 1, (b->len - i - 1) * sizeof *b->seqs);
     b->len--;
     if (b->len == 0) {
-        /* swap-remove from the active keys */
-        int64_t moved = r->active_keys[--r->n_active_keys];
-        r->active_keys[b->pos] = moved;
-        r->buckets[moved].pos = b->pos;
+        /* out of the active keys, which stay in opening order (the twin's dict order, which
+         * forward-pass metrics sum in) */
+        size_t k;
+        for (k = (size_t)b->pos; k + 1 < r->n_active_keys; k++) {
+            r->active_keys[k] = r->active_keys[k + 1];
+            r->buckets[r->active_keys[k]].pos = (int64_t)k;
+        }
+        r->n_active_keys--;
         b->grown = 0;
     }
     r->view.n_dec--;
@@ -855,6 +873,12 @@ static int run_chunk(aisim_vllm_rank *r, int32_t s, int64_t tokens)
         v->pf_tokens += tokens;
         r->chunk_isl[s] = prompt_end;
         r->chunk_prefix[s] = prompt_start;
+        if (r->fpm) {
+            TRY(grow((void **)&r->fpm_chunks, &r->fpm_chunks_cap, r->n_fpm_chunks + 2,
+                     sizeof *r->fpm_chunks));
+            r->fpm_chunks[r->n_fpm_chunks++] = prompt;
+            r->fpm_chunks[r->n_fpm_chunks++] = prompt_start;
+        }
     } else {
         r->chunk_isl[s] = r->chunk_prefix[s] = -1;
     }
@@ -1062,6 +1086,53 @@ static int admit_waiting(aisim_vllm_rank *r, double now_ms, int64_t budget, int6
     return AISIM_OK;
 }
 
+static int push_value(int64_t **array, size_t *n, size_t *cap, int64_t value)
+{
+    TRY(grow((void **)array, cap, *n + 1, sizeof **array));
+    (*array)[(*n)++] = value;
+    return AISIM_OK;
+}
+
+/* What forward-pass metrics read of the pass just formed (engine/fpm.py pass_row and
+ * queue_stats), in the twin's order: each open stretch's context (buckets in opening
+ * order, members in joining order), then each ready request's step after no prompt work;
+ * the queue as (resumes after a preemption: 1, 0) and length pairs. */
+static int fpm_pass(aisim_vllm_rank *r, int64_t P)
+{
+    size_t i, j;
+    r->n_fpm_contexts = r->n_fpm_queued = 0;
+    for (i = 0; i < r->n_active_keys; i++) {
+        const bucket *b = &r->buckets[r->active_keys[i]];
+        for (j = 0; j < b->len; j++) {
+            int32_t s = b->slots[j];
+            TRY(push_value(&r->fpm_contexts, &r->n_fpm_contexts, &r->fpm_contexts_cap,
+                           r->base_len[s] - r->base_pass[s] + P));
+        }
+    }
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        if (r->chunk_isl[s] < 0 && r->out_limit[s] > 0 && !r->generated[s])
+            TRY(push_value(&r->fpm_contexts, &r->n_fpm_contexts, &r->fpm_contexts_cap,
+                           r->prompt_len[s] + r->generated[s]));
+    }
+    for (i = 0; i < r->wait_len; i++) {
+        int32_t s = r->wait_ring[(r->wait_head + i) & (r->wait_cap - 1)];
+        int resumes = r->generated[s] != 0;
+        TRY(push_value(&r->fpm_queued, &r->n_fpm_queued, &r->fpm_queued_cap, resumes));
+        TRY(push_value(&r->fpm_queued, &r->n_fpm_queued, &r->fpm_queued_cap,
+                       resumes ? r->prompt_len[s] + r->generated[s] : r->prompt_len[s]));
+    }
+    return AISIM_OK;
+}
+
+int aisim_vllm_set_fpm(aisim_vllm_rank *r, int32_t on)
+{
+    if (!r)
+        return AISIM_EINVAL;
+    r->fpm = on != 0;
+    return AISIM_OK;
+}
+
 static int schedule(aisim_vllm_rank *r, double now_ms)
 {
     aisim_vllm_view *v = &r->view;
@@ -1090,6 +1161,7 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     }
     v->pf_count = v->pf_tokens = v->pf_isl = v->pf_prefix = 0;
     v->chunked_pass = 0;
+    r->n_fpm_chunks = 0;
     if (fast) {
         size_t count = r->partial.len;
         if (crossing->len)
@@ -1128,6 +1200,8 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     }
     v->dec_batch = n;
     v->dec_active = active;
+    if (r->fpm)
+        TRY(fpm_pass(r, P));
     v->decode_known = 0;
     if (n && r->decode_timing)
         v->decode_known = aisim_decode_timing_eval(r->decode_timing, n, active,

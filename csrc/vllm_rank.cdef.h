@@ -87,6 +87,15 @@ typedef struct aisim_vllm_view {
     size_t n_report_order;
     const int32_t *report_prefilled;
     size_t n_report_prefilled;
+    /* with forward-pass metrics on (aisim_vllm_set_fpm), of the pass just formed: its prompt
+     * chunks as (prompt length, prefix) pairs, its decoders' contexts, its queue as
+     * (resumes after a preemption, length) pairs */
+    const int64_t *fpm_chunks;
+    size_t n_fpm_chunks;
+    const int64_t *fpm_contexts;
+    size_t n_fpm_contexts;
+    const int64_t *fpm_queued;
+    size_t n_fpm_queued;
 } aisim_vllm_view;
 
 /* The pool is borrowed: the caller keeps it alive for the rank's lifetime
@@ -155,3 +164,5 @@ int aisim_vllm_pending_prefill_tokens(const aisim_vllm_rank *r, int64_t *out);
  * finishing, out[1] blocks they free (held by no other running request, each
  * once), out[2] of those, the full ones that stay cached. */
 int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_t *out);
+/* Forward-pass metrics of each pass formed from now on (off at creation). */
+int aisim_vllm_set_fpm(aisim_vllm_rank *r, int32_t on);

@@ -141,7 +141,7 @@ def random_timer(rng):
 
 
 def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, timing=None,
-          run_passes=MAX_PASSES, gauges=False, observer=None):
+          run_passes=MAX_PASSES, gauges=False, observer=None, fpm_rows=False):
     """Run ``stream`` through one rank; returns everything observable, pass by pass, and the
     CPU time of the loop (requests are made before it). ``timing="b1"``: the benchmark's fixed
     10/5 ms (bench/vllm_native_ab.py); ``gauges``: telemetry's gauges on."""
@@ -156,6 +156,9 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         rank.observer = Recorder(*observer, cb.log)
         rank.watched = True
         pool.log_evictions(True)
+    if fpm_rows:   # a scaling policy's forward-pass metrics, as runtime/cluster.py
+        rank.fpm_on = True
+        rank.watched = True
     seen = []     # telemetry's gauges after each submission and completion
     if gauges:    # as runtime/simulation.py turns them on
         rank.capture_gauges = True
@@ -197,7 +200,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
                       len(rank.waiting), pool.active(), pool.inactive(), rank.held_total,
                       rank.preemptions, rank.pending_prefill_tokens()))
         rank.complete()
-        seen.append((rank.telemetry_gauges(), rank.completed_preemptions))
+        seen.append((rank.telemetry_gauges(), rank.completed_preemptions, rank.fpm_last))
         if end == t and not progressed:
             if nxt >= len(requests):
                 break   # nothing can start: the runtime's stall
@@ -232,10 +235,11 @@ def assert_same(seed, n_requests):
     gauges = rng.random() < 0.5
     observer = rng.choice([None, None, (True, True), (False, True), (True, False),
                            (False, False)])
+    fpm_rows = rng.random() < 0.4
     expected, _ = drive(VllmRank, engine, timer_seed, stream, truncating, run_passes=run_passes,
-                        gauges=gauges, observer=observer)
+                        gauges=gauges, observer=observer, fpm_rows=fpm_rows)
     got, _ = drive(NativeVllmRank, engine, timer_seed, stream, truncating,
-                   run_passes=run_passes, gauges=gauges, observer=observer)
+                   run_passes=run_passes, gauges=gauges, observer=observer, fpm_rows=fpm_rows)
     for key in expected:
         assert got[key] == expected[key], (seed, key, engine)
     return expected
@@ -276,30 +280,6 @@ def test_supports_names_what_it_refuses():
     assert "C backend" in supports(EngineConfig(backend="vllm"), backend="python")
     assert "Python" in supports(EngineConfig(backend="vllm"), pool=BlockPool(4, backend="python"),
                                 backend="c")
-
-
-def test_a_rank_watched_before_its_first_request_becomes_the_python_rank():
-    engine = EngineConfig(backend="vllm", num_gpu_blocks=8, block_size=4)
-    pool = BlockPool(8, backend="c")
-    rank = NativeVllmRank(engine, StepTimer(PolynomialTiming()), pool, callbacks=Terminals())
-    rank.config_path = "$.spec.engine.rank"
-    rank.capture_gauges = rank.watched = True   # telemetry first, as the runtime may
-    rank._gauges = baseline = rank.live_gauges()
-    rank.fpm_on = True
-    assert type(rank) is VllmRank and rank.fpm_on and rank.pool is pool
-    assert rank.config_path == "$.spec.engine.rank"
-    assert rank.capture_gauges and rank.watched and rank.telemetry_gauges() is baseline
-    rank.submit(make_request(1, (0.0, [1, 2], 4, 8, 3, None)))
-    assert rank.schedule(0.0) > 0
-
-
-def test_a_rank_watched_after_a_request_is_one_error():
-    engine = EngineConfig(backend="vllm", num_gpu_blocks=8, block_size=4)
-    rank = NativeVllmRank(engine, StepTimer(PolynomialTiming()), BlockPool(8, backend="c"),
-                          callbacks=Terminals())
-    rank.submit(make_request(1, (0.0, [1, 2], 4, 8, 3, None)))
-    with pytest.raises(SimulationError, match="observer"):
-        rank.observer = object()
 
 
 def test_ranks_beyond_int64_counts_keep_the_python_rank():

@@ -23,6 +23,7 @@ from array import array
 
 from .. import native
 from ..errors import SimulationError
+from . import fpm
 from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind, decode_runner
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
@@ -34,10 +35,6 @@ _GOLDEN = 0x9E3779B97F4A7C15  # workload/prompt.py's salt of blocks past the pro
 _EXACT = 2 ** 62              # counts the C rank keeps in int64 without overflow
 _U64_ARRAY = native.ffi.typeof("uint64_t[]") if native.ffi is not None else None
 _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
-
-
-# attributes the runtime sets on a rank it built (runtime/build.py, simulation.py, cluster.py)
-_RUNTIME_SET = ("config_path", "watched", "capture_gauges", "_gauges", "fpm_clock", "fpm_last")
 
 
 def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
@@ -106,6 +103,45 @@ def _check(status, operation):
     return status
 
 
+class _Chunk:
+    """A prompt chunk as engine/fpm.py reads a request: its prompt length and prefix."""
+
+    __slots__ = ("prompt_len", "pass_chunk")
+
+    def __init__(self, prompt_len, prefix):
+        self.prompt_len = prompt_len
+        self.pass_chunk = (0, 0, prefix)
+
+
+class _Context:
+    """A decoder's context as engine/fpm.py reads an open stretch (base_len - base_pass + P
+    with base_pass = P)."""
+
+    __slots__ = ("base_len", "base_pass")
+
+    def __init__(self, context, P):
+        self.base_len = context
+        self.base_pass = P
+
+
+class _FpmPass:
+    """The pass just formed, as engine/fpm.py's pass_row reads a rank."""
+
+    __slots__ = ("_fpm_chunks", "buckets", "_fpm_queue", "_pf_tokens")
+
+    def __init__(self, view, queue):
+        ffi = native.ffi
+        n = view.n_fpm_chunks
+        chunks = ffi.unpack(view.fpm_chunks, 2 * n) if n else ()
+        self._fpm_chunks = [_Chunk(chunks[i], chunks[i + 1]) for i in range(0, 2 * n, 2)]
+        P = view.pass_index
+        n = view.n_fpm_contexts
+        contexts = ffi.unpack(view.fpm_contexts, n) if n else ()
+        self.buckets = {0: [_Context(c, P) for c in contexts]}
+        self._fpm_queue = queue
+        self._pf_tokens = view.pf_tokens
+
+
 class _Queue:
     """The running order or the waiting queue, read from C: length and truth cost a field
     read; iterating builds the requests (messages and checks only)."""
@@ -142,16 +178,19 @@ class NativeVllmRank(RankBase):
     charges_prefill = True
     charges_decode = True
     holds_sources = False
-    # telemetry gauges, captured as of the latest pass completion or submission, and a
-    # router's observer, as VllmRank's (forward-pass metrics make it the Python rank: fpm_on)
+    # what watches the rank, as VllmRank's: telemetry gauges (captured as of the latest pass
+    # completion or submission), a router's observer, forward-pass metrics
     watched = False
     capture_gauges = False
     in_flight = False            # a pass formed by schedule() has not completed yet
     completed_preemptions = 0    # as of the latest completed pass
     _gauges = None
     _observer = None
-    fpm_last = None
-    fpm_clock = 0.0
+    _fpm_on = False
+    fpm_last = None              # (end ms, row) of the latest completed pass
+    fpm_clock = 0.0              # when its last row was reported, or the rank activated
+    _fpm_pending = None
+    _fpm_queue = None
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):
@@ -159,9 +198,6 @@ class NativeVllmRank(RankBase):
         if reason is not None:
             raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
-        self._init_args = ((engine, timer, pool), dict(
-            callbacks=callbacks, worker_idx=worker_idx, dp_rank=dp_rank,
-            scheduler_id=scheduler_id))
         self.worker_idx = worker_idx
         self.dp_rank = dp_rank
         self.scheduler_id = scheduler_id
@@ -258,19 +294,13 @@ class NativeVllmRank(RankBase):
 
     @property
     def fpm_on(self):
-        return False
+        """Forward-pass metrics for scaling snapshots (engine/fpm.py), kept only when asked."""
+        return self._fpm_on
 
     @fpm_on.setter
     def fpm_on(self, value):
-        """Forward-pass metrics, which this rank does not keep (v1): turned on before the first
-        submission, they make this rank the Python one, afterwards they are an error."""
-        if not value:
-            return
-        if self._requests:
-            raise SimulationError("the C vLLM rank does not support fpm_on (v1), and "
-                                  "requests were submitted to it already")
-        self._become_python()
-        self.fpm_on = value
+        self._fpm_on = bool(value)
+        _check(native.lib.aisim_vllm_set_fpm(self._rank, self._fpm_on), "aisim_vllm_set_fpm")
 
     @property
     def observer(self):
@@ -279,25 +309,9 @@ class NativeVllmRank(RankBase):
 
     @observer.setter
     def observer(self, value):
-        if value is not None and self._requests:
-            raise SimulationError("the C vLLM rank takes an observer only before its first "
-                                  "request")
         self._observer = value
         _check(native.lib.aisim_vllm_observe(self._rank, value is not None),
                "aisim_vllm_observe")
-
-    def _become_python(self):
-        """Turn this (still empty) rank into a ``VllmRank`` on the same pool and timer."""
-        args, kwargs = self._init_args
-        # what the runtime set on the rank so far (its settings' path, telemetry's switch and
-        # baseline) carries over; the rest is an empty rank's state
-        kept = {key: self.__dict__[key] for key in _RUNTIME_SET if key in self.__dict__}
-        observer = self._observer
-        self.__dict__.clear()   # drops the C rank; the pool it borrowed is untouched
-        self.__class__ = VllmRank
-        VllmRank.__init__(self, *args, **kwargs)
-        self.__dict__.update(kept)
-        self.observer = observer
 
     # ------------------------------------------------------------------ what VllmRank words
     # the same text and arithmetic over the same fields: one definition, VllmRank's
@@ -422,7 +436,22 @@ class NativeVllmRank(RankBase):
         self.pass_end_ms = (now_ms + prefill) + decode
         if self.watched:
             self.in_flight = True
+            if self._fpm_on:
+                self._fpm_row(now_ms)
         return self.pass_end_ms
+
+    def _fpm_row(self, now_ms):
+        """engine/fpm.py's row of the pass just formed, from what C gathered (the same lists
+        in the same order as VllmRank's, so the same sums and variances)."""
+        ffi = native.ffi
+        view = self._view
+        n = view.n_fpm_queued
+        queued = ffi.unpack(view.fpm_queued, 2 * n) if n else ()
+        prefill = [queued[i + 1] for i in range(0, 2 * n, 2) if not queued[i]]
+        decode = [queued[i + 1] for i in range(0, 2 * n, 2) if queued[i]]
+        self._fpm_queue = (prefill, decode) if n else ((), ())
+        self._fpm_pending = fpm.pass_row(_FpmPass(view, self._fpm_queue), now_ms,
+                                         view.pass_index, ())
 
     def _events(self):
         view = self._view
@@ -585,6 +614,8 @@ class NativeVllmRank(RankBase):
     def complete(self):
         if self.watched:
             self.in_flight = False
+            if self._fpm_on:
+                self.fpm_last = fpm.completed(self)
         observer = self._observer
         self._complete(observer)
         if self.capture_gauges:

@@ -10,7 +10,9 @@ from it) and ``break_gaps``. What a call did comes back as one flat array of eve
 preempted, rejected, finished with its stretches), so Python touches a request only at those
 lifecycle events: its ``admissions``, ``first_reused``, ``max_reused``, ``preemptions``,
 ``stretches``, ``generated`` and ``status`` are right from then on (in between, C holds the
-truth).
+truth). What watchers read is gathered in C too and replayed in VllmRank's order: a router's
+KV events, running-order signals and prefill completions at each pass end, telemetry's gauges,
+forward-pass metrics' lists (engine/fpm.py makes the rows).
 
 ``VllmRank`` (engine/vllm.py) is its twin and specification: the same request stream through
 both gives the same passes, token times and pool state (tests/test_vllm_native.py). The
@@ -42,9 +44,8 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
 
     v1 takes the aggregated vLLM or TensorRT-LLM rank on the C pool, alone or in an attention
     DP group (a group forms one pass per rank and never extends, as with the Python rank),
-    watched by a router or telemetry or not: not the disaggregated roles (engine/vllm_roles.py)
-    and not forward-pass metrics (a scaling policy turning ``fpm_on`` on makes a still empty
-    rank the Python one)."""
+    whether a router, telemetry or a scaling policy's forward-pass metrics watch it or not;
+    not the disaggregated roles (engine/vllm_roles.py), nor counts beyond int64."""
     if native.resolve_backend(backend) != "c":
         return "the C backend is not in use"
     if engine.backend not in ("vllm", "trtllm"):

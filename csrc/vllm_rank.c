@@ -654,6 +654,7 @@ static int commit_full_blocks(aisim_vllm_rank *r, int32_t s, int64_t full)
             memcpy(r->stored + r->n_stored, r->hashes[s] + done, count * sizeof *r->stored);
             r->n_stored += count;
             r->stored_ends[r->n_stored_runs++] = (int64_t)r->n_stored;
+            r->view.stored_commits++;
         }
     }
     return AISIM_OK;

@@ -78,6 +78,7 @@ typedef struct aisim_vllm_view {
     const uint64_t *stored;
     const int64_t *stored_ends;
     size_t n_stored_runs;
+    int64_t stored_commits;         /* runs stored since observing began (never reset) */
     const uint64_t *report_stored;
     const int64_t *report_ends;
     size_t n_report_runs;

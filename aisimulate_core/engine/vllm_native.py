@@ -143,6 +143,30 @@ class _FpmPass:
         self._pf_tokens = view.pf_tokens
 
 
+class _StoredRuns:
+    """The runs of hashes committed since the last report, read from C (VllmRank's
+    ``_stored`` list): truth is a field read, iterating copies them out."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view):
+        self._view = view
+
+    def __bool__(self):
+        return self._view.n_stored_runs > 0
+
+    def __iter__(self):
+        view = self._view
+        ffi = native.ffi
+        start = 0
+        for i in range(view.n_stored_runs):
+            end = view.stored_ends[i]
+            run = array("Q")
+            run.frombytes(ffi.buffer(view.stored + start, 8 * (end - start)))
+            start = end
+            yield run
+
+
 class _Queue:
     """The running order or the waiting queue, read from C: length and truth cost a field
     read; iterating builds the requests (messages and checks only)."""
@@ -323,8 +347,6 @@ class NativeVllmRank(RankBase):
     kv_gauges = VllmRank.kv_gauges
     live_gauges = VllmRank.live_gauges
     kv_summary = VllmRank.kv_summary
-    truncate = VllmRank.truncate
-    ends_pass_at = VllmRank.ends_pass_at
 
     telemetry_gauges = VllmRank.telemetry_gauges
 
@@ -561,7 +583,7 @@ class NativeVllmRank(RankBase):
                 observer.kv_removed(self, evicted)
         else:  # the router reads the engine itself (indexed_prefix): a new pass, a new log
             self._evicted_in_flight = []
-            self._index_key = None
+            self._in_flight_index = None
         if observer.ordered:
             # the reference signals each request in running order, each draining the
             # router's queue on its own: the router sorts this pass's signals by it
@@ -573,36 +595,23 @@ class NativeVllmRank(RankBase):
             for slot in ffi.unpack(view.report_prefilled, view.n_report_prefilled):
                 observer.prefill_done(self, requests[slot])
 
-    def indexed_prefix(self, hashes):
-        """The leading blocks of ``hashes`` an index fed by this rank's KV events would hold
-        (VllmRank.indexed_prefix): what the pool holds, minus blocks the pass in flight
-        committed, plus blocks it evicted (their events come at its end)."""
-        pool = self.pool
-        held = pool.match(hashes)
-        evicted = pool.take_evicted()
-        if len(evicted):
-            self._evicted_in_flight.extend(evicted)
-            self._index_key = None
-        view = self._view
-        runs = view.n_stored_runs
-        if not runs and not self._evicted_in_flight:
-            return held
-        key = (view.pass_index, runs)
-        if self._index_key != key:
-            stored = set()
-            if runs:
-                stored.update(native.ffi.unpack(view.stored, view.stored_ends[runs - 1]))
-            self._index = (stored, set(self._evicted_in_flight))
-            self._index_key = key
-        stored, gone = self._index
-        count = 0
-        for i, block in enumerate(hashes):
-            # resident: indexed unless this pass stored it; gone: indexed until this pass ends,
-            # unless this pass had stored it in the first place
-            if (block in stored) if i < held else (block not in gone or block in stored):
-                break
-            count += 1
-        return count
+    # the index a router's kv_index reads (VllmRank.indexed_prefix, the one definition): the
+    # runs committed in the pass in flight come from C; the hash sets built from them and the
+    # evictions stand until the next commit, eviction or (without KV events) report
+    indexed_prefix = VllmRank.indexed_prefix
+
+    @property
+    def _stored(self):
+        return _StoredRuns(self._view)
+
+    @property
+    def _in_flight_index(self):
+        return self._index if self._index_key == self._view.stored_commits else None
+
+    @_in_flight_index.setter
+    def _in_flight_index(self, index):
+        self._index = index
+        self._index_key = None if index is None else self._view.stored_commits
 
     # ------------------------------------------------------------------ pass completion
     def _count_breaks(self, stretches):

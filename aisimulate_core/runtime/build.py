@@ -66,8 +66,8 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None):
     native_cls = None
     if engine_cls is None:
         engine_cls = ENGINES[rank_cfg.backend]
-        # the rank's pass in C where it covers the configuration (engine/vllm_native.py); a
-        # rank a router or telemetry then watches turns itself back into the Python one
+        # the rank's pass in C where it covers the configuration (engine/vllm_native.py),
+        # watched or not
         if supports(rank_cfg, dp_size=dp) is None:
             native_cls = NativeVllmRank
     rank_path = f"{path}.rank"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from array import array
 
+from .. import native
 from ..kv import hashing
 
 
@@ -122,13 +123,33 @@ class IdRanges:
     def __getitem__(self, index):
         if not isinstance(index, slice) or index.start not in (None, 0) or index.step is not None:
             raise TypeError("IdRanges supports only leading slices [:n]")
-        left = len(self) if index.stop is None else max(0, index.stop)
+        total = len(self)
+        left = total if index.stop is None else min(total, max(0, index.stop))
+        if native.resolve_backend() == "c":
+            out = _c_fill(self.ranges, left)
+            if out is not None:
+                return out
         out = array("I")
         for first, count in self.ranges:
             take = min(count, left)
             out.extend(range(first, first + take))
             left -= take
         return out
+
+
+def _c_fill(ranges, n):
+    """The first ``n`` ids in one C call, or None when the loop must say why it cannot."""
+    try:
+        firsts = array("I", [first for first, _ in ranges])
+        counts = array("I", [count for _, count in ranges])
+    except OverflowError:
+        return None
+    out = array("I", bytes(4 * n))
+    ffi = native.ffi
+    written = native.lib.aisim_fill_id_ranges(
+        ffi.from_buffer("uint32_t[]", firsts), ffi.from_buffer("uint32_t[]", counts),
+        len(firsts), ffi.from_buffer("uint32_t[]", out), n)
+    return out if written == n else None
 
 
 _MASK = (1 << 64) - 1

@@ -125,7 +125,7 @@ class IdRanges:
             raise TypeError("IdRanges supports only leading slices [:n]")
         total = len(self)
         left = total if index.stop is None else min(total, max(0, index.stop))
-        if native.resolve_backend() == "c":
+        if left >= _C_FILL_FROM and native.resolve_backend() == "c":
             out = _c_fill(self.ranges, left)
             if out is not None:
                 return out
@@ -135,6 +135,10 @@ class IdRanges:
             out.extend(range(first, first + take))
             left -= take
         return out
+
+
+# below this many ids the loop is cheaper than the call's buffers
+_C_FILL_FROM = 256
 
 
 def _c_fill(ranges, n):

@@ -31,25 +31,7 @@ class VllmRank(RankBase):
     holds_sources = False        # the disaggregated prefill role keeps a finished copy's KV
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0, scheduler_id=0):
-        self.worker_idx = worker_idx
-        self.dp_rank = dp_rank
-        self.scheduler_id = scheduler_id
-        self.timer = timer
-        self.pool = pool
-        self.cb = callbacks
-        bs = engine.block_size
-        self.block_size = bs
-        self.num_blocks = engine.num_gpu_blocks
-        self.total_kv_tokens = engine.num_gpu_blocks * bs
-        self.max_batched = engine.max_num_batched_tokens
-        self.max_seqs = engine.max_num_seqs
-        self.max_model_len = engine.max_model_len
-        self.caching = engine.enable_prefix_caching
-        self.chunked = engine.enable_chunked_prefill
-        self.lifo = engine.preemption_mode != "fifo"
-        # TensorRT-LLM GUARANTEED_NO_EVICT: admission reserves every request's whole
-        # prompt + output footprint, so nothing is ever preempted
-        self.no_evict = engine.backend == "trtllm"
+        self._take_settings(engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id)
         self.held_total = 0          # KV blocks held, summed over running requests
         self.completion_total = 0    # to-completion blocks, summed over running requests
         # The head of the queue that last had to wait, and the cache version then: while no
@@ -105,6 +87,28 @@ class VllmRank(RankBase):
         self._fpm_chunks = []
         self._fpm_queue = None
         self._fpm_pending = None
+
+    def _take_settings(self, engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id):
+        """The rank's identity and the engine settings it schedules by (the C rank's too)."""
+        self.worker_idx = worker_idx
+        self.dp_rank = dp_rank
+        self.scheduler_id = scheduler_id
+        self.timer = timer
+        self.pool = pool
+        self.cb = callbacks
+        bs = engine.block_size
+        self.block_size = bs
+        self.num_blocks = engine.num_gpu_blocks
+        self.total_kv_tokens = engine.num_gpu_blocks * bs
+        self.max_batched = engine.max_num_batched_tokens
+        self.max_seqs = engine.max_num_seqs
+        self.max_model_len = engine.max_model_len
+        self.caching = engine.enable_prefix_caching
+        self.chunked = engine.enable_chunked_prefill
+        self.lifo = engine.preemption_mode != "fifo"
+        # TensorRT-LLM GUARANTEED_NO_EVICT: admission reserves every request's whole
+        # prompt + output footprint, so nothing is ever preempted
+        self.no_evict = engine.backend == "trtllm"
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):

@@ -223,26 +223,10 @@ class NativeVllmRank(RankBase):
         if reason is not None:
             raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
-        self.worker_idx = worker_idx
-        self.dp_rank = dp_rank
-        self.scheduler_id = scheduler_id
-        self.timer = timer
-        self.pool = pool
-        self.cb = callbacks
-        bs = self.block_size = engine.block_size
-        self.num_blocks = engine.num_gpu_blocks
-        self.total_kv_tokens = engine.num_gpu_blocks * bs
-        self.max_batched = engine.max_num_batched_tokens
-        self.max_seqs = engine.max_num_seqs
-        self.max_model_len = engine.max_model_len
-        self.caching = engine.enable_prefix_caching
-        self.chunked = engine.enable_chunked_prefill
-        self.lifo = engine.preemption_mode != "fifo"
-        # TensorRT-LLM GUARANTEED_NO_EVICT: admission reserves every request's whole
-        # prompt + output footprint, so nothing is ever preempted
-        self.no_evict = engine.backend == "trtllm"
+        VllmRank._take_settings(self, engine, timer, pool, callbacks, worker_idx, dp_rank,
+                                scheduler_id)
         config = ffi.new("aisim_vllm_config *")
-        config.block_size = bs
+        config.block_size = self.block_size
         config.num_blocks = self.num_blocks
         config.max_batched = self.max_batched
         config.max_seqs = self.max_seqs

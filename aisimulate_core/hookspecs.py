@@ -115,7 +115,9 @@ def aisimulate_register_scaling_policies(register: Register) -> None:
     tick) plus ``prefill_scheduler_metrics`` / ``decode_scheduler_metrics`` (the telemetry
     rows) and ``router_pending_*_requests``. The core registers ``none``, ``schedule`` and
     ``load``; an embedding program may pass any object with these two methods as
-    ``run_replay(..., scaling_policy=obj)``.
+    ``run_replay(..., scaling_policy=obj)``. A policy whose class sets ``reads_pass_metrics =
+    False`` (``none`` and ``schedule`` do) gets empty FPM lists, and the engines skip the
+    per-pass rows it would never read.
     """
 
 

@@ -15,6 +15,7 @@ import pytest
 from aisimulate_core import run_replay
 from aisimulate_core.errors import PluginError
 from cluster_compare import compare, diff
+from reference import HOST_KEYS
 from test_cluster_cases import SHARED
 from test_cluster_lifecycle import payload as fixture_payload
 
@@ -110,6 +111,26 @@ def test_fpm_rows_are_the_references(name):
             diff(ours[key], ref[key], f"$.scaling_snapshots[{ref['tick_ordinal']}].{key}",
                  problems)
     assert problems == []
+
+
+class EmbeddedScheduleWithoutMetrics(EmbeddedSchedule):
+    reads_pass_metrics = False
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULED))
+def test_a_policy_that_reads_no_pass_metrics_gets_none_and_the_same_run(name):
+    loaded, ticks, _ = shared_case(name)
+    watched, blind = EmbeddedSchedule(ticks), EmbeddedScheduleWithoutMetrics(ticks)
+    full = run_replay(loaded, scaling_policy=watched)
+    fast = run_replay(loaded, scaling_policy=blind)
+    assert any(s["prefill_fpm_snapshots"] or s["decode_fpm_snapshots"] for s in watched.snapshots)
+    assert all(s["prefill_fpm_snapshots"] == s["decode_fpm_snapshots"] == []
+               for s in blind.snapshots)
+    assert [without_fpm(s) for s in blind.snapshots] == [without_fpm(s) for s in watched.snapshots]
+    def simulated(summary):
+        return {k: v for k, v in summary.items() if k not in HOST_KEYS}
+    assert simulated(fast.summary) == simulated(full.summary)
+    assert fast.per_request == full.per_request
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULED))

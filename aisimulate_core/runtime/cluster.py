@@ -81,11 +81,18 @@ class Cluster:
         self.settling = []           # draining workers that may hold nothing now
         self._last_tick_ms = -math.inf
         self._stalled = 0            # ticks in a row that changed nothing on a stuck run
+        # forward-pass metrics cost every pass a row; a policy that says it never reads them
+        # (the built-in ``none`` and ``schedule``) gets empty FPM lists and passes run unwatched
+        self.watch = getattr(policy, "reads_pass_metrics", True)
         for pool in pools.values():
-            watch_passes(pool.live_workers(), 0.0)
+            self._watch(pool.live_workers(), 0.0)
         first = self._time("initial_tick_ms()", "",
                            self._call("initial_tick_ms()", policy.initial_tick_ms))
         self.next_tick_ms = max(0.0, first) if math.isfinite(first) else math.inf
+
+    def _watch(self, workers, t):
+        if self.watch:
+            watch_passes(workers, t)
 
     def _call(self, what, function, *args):
         try:
@@ -117,7 +124,7 @@ class Cluster:
                 continue     # cancelled while starting
             op = self.lifecycle.begin(t, pool.life, "worker_ready_event", origin=origin)
             op.transition(worker_id, "worker_ready", ACTIVE, origin)
-            watch_passes([pool.workers[worker_id]], t)
+            self._watch([pool.workers[worker_id]], t)
             pool.router.worker_ready(pool.workers[worker_id], t)
             self.lifecycle.commit(op, self.sim.flush_router(pool.router, t))
 
@@ -231,7 +238,7 @@ class Cluster:
         life.added_ms[worker_id] = t
         life.origin[worker_id] = op.ordinal
         worker = pool.spawn(worker_id)
-        watch_passes([worker], t)
+        self._watch([worker], t)
         pool.workers[worker_id] = worker
         pool.all_ranks.extend(worker.ranks)
         delay = pool.startup_delay_ms

@@ -27,6 +27,7 @@ class NoScaling:
     """Never scales: its first tick is at infinity, so the runtime never asks it again."""
 
     NAME: ClassVar[str] = "none"
+    reads_pass_metrics: ClassVar[bool] = False
 
     def __init__(self, config: dict) -> None:
         self.config = check_provider_config(config, (), CONFIG_PATH)
@@ -40,6 +41,7 @@ class ScheduledScaling:
     None (that pool is left alone). Tick i answers tick i's targets and tick i+1's time."""
 
     NAME: ClassVar[str] = "schedule"
+    reads_pass_metrics: ClassVar[bool] = False   # its answers depend on the tick count only
     TICK_KEYS = ("at_ms", "decode_target", "prefill_target")
 
     def __init__(self, config: dict) -> None:

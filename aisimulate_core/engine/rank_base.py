@@ -98,10 +98,13 @@ class RankBase:
 
     def _record_itl(self, r):
         """Add a finished request's inter-token gaps: stretches via the difference array."""
+        self._add_stretch_gaps(r.stretches)
+
+    def _add_stretch_gaps(self, stretches):
         diff = self.itl_diff
         breaks = self.break_gaps
         prev_last = None
-        for first, last in r.stretches:
+        for first, last in stretches:
             if last > first:
                 diff[first] += 1
                 diff[last] -= 1

@@ -24,7 +24,7 @@ class SimRequest:
         "status", "seq", "computed", "generated", "out_limit", "held_blocks",
         "hash_cache", "admissions", "first_reused", "max_reused", "preemptions",
         "stretches", "open_start", "base_pass", "base_gen", "base_len", "bucket_key", "grown_mark",
-        "in_stretch", "terminal_ms", "terminal_status", "committed_blocks", "pass_chunk", "footprint_blocks",
+        "in_stretch", "itl_span", "terminal_ms", "terminal_status", "committed_blocks", "pass_chunk", "footprint_blocks",
         # disaggregated: the handoff a role copy belongs to; a decode copy's accept order and
         # the capacity generation of its last reservation attempt
         "handoff", "waiting_order", "last_attempt",
@@ -72,6 +72,7 @@ class SimRequest:
         self.preemptions = 0
         self.stretches = []                   # closed (first_pass, last_pass) emission runs
         self.in_stretch = False
+        self.itl_span = None                  # SGLang: its last decode run, counted per rank
         self.base_pass = 0                    # open stretch: pass index of its first emission
         self.base_gen = 0                     # tokens generated before that pass
         self.base_len = 0                     # sequence length before that pass

@@ -317,6 +317,34 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
             return None
         return charged + reserve
 
+    def _record_itl(self, r):
+        """A finished request's gaps: those of its last decode run are counted per rank
+        (``RunningBatch.count_span``), the stretches before it and the link to it here."""
+        span = r.itl_span
+        stretches = r.stretches
+        if span is None or len(stretches) != span[4]:
+            self._add_stretch_gaps(stretches)   # (it emitted after that run: no shortcut)
+            return
+        first, last, before, prev_last, _ = span
+        running = self.running
+        if before:
+            head = stretches[:before]
+            head[-1] = (head[-1][0], prev_last)   # as it was before the run merged into it
+            self._add_stretch_gaps(head)
+            start = running.dec_pass[first]
+            if start == prev_last + 1:
+                diff = self.itl_diff
+                diff[prev_last] += 1
+                diff[start] -= 1
+            else:
+                breaks = self.break_gaps
+                breaks[(prev_last, start)] = breaks.get((prev_last, start), 0) + 1
+        running.count_span(first, last)
+
+    def itl_gaps(self, backend=None):
+        self.running.fold_spans(self.itl_diff, self.break_gaps)
+        return super().itl_gaps(backend)
+
     def _run_cut(self):
         # the run now ends before the pass in which members finish
         self._ends_finishing = False

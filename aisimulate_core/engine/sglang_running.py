@@ -31,6 +31,11 @@ class RunningBatch:
         self.n_small = 0
         self.n_big = 0               # members whose remaining output is clipped
         self.unclip = {}             # decode index -> big members whose remaining reaches clip there
+        # the inter-token gaps of finished members' last decode runs, as a difference array
+        # over decode indices (d: the gap from decode pass d to d + 1), folded into the
+        # rank's ITL once at the report (fold_spans): a run spans as many breaks as prefill
+        # passes came meanwhile, and walking them per member cost more than the rest of it
+        self.span_cover = {}
 
     def __len__(self):
         return len(self.members)
@@ -103,7 +108,14 @@ class RunningBatch:
             self.sum_small -= remaining
         r.in_stretch = False
         if D > r.open_start:
+            stretches = r.stretches
+            before = len(stretches)
+            prev_last = stretches[-1][1] if before else -1
             self._close_stretches(r, r.open_start, D - 1)
+            # (first, last decode index, stretches before, the last one's end then, after)
+            r.itl_span = (r.open_start, D - 1, before, prev_last, len(stretches))
+        else:
+            r.itl_span = None
 
     def _close_stretches(self, r, first, last):
         dec_pass = self.dec_pass
@@ -129,6 +141,46 @@ class RunningBatch:
             stretches[-1] = (stretches[-1][0], b)
         else:
             stretches.append((a, b))
+
+    # ------------------------------------------------------------------ inter-token gaps
+    def count_span(self, first, last):
+        """Count the gaps of a finished member's decode run over decode indices first..last."""
+        if last > first:
+            cover = self.span_cover
+            cover[first] = cover.get(first, 0) + 1
+            cover[last] = cover.get(last, 0) - 1
+
+    def fold_spans(self, diff, break_gaps):
+        """Add the counted runs' gaps to a rank's per-pass difference array and break gaps
+        (as their stretches would have: consecutive passes through ``diff``, a break between
+        two decode passes as its pass pair), then forget them."""
+        cover = self.span_cover
+        if not cover:
+            return
+        self.span_cover = {}
+        dp = self.dec_pass
+        cuts = self.breaks
+        points = sorted(cover)
+        n = 0
+        for i in range(len(points) - 1):
+            a = points[i]
+            n += cover[a]
+            if not n:
+                continue
+            b = points[i + 1]          # gaps a .. b - 1: emissions in decode passes a .. b
+            j = bisect_left(cuts, a)
+            while j < len(cuts) and cuts[j] < b:
+                c = cuts[j]
+                if c > a:
+                    diff[dp[a]] += n
+                    diff[dp[c]] -= n
+                key = (dp[c], dp[c + 1])
+                break_gaps[key] = break_gaps.get(key, 0) + n
+                a = c + 1
+                j += 1
+            if b > a:
+                diff[dp[a]] += n
+                diff[dp[b]] -= n
 
     # ------------------------------------------------------------------ per decode pass
     def growth(self):

@@ -67,10 +67,6 @@ class RequestRecord:
     agentic: dict | None = None  # an agentic graph node's ids (request, play, root, parent)
 
 
-def _admitted(rec: RequestRecord) -> bool:
-    return rec.first_admission_reused_input_tokens is not None or bool(rec.admissions)
-
-
 def _nonneg(x: float) -> float:
     return x if x > 0.0 else 0.0
 
@@ -263,7 +259,8 @@ class Collector:
 
     def _settled(self, rec: RequestRecord) -> None:
         """``rec`` comes next in uuid order."""
-        if _admitted(rec):
+        # _admitted(rec), inlined: this runs once per request
+        if rec.first_admission_reused_input_tokens is not None or rec.admissions:
             self._fallback_committed_prefill += max(0, rec.input_length - rec.reused_input_tokens)
             if rec.terminal_status == "completed":
                 if rec.request_id is None:
@@ -421,31 +418,44 @@ class _Totals:
         self.ttft, self.ttst, self.tpot, self.e2e = (array("d") for _ in range(4))
 
     def add(self, rec: RequestRecord) -> None:
-        sla = self.sla
+        # once per completed request: _nonneg, _ttst and _mean_tpot inlined
         self.completed += 1
+        output = rec.output_length
         self.input_tokens += rec.input_length
-        self.output_tokens += rec.output_length
+        self.output_tokens += output
         self.reused += rec.reused_input_tokens
-        self.first_reused += rec.first_admission_reused_input_tokens or 0
-        self.duration_ms = max(self.duration_ms, _nonneg(rec.terminal_time_ms - self.start_ms))
-        if rec.first_token_ms is None or rec.last_token_ms is None:
+        first_reused = rec.first_admission_reused_input_tokens
+        if first_reused:
+            self.first_reused += first_reused
+        end = rec.terminal_time_ms - self.start_ms
+        if end > self.duration_ms:   # max(duration, _nonneg(end)): duration is never negative
+            self.duration_ms = end
+        first, last = rec.first_token_ms, rec.last_token_ms
+        arrival = rec.arrival_time_ms
+        sla = self.sla
+        if first is None or last is None:
             if sla is not None and sla.is_good_without_tokens(
-                    _nonneg(rec.terminal_time_ms - rec.arrival_time_ms)):
+                    _nonneg(rec.terminal_time_ms - arrival)):
                 self.good += 1
             return
-        ttft = _nonneg(rec.first_token_ms - rec.arrival_time_ms)
-        e2e = _nonneg(rec.last_token_ms - rec.arrival_time_ms)
+        ttft = first - arrival
+        if not ttft > 0.0:
+            ttft = 0.0
+        e2e = last - arrival
+        if not e2e > 0.0:
+            e2e = 0.0
         self.ttft.append(ttft)
         self.e2e.append(e2e)
-        if sla is not None and sla.is_good(ttft, e2e, rec.output_length):
+        if sla is not None and sla.is_good(ttft, e2e, output):
             self.good += 1
-            self.good_tokens += rec.output_length
-        ttst = _ttst(rec)
-        if ttst is not None:
-            self.ttst.append(ttst)
-        tpot = _mean_tpot(rec)
-        if tpot is not None:
-            self.tpot.append(tpot)
+            self.good_tokens += output
+        second = rec.second_token_ms
+        if second is not None:
+            ttst = second - first
+            self.ttst.append(ttst if ttst > 0.0 else 0.0)
+        if output > 1:
+            span = last - first
+            self.tpot.append((span if span > 0.0 else 0.0) / (output - 1))
 
 
 class _ArrivalOrder:
@@ -493,34 +503,48 @@ class _RecordStream:
 
     Records come in uuid (= arrival) order, so any record still to come arrived no earlier
     than the last one that came; a record that arrived strictly before that is in its final
-    place. Those wait in a heap keyed as the report sorts until then.
+    place. Those wait in a heap keyed as the report sorts until then. Records that settle
+    while the stream is not running wait in a list sorted once at ``flush``: they come almost
+    in order, which a sort takes in about one comparison each, a heap in log n.
     """
 
-    __slots__ = ("sink", "heap", "count", "running")
+    __slots__ = ("sink", "heap", "later", "count", "running")
 
     def __init__(self, sink: Callable[[dict], Any], running: bool = True) -> None:
         self.sink = sink
         self.heap: list = []
+        self.later: list = []   # (order, count, rec) settled while not running
         self.count = 0
         self.running = running  # False: nothing reaches the sink before ``flush``
 
     def settled(self, rec: RequestRecord) -> None:
-        heap = self.heap
-        heapq.heappush(heap, (_record_order(rec), self.count, rec))
+        entry = (_record_order(rec), self.count, rec)
         self.count += 1
-        if self.running:
-            frontier = (False, "", rec.arrival_time_ms)
-            while heap and heap[0][0] < frontier:
-                self.sink(per_request_record(heapq.heappop(heap)[2]))
+        if not self.running:
+            self.later.append(entry)
+            return
+        heap = self.heap
+        heapq.heappush(heap, entry)
+        frontier = (False, "", rec.arrival_time_ms)
+        sink = self.sink
+        while heap[0][0] < frontier:
+            order, _, ready = heapq.heappop(heap)
+            sink(per_request_record(ready, order[5]))
+            if not heap:
+                break
 
     def close(self) -> None:
         """The run is over: what settles from now on (in any order) is only sorted in."""
         self.running = False
 
     def flush(self) -> None:
-        heap = self.heap
-        while heap:
-            self.sink(per_request_record(heapq.heappop(heap)[2]))
+        # the counts are distinct: sorting the entries is the heap's pop order
+        entries = self.heap + self.later
+        self.heap, self.later = [], []
+        entries.sort()
+        sink = self.sink
+        for order, _, rec in entries:
+            sink(per_request_record(rec, order[5]))
 
 
 def _summary_order(rec: RequestRecord):
@@ -545,36 +569,45 @@ def _record_order(rec: RequestRecord):
 def _route(rec: RequestRecord, route: Any) -> dict:
     if isinstance(route, dict):
         pool = route.get("pool")
-    else:
-        pool = route[0]
-    out = {
+        out = _route_entry(pool, rec.prefill_worker_idx if pool == "prefill"
+                           else rec.decode_worker_idx, None, None)
+        out.update((k, v) for k, v in route.items() if k in out)
+        return out
+    pool = route[0]
+    scheduler = route[3] if len(route) > 3 else None
+    if scheduler is None:
+        scheduler = rec.prefill_worker_idx if pool == "prefill" else rec.decode_worker_idx
+    return _route_entry(pool, scheduler, route[1], route[2])
+
+
+def _route_entry(pool: Any, scheduler_id: Any, logical_worker_id: Any, dp_rank: Any) -> dict:
+    """A routing_history entry of an immediate placement, keys in the reference's order."""
+    return {
         "pool": pool,
         "outcome": "immediate",
         "queue_entered_at_ms": None,
         "released_at_ms": None,
         "queue_wait_ms": 0.0,
-        "logical_worker_id": None,
-        "scheduler_id": rec.prefill_worker_idx if pool == "prefill" else rec.decode_worker_idx,
-        "dp_rank": None,
+        "logical_worker_id": logical_worker_id,
+        "scheduler_id": scheduler_id,
+        "dp_rank": dp_rank,
         "reported_overlap_tokens": 0,
         "selected_overlap_blocks": None,
         "best_available_overlap_blocks": None,
         "overlap_regret_blocks": None,
         "placement_replica_id": None,
     }
-    if isinstance(route, dict):
-        out.update((k, v) for k, v in route.items() if k in out)
-    else:
-        out["logical_worker_id"] = route[1]
-        out["dp_rank"] = route[2]
-        if len(route) > 3 and route[3] is not None:
-            out["scheduler_id"] = route[3]
-    return out
 
 
 def _admission_history(rec: RequestRecord) -> tuple[list[dict], int, dict[str, list]]:
     """The admission history entries, the readmission count and, per pool, its first
     admission's time and its largest reuse (one walk over the admissions)."""
+    admissions = rec.admissions
+    if len(admissions) == 1 and len(admissions[0]) <= 5:   # the usual record: admitted once
+        at_ms, pool, reused = admissions[0][0], admissions[0][1], admissions[0][2]
+        return ([{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
+                  "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False}],
+                0, {pool: [1, at_ms, reused]})
     pools: dict[str, list] = {}  # pool -> [admissions so far, first at_ms, max reuse]
     history = []
     for ordinal, admission in enumerate(rec.admissions):
@@ -607,12 +640,6 @@ def _admission_history(rec: RequestRecord) -> tuple[list[dict], int, dict[str, l
     return history, readmissions, pools
 
 
-def _pool_fact(pools: dict[str, list], pool: str, index: int):
-    """The pool's first admission time (index 1) or largest reuse (2); None if never admitted."""
-    facts = pools.get(pool)
-    return facts[index] if facts is not None else None
-
-
 def _route_overlap(routes: list[dict], pool: str) -> int | None:
     for route in routes:
         if route["pool"] == pool:
@@ -620,79 +647,91 @@ def _route_overlap(routes: list[dict], pool: str) -> int | None:
     return None
 
 
-def per_request_record(rec: RequestRecord) -> dict:
-    """The reference's ``PerRequestRecord`` for one terminal request, keys in its order."""
-    out: dict[str, Any] = {}
-    if rec.request_id is not None:
-        out["request_id"] = rec.request_id
-    if rec.play_id is not None:
-        out["play_id"] = rec.play_id
-    out["session_id"] = rec.session_id
-    out["turn_index"] = rec.turn_index
-    if rec.agentic is not None:
-        out["agentic"] = rec.agentic
-    if rec.metadata is not None:
-        out["metadata"] = rec.metadata
-    first, last = rec.first_token_ms, rec.last_token_ms
-    arrival = rec.arrival_time_ms
-    out.update(
-        uuid=_uuid_text(rec.uuid),
-        arrival_time_ms=arrival,
-        dispatched_at_ms=rec.dispatched_at_ms,
-        first_admit_ms=rec.admissions[0][0] if rec.admissions else None,
-        terminal_time_ms=rec.terminal_time_ms,
-        first_token_ms=first,
-        last_token_ms=last,
-        ttft_ms=_nonneg(first - arrival) if first is not None else None,
-        ttst_ms=_ttst(rec),
-        e2e_latency_ms=_nonneg(last - arrival) if last is not None else None,
-        itl_ms=_mean_tpot(rec),
-        input_length=rec.input_length,
-        requested_output_length=rec.requested_output_length,
-        output_length=rec.output_length,
-    )
+def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict:
+    """The reference's ``PerRequestRecord`` for one terminal request, keys in its order
+    (``uuid_text``: the uuid as ``_uuid_text`` gives it, when the caller has it already).
+
+    Built as one literal of every key, the optional ones then deleted when unset: deleting
+    keeps the order of the others."""
     history, readmissions, pools = _admission_history(rec)
+    routing = rec.routing
+    if len(routing) == 1:
+        routes = [_route(rec, routing[0])]
+    else:
+        routes = [_route(rec, route) for route in routing]
     # in P/D the record shows the prefill side's reuse; the summary uses the max over all pools
-    prefill_reuse = _pool_fact(pools, "prefill", 2)
-    out["reused_input_tokens"] = (
-        prefill_reuse if prefill_reuse is not None else rec.reused_input_tokens)
-    if rec.first_admission_g1_reused_input_tokens is not None:
-        out["first_admission_g1_reused_input_tokens"] = rec.first_admission_g1_reused_input_tokens
-    if rec.first_admission_host_reused_input_tokens is not None:
-        out["first_admission_host_reused_input_tokens"] = (
-            rec.first_admission_host_reused_input_tokens)
-    routes = [_route(rec, route) for route in rec.routing]
+    prefill_facts = pools.get("prefill")
+    decode_facts = pools.get("decode")
     decode_reuse = rec.decode_reused_input_tokens
-    if decode_reuse is None:
-        decode_reuse = _pool_fact(pools, "decode", 2)
+    if decode_reuse is None and decode_facts is not None:
+        decode_reuse = decode_facts[2]
     prefill_overlap = rec.prefill_route_overlap_tokens
     if prefill_overlap is None:
         prefill_overlap = _route_overlap(routes, "prefill")
     decode_overlap = rec.decode_route_overlap_tokens
     if decode_overlap is None:
         decode_overlap = _route_overlap(routes, "decode")
-    out.update(
-        prefill_worker_idx=rec.prefill_worker_idx,
-        decode_worker_idx=rec.decode_worker_idx,
-        prefill_admit_ms=(rec.prefill_admit_ms if rec.prefill_admit_ms is not None
-                          else _pool_fact(pools, "prefill", 1)),
-        source_held_ms=rec.source_held_ms,
-        destination_reserved_ms=rec.destination_reserved_ms,
-        destination_activated_ms=rec.destination_activated_ms,
-        decode_admit_ms=(rec.decode_admit_ms if rec.decode_admit_ms is not None
-                         else _pool_fact(pools, "decode", 1)),
-        source_released_ms=rec.source_released_ms,
-        decode_reused_input_tokens=decode_reuse,
-        prefill_route_overlap_tokens=prefill_overlap,
-        decode_route_overlap_tokens=decode_overlap,
-        routing_history=routes,
-        admission_history=history,
-        admission_count=len(history),
-        readmission_count=readmissions,
-        pressure_record_ordinals=list(rec.pressure_record_ordinals or ()),
-        terminal_status=rec.terminal_status,
-    )
+    prefill_admit = rec.prefill_admit_ms
+    if prefill_admit is None and prefill_facts is not None:
+        prefill_admit = prefill_facts[1]
+    decode_admit = rec.decode_admit_ms
+    if decode_admit is None and decode_facts is not None:
+        decode_admit = decode_facts[1]
+    first, last = rec.first_token_ms, rec.last_token_ms
+    arrival = rec.arrival_time_ms
+    out = {
+        "request_id": rec.request_id,
+        "play_id": rec.play_id,
+        "session_id": rec.session_id,
+        "turn_index": rec.turn_index,
+        "agentic": rec.agentic,
+        "metadata": rec.metadata,
+        "uuid": _uuid_text(rec.uuid) if uuid_text is None else uuid_text,
+        "arrival_time_ms": arrival,
+        "dispatched_at_ms": rec.dispatched_at_ms,
+        "first_admit_ms": rec.admissions[0][0] if rec.admissions else None,
+        "terminal_time_ms": rec.terminal_time_ms,
+        "first_token_ms": first,
+        "last_token_ms": last,
+        "ttft_ms": _nonneg(first - arrival) if first is not None else None,
+        "ttst_ms": _ttst(rec),
+        "e2e_latency_ms": _nonneg(last - arrival) if last is not None else None,
+        "itl_ms": _mean_tpot(rec),
+        "input_length": rec.input_length,
+        "requested_output_length": rec.requested_output_length,
+        "output_length": rec.output_length,
+        "reused_input_tokens": (prefill_facts[2] if prefill_facts is not None
+                                else rec.reused_input_tokens),
+        "first_admission_g1_reused_input_tokens": rec.first_admission_g1_reused_input_tokens,
+        "first_admission_host_reused_input_tokens": rec.first_admission_host_reused_input_tokens,
+        "prefill_worker_idx": rec.prefill_worker_idx,
+        "decode_worker_idx": rec.decode_worker_idx,
+        "prefill_admit_ms": prefill_admit,
+        "source_held_ms": rec.source_held_ms,
+        "destination_reserved_ms": rec.destination_reserved_ms,
+        "destination_activated_ms": rec.destination_activated_ms,
+        "decode_admit_ms": decode_admit,
+        "source_released_ms": rec.source_released_ms,
+        "decode_reused_input_tokens": decode_reuse,
+        "prefill_route_overlap_tokens": prefill_overlap,
+        "decode_route_overlap_tokens": decode_overlap,
+        "routing_history": routes,
+        "admission_history": history,
+        "admission_count": len(history),
+        "readmission_count": readmissions,
+        "pressure_record_ordinals": list(rec.pressure_record_ordinals or ()),
+        "terminal_status": rec.terminal_status,
+    }
+    for key in _OMITTED_WHEN_UNSET:
+        if out[key] is None:
+            del out[key]
     return out
+
+
+# optional keys a record leaves out when unset (the reference skips them when None)
+_OMITTED_WHEN_UNSET = ("request_id", "play_id", "agentic", "metadata",
+                       "first_admission_g1_reused_input_tokens",
+                       "first_admission_host_reused_input_tokens")
 
 
 PER_REQUEST_KEYS = (

@@ -1,4 +1,8 @@
-"""Per-request facts for the report, derived from a finished request's emission stretches."""
+"""Per-request facts for the report, derived from a finished request's emission stretches.
+
+A record is built in one positional ``RequestRecord`` call (its field order), once per
+terminal request: merging keyword dicts per record cost more than the record itself.
+"""
 
 from __future__ import annotations
 
@@ -19,78 +23,77 @@ def token_times(request):
         second = ends[stretches[1][0]]
     else:
         second = None
+    if len(stretches) == 1:
+        return first, second, ends[first_last], first_last - first_pass + 1
     count = 0
     for a, b in stretches:
         count += b - a + 1
     return first, second, ends[stretches[-1][1]], count
 
 
+def _pool_admissions(admissions, pool):
+    """A rank's admissions ``(at, reused, readmit)`` as the record's ``(at, pool, reused,
+    readmit)``."""
+    if len(admissions) <= 1:          # the usual request: admitted once
+        if not admissions:
+            return []
+        at, reused, readmit = admissions[0]
+        return [(at, pool, reused, readmit)]
+    return [(at, pool, reused, readmit) for at, reused, readmit in admissions]
+
+
 def make_record(request, status):
     rank = request.rank
-    return _record(
-        request, status, request,
-        reused_input_tokens=request.max_reused,
-        first_admission_reused_input_tokens=request.first_reused,
-        admissions=[(at, "agg", reused, readmit) for at, reused, readmit in request.admissions],
-        prefill_worker_idx=None,
-        decode_worker_idx=rank.scheduler_id if rank is not None else None,
-        routing=[request.route if request.route is not None else
-                 ("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)] if rank else [],
-    )
+    if rank is None:
+        return _record(request, status, token_times(request), request.max_reused,
+                       request.first_reused, _pool_admissions(request.admissions, "agg"),
+                       None, None, [])
+    route = request.route
+    return _record(request, status, token_times(request), request.max_reused,
+                   request.first_reused, _pool_admissions(request.admissions, "agg"),
+                   None, rank.scheduler_id,
+                   [route if route is not None else
+                    ("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)])
 
 
 def make_disagg_record(handoff, status):
     """The record of a disaggregated request: tokens from its decode copy, admissions of both
     pools in time order (every prefill admission precedes the decode ones), the handoff's times."""
     prefill, decode = handoff.prefill, handoff.decode
-    admissions = [(at, "prefill", reused, readmit) for at, reused, readmit in prefill.admissions]
+    admissions = _pool_admissions(prefill.admissions, "prefill")
     rank = prefill.rank
     routing = [handoff.prefill_route if handoff.prefill_route is not None else
                ("prefill", rank.worker_idx, rank.dp_rank, rank.scheduler_id)]
     route = handoff.decode_route
     if route is not None:
         routing.append(route if isinstance(route, dict) else ("decode", *route))
-    max_reused = prefill.max_reused
-    if decode is not None:
-        admissions += [(at, "decode", reused, readmit) for at, reused, readmit in decode.admissions]
+    max_reused = prefill.max_reused  # the summary's reuse: the most over both pools
+    if decode is None:
+        times, decode_worker = (None, None, None, 0), None
+    else:
+        admissions += _pool_admissions(decode.admissions, "decode")
         max_reused = max(max_reused, decode.max_reused)
-    return _record(
-        handoff.request, status, decode,
-        reused_input_tokens=max_reused,  # the summary's reuse: the most over both pools
-        first_admission_reused_input_tokens=prefill.first_reused,
-        admissions=admissions,
-        prefill_worker_idx=rank.scheduler_id,
-        decode_worker_idx=decode.rank.scheduler_id if decode is not None else None,
-        routing=routing,
-        source_held_ms=handoff.held_ms,
-        destination_reserved_ms=handoff.reserved_ms,
-        destination_activated_ms=handoff.activated_ms,
-        source_released_ms=handoff.released_ms,
-    )
+        times, decode_worker = token_times(decode), decode.rank.scheduler_id
+    record = _record(handoff.request, status, times, max_reused, prefill.first_reused,
+                     admissions, rank.scheduler_id, decode_worker, routing)
+    record.source_held_ms = handoff.held_ms
+    record.destination_reserved_ms = handoff.reserved_ms
+    record.destination_activated_ms = handoff.activated_ms
+    record.source_released_ms = handoff.released_ms
+    return record
 
 
-def _record(request, status, emitter, **fields):
-    """A record of ``request`` with the tokens ``emitter`` (its copy on the rank that produced
-    them, or None) emitted."""
-    first, second, last, count = token_times(emitter) if emitter is not None else (None, None, None, 0)
+def _record(request, status, times, reused, first_reused, admissions, prefill_worker,
+            decode_worker, routing):
+    """A record of ``request`` with the token ``times`` (``token_times``) of the copy that
+    emitted them, in one positional call (RequestRecord's field order)."""
+    first, second, last, count = times
     return RequestRecord(
-        uuid=request.uuid,
-        request_id=request.request_id,
-        session_id=request.session_id,
-        turn_index=request.turn_index,
-        play_id=request.play_id,
-        metadata=request.metadata,
-        agentic=getattr(request, "agentic", None),  # only agentic drivers' requests carry it
-        arrival_time_ms=request.arrival_ms,
+        request.uuid, request.request_id, request.session_id, request.turn_index,
+        request.play_id, request.metadata, request.arrival_ms,
         # only agentic requests report a dispatch time (when the driver handed them over)
-        dispatched_at_ms=request.dispatched_ms if request.play_id is not None else None,
-        terminal_time_ms=request.terminal_ms,
-        terminal_status=status,
-        input_length=request.prompt_len,
-        requested_output_length=request.max_output,
-        output_length=count,
-        first_token_ms=first,
-        second_token_ms=second,
-        last_token_ms=last,
-        **fields,
-    )
+        request.dispatched_ms if request.play_id is not None else None,
+        request.terminal_ms, status, request.prompt_len, request.max_output,
+        count, first, second, last, reused, first_reused, admissions,
+        prefill_worker, decode_worker, routing,
+        agentic=getattr(request, "agentic", None))  # only agentic drivers' requests carry it

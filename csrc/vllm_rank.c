@@ -59,6 +59,8 @@ enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3 };
     X(int64_t, sched_mark)     /* the pass whose walk scheduled it */            \
     X(int64_t, footprint_blocks) /* no_evict: blocks reserved through completion */ \
     X(int64_t, gauge_stamp)    /* finishing_gauges' mark of the requests finishing */ \
+    X(int64_t, waiting_order)  /* decode role: acceptance order */                \
+    X(int64_t, last_attempt)   /* decode role: the generation it was last tried at */ \
     X(int32_t, seq)                                                              \
     X(int32_t, status)                                                           \
     X(int32_t, in_stretch)                                                       \
@@ -113,6 +115,11 @@ struct aisim_vllm_rank {
     int32_t *wait_ring;
     size_t wait_head, wait_len, wait_cap;   /* wait_cap: a power of two */
     slot_list running, partial, ready, rejected, done;
+    /* decode role: accepted destinations waiting for their reservation (from pending_head),
+     * how many were accepted, and the activated requests a pass may start */
+    slot_list pending, activated;
+    size_t pending_head;
+    int64_t accepted;
     /* open stretches */
     bucket *buckets;                        /* block_size of them */
     int64_t *active_keys;
@@ -272,6 +279,13 @@ static void refresh_view(aisim_vllm_rank *r)
     v->n_fpm_contexts = r->n_fpm_contexts;
     v->fpm_queued = r->fpm_queued;
     v->n_fpm_queued = r->n_fpm_queued / 2;
+    v->n_pending = (int64_t)(r->pending.len - r->pending_head);
+    v->retry_due = 0;
+    if (v->n_pending) {
+        int32_t head = r->pending.v[r->pending_head];
+        v->retry_due = r->last_attempt[head] != v->generation &&
+                       (int64_t)r->running.len < r->cfg.max_seqs;
+    }
 }
 
 /* A failure mid-pass: the rank is unusable from now on. */
@@ -431,6 +445,8 @@ static void destroy(aisim_vllm_rank *r)
     free(r->ready.v);
     free(r->rejected.v);
     free(r->done.v);
+    free(r->pending.v);
+    free(r->activated.v);
     if (r->buckets)
         for (i = 0; i < (size_t)r->cfg.block_size; i++) {
             free(r->buckets[i].slots);
@@ -464,7 +480,8 @@ int aisim_vllm_new(aisim_vllm_rank **out, const aisim_vllm_config *config, aisim
     if (!out || !config || !pool)
         return AISIM_EINVAL;
     if (config->block_size < 1 || config->block_size > MAX_BLOCK_SIZE || config->num_blocks < 1 ||
-        config->max_batched < 0 || config->max_seqs < 0 || config->max_model_len < -1)
+        config->max_batched < 0 || config->max_seqs < 0 || config->max_model_len < -1 ||
+        config->role < AISIM_VLLM_AGGREGATED || config->role > AISIM_VLLM_DECODE)
         return AISIM_EINVAL;
     if (aisim_kv_view_of(pool, &kv))
         return AISIM_EINVAL;
@@ -536,10 +553,12 @@ int aisim_vllm_set_decode_timing(aisim_vllm_rank *r, const aisim_decode_timing *
     return AISIM_OK;
 }
 
-int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
-                      int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
-                      const uint32_t *values, const uint32_t *lengths, size_t n_runs,
-                      int32_t authored, uint64_t salt)
+/* A new request's slot (aisim_vllm_submit's arguments), in no queue yet: the caller puts
+ * it in one (room for it reserved here). */
+static int add_request(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                       int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
+                       const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                       int32_t authored, uint64_t salt, int32_t *out)
 {
     int32_t s;
     size_t i;
@@ -596,7 +615,23 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
     r->generation[s]++;
     r->salt[s] = salt;
     r->n_stretch[s] = 0;
-    wait_push_back(r, s);   /* room reserved above */
+    r->waiting_order[s] = 0;
+    r->last_attempt[s] = -1;
+    *out = s;
+    return AISIM_OK;
+}
+
+int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                      int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
+                      const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                      int32_t authored, uint64_t salt)
+{
+    int32_t s;
+    int status = add_request(r, prompt_len, max_output, out_limit, hashes, n_hashes, values,
+                             lengths, n_runs, authored, salt, &s);
+    if (status < 0)
+        return status;
+    wait_push_back(r, s);   /* room reserved by add_request */
     refresh_view(r);
     return s;
 }
@@ -662,6 +697,7 @@ static int commit_full_blocks(aisim_vllm_rank *r, int32_t s, int64_t full)
 
 static int release(aisim_vllm_rank *r, int32_t s)
 {
+    r->view.generation++;   /* the decode role's capacity generation: a failed head may fit */
     if (r->seq[s] < 0)
         return AISIM_OK;
     if (r->cfg.caching)
@@ -812,21 +848,40 @@ static void record_itl(aisim_vllm_rank *r, int32_t s)
     }
 }
 
+/* The prefill role's retirement (VllmPrefillRank._retire): the copy leaves the batch but
+ * keeps its KV, referenced until aisim_vllm_release_source (its slot stays live). */
+static int hold_source(aisim_vllm_rank *r, int32_t s)
+{
+    r->status[s] = ST_FINISHED;
+    r->view.held_total -= r->held_blocks[s];
+    r->held_blocks[s] = 0;
+    if (r->cfg.no_evict) {
+        r->completion_total -= r->footprint_blocks[s];
+        r->footprint_blocks[s] = 0;
+        r->view.kv_version++;   /* its output room is free: a waiting head may fit now */
+    }
+    r->view.held_sources++;
+    return AISIM_OK;
+}
+
 /* ``s`` has generated its last token (or had none to generate): it leaves the rank. The
- * event carries its stretches (copied out) and the slot is freed. */
+ * event carries its stretches (copied out) and the slot is freed, or on a prefill rank
+ * held. */
 static int retire(aisim_vllm_rank *r, int32_t s)
 {
     size_t n = r->n_stretch[s];
+    int held = r->cfg.role == AISIM_VLLM_PREFILL;
     TRY(list_remove(&r->running, s));
-    TRY(release(r, s));
+    TRY(held ? hold_source(r, s) : release(r, s));
     TRY(grow((void **)&r->stretch_out, &r->stretch_out_cap, r->n_stretch_out + n,
              sizeof *r->stretch_out));
-    TRY(push_event(r, AISIM_VLLM_FINISHED, s, (int64_t)(r->n_stretch_out / 2), (int64_t)(n / 2),
-                   r->generated[s]));
+    TRY(push_event(r, held ? AISIM_VLLM_HELD : AISIM_VLLM_FINISHED, s,
+                   (int64_t)(r->n_stretch_out / 2), (int64_t)(n / 2), r->generated[s]));
     if (n)
         memcpy(r->stretch_out + r->n_stretch_out, r->stretches[s], n * sizeof *r->stretch_out);
     r->n_stretch_out += n;
-    free_slot(r, s);
+    if (!held)
+        free_slot(r, s);
     return AISIM_OK;
 }
 
@@ -981,6 +1036,25 @@ static int reject_head(aisim_vllm_rank *r)
     return list_push(&r->rejected, s);
 }
 
+/* How many of the first n blocks of s are cached (pool.match_counts): *hits in all, *active
+ * those in use. */
+static int match_prefix(aisim_vllm_rank *r, int32_t s, size_t n, int64_t *hits,
+                        int64_t *active_hits)
+{
+    int matched;
+    TRY(lookup_hashes(r, s, n));
+    if (n > r->n_hashes[s])
+        n = r->n_hashes[s];
+    if (n > INT32_MAX)
+        return AISIM_ECORRUPT;
+    matched = aisim_kv_match(r->pool, r->hashes[s], n);
+    if (matched < 0)
+        return matched;
+    *hits = matched;
+    *active_hits = (int64_t)r->kv->match_active;
+    return AISIM_OK;
+}
+
 /* Admit or reject the head of the queue: *budget is what is left, *waits set when the head
  * has to wait (and nothing behind it may start). */
 static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *waits)
@@ -1007,20 +1081,8 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
         return reject_head(r);
     if (no_evict && r->prompt_len[s] >= r->cfg.num_blocks * bs)
         return reject_head(r);
-    if (r->cfg.caching) {
-        size_t n = (size_t)(length / bs);
-        int hits;
-        TRY(lookup_hashes(r, s, n));
-        if (n > r->n_hashes[s])
-            n = r->n_hashes[s];
-        if (n > INT32_MAX)
-            return AISIM_ECORRUPT;
-        hits = aisim_kv_match(r->pool, r->hashes[s], n);
-        if (hits < 0)
-            return hits;
-        hit_blocks = hits;
-        active_hits = r->kv->match_active;
-    }
+    if (r->cfg.caching)
+        TRY(match_prefix(r, s, (size_t)(length / bs), &hit_blocks, &active_hits));
     cached = hit_blocks * bs;
     active_cached = active_hits * bs;
     if (cached > length)
@@ -1074,14 +1136,108 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
     return AISIM_OK;
 }
 
+/* The waiting ring's position i (0: the front). */
+static int32_t *wait_at(aisim_vllm_rank *r, size_t i)
+{
+    return &r->wait_ring[(r->wait_head + i) & (r->wait_cap - 1)];
+}
+
+static void wait_remove_at(aisim_vllm_rank *r, size_t i)
+{
+    size_t j;
+    if (i == 0) {
+        wait_pop_front(r);
+        return;
+    }
+    for (j = i; j + 1 < r->wait_len; j++)
+        *wait_at(r, j) = *wait_at(r, j + 1);
+    r->wait_len--;
+}
+
+/* Decode role (VllmDecodeRank._admit_activated): start activated request s, at waiting
+ * position i, with no lookup, no capacity check and zero tokens to compute; *started 0 when
+ * max_model_len rejects it instead. */
+static int admit_activated(aisim_vllm_rank *r, int32_t s, size_t i, int *started)
+{
+    wait_remove_at(r, i);
+    if (r->cfg.max_model_len >= 0 && r->prompt_len[s] >= r->cfg.max_model_len) {
+        TRY(release(r, s));
+        r->status[s] = ST_FINISHED;
+        *started = 0;
+        return list_push(&r->rejected, s);
+    }
+    r->status[s] = ST_RUNNING;
+    r->chunk_tokens[s] = 0;
+    r->chunk_isl[s] = r->chunk_prefix[s] = -1;
+    TRY(list_push(&r->running, s));
+    TRY(list_push(&r->partial, s));
+    r->admissions[s]++;
+    *started = 1;
+    return push_event(r, AISIM_VLLM_ADMITTED, s, 0, 0, 0);
+}
+
+static int64_t wait_index(aisim_vllm_rank *r, int32_t s)
+{
+    size_t i;
+    for (i = 0; i < r->wait_len; i++)
+        if (*wait_at(r, i) == s)
+            return (int64_t)i;
+    return -1;
+}
+
+/* Decode role (VllmDecodeRank._admit_waiting): while a destination waits for room, only
+ * activated requests (those with a KV table) may start. */
+static int admit_waiting_decode(aisim_vllm_rank *r, double now_ms, int64_t budget)
+{
+    int started;
+    if (r->pending.len > r->pending_head) {
+        size_t i;
+        r->activated.len = 0;
+        for (i = 0; i < r->wait_len; i++)
+            if (r->seq[*wait_at(r, i)] >= 0)
+                TRY(list_push(&r->activated, *wait_at(r, i)));
+        for (i = 0; i < r->activated.len; i++) {
+            int32_t s = r->activated.v[i];
+            int64_t at;
+            if ((int64_t)r->running.len >= r->cfg.max_seqs)
+                break;
+            at = wait_index(r, s);
+            if (at < 0)
+                return AISIM_ECORRUPT;
+            TRY(admit_activated(r, s, (size_t)at, &started));
+            if (started && budget == 0)
+                break;
+        }
+        return AISIM_OK;
+    }
+    while (r->wait_len && (int64_t)r->running.len < r->cfg.max_seqs) {
+        int32_t s = wait_front(r);
+        if (r->seq[s] >= 0) {
+            TRY(admit_activated(r, s, 0, &started));
+            if (started && budget == 0)
+                break;
+        } else {
+            int waits;
+            TRY(admit_head(r, now_ms, &budget, &waits));
+            if (waits)
+                break;
+        }
+    }
+    return AISIM_OK;
+}
+
 static int admit_waiting(aisim_vllm_rank *r, double now_ms, int64_t budget, int64_t *admitted)
 {
     size_t before = r->running.len;
-    while (r->wait_len && (int64_t)r->running.len < r->cfg.max_seqs) {
-        int waits;
-        TRY(admit_head(r, now_ms, &budget, &waits));
-        if (waits)
-            break;
+    if (r->cfg.role == AISIM_VLLM_DECODE) {
+        TRY(admit_waiting_decode(r, now_ms, budget));
+    } else {
+        while (r->wait_len && (int64_t)r->running.len < r->cfg.max_seqs) {
+            int waits;
+            TRY(admit_head(r, now_ms, &budget, &waits));
+            if (waits)
+                break;
+        }
     }
     *admitted = (int64_t)(r->running.len - before);
     return AISIM_OK;
@@ -1391,11 +1547,12 @@ static int report_pass(aisim_vllm_rank *r, int64_t P, int32_t mode)
     for (i = 0; i < r->ready.len; i++)
         TRY(order_signal(r, r->ready.v[i]));
     TRY(order_finishing(r, 0, P));
-    /* a first token that is also the last is a terminal only */
+    /* a first token that is also the last is a terminal only, except on a prefill rank,
+     * whose copies stop at their first token: that is their prefill completion */
     r->report_prefilled.len = 0;
     for (i = 0; i < r->ready.len; i++) {
         int32_t s = r->ready.v[i];
-        if (r->generated[s] + 1 < r->out_limit[s])
+        if (r->generated[s] + 1 < r->out_limit[s] || r->cfg.role == AISIM_VLLM_PREFILL)
             TRY(list_push(&r->report_prefilled, s));
     }
     return AISIM_OK;
@@ -1682,4 +1839,159 @@ int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_
     free(table);
     free(gone);
     return status < 0 ? status : AISIM_OK;
+}
+
+/* ------------------------------------------------------------ disaggregated roles */
+
+int aisim_vllm_accept(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                      int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
+                      const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                      int32_t authored, uint64_t salt)
+{
+    int32_t s;
+    int status;
+    if (!r || r->cfg.role != AISIM_VLLM_DECODE)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    if (grow((void **)&r->pending.v, &r->pending.cap, r->pending.len + 1, sizeof *r->pending.v))
+        return AISIM_ENOMEM;
+    status = add_request(r, prompt_len, max_output, out_limit, hashes, n_hashes, values, lengths,
+                         n_runs, authored, salt, &s);
+    if (status < 0)
+        return status;
+    r->waiting_order[s] = r->accepted++;
+    if (r->pending_head && r->pending_head * 2 >= r->pending.len) {
+        /* the taken heads are dropped once they are half the list: amortized O(1) */
+        size_t live = r->pending.len - r->pending_head;
+        memmove(r->pending.v, r->pending.v + r->pending_head, live * sizeof *r->pending.v);
+        r->pending.len = live;
+        r->pending_head = 0;
+    }
+    r->pending.v[r->pending.len++] = s;   /* room grown above (dropping heads only frees) */
+    refresh_view(r);
+    return s;
+}
+
+static int retry(aisim_vllm_rank *r, int32_t *out, int64_t *fresh_tokens)
+{
+    int64_t bs = r->cfg.block_size, generation = r->view.generation, blocks, hits = 0,
+            footprint = 0, room, fresh;
+    int32_t s = r->pending.v[r->pending_head];
+    int64_t attempted = r->last_attempt[s];
+    r->last_attempt[s] = generation;
+    if (attempted == generation || (int64_t)r->running.len >= r->cfg.max_seqs)
+        return AISIM_OK;
+    blocks = ceildiv(r->prompt_len[s], bs);
+    room = allocatable(r);
+    if (r->cfg.no_evict) {
+        /* TensorRT-LLM reserves to completion and takes only fresh blocks */
+        int64_t available;
+        footprint = ceildiv(r->prompt_len[s] + r->out_limit[s], bs);
+        available = r->cfg.num_blocks - (int64_t)r->kv->active -
+                    (r->completion_total - r->view.held_total);
+        if (footprint > available)
+            return AISIM_OK;
+    } else if (r->cfg.caching) {
+        int64_t active_hits;
+        TRY(match_prefix(r, s, (size_t)(r->prompt_len[s] / bs), &hits, &active_hits));
+        room -= hits - active_hits;   /* evicting for the fresh blocks may not take a hit */
+    }
+    fresh = blocks - hits;
+    if (fresh > room)
+        return AISIM_OK;
+    r->pending_head++;
+    TRY(take_blocks(r, s, hits, footprint));
+    if (fresh) {
+        if (fresh > UINT32_MAX)
+            return AISIM_ECORRUPT;
+        TRY(aisim_kv_allocate(r->pool, r->seq[s], (uint32_t)fresh));
+        r->held_blocks[s] += fresh;
+        r->view.held_total += fresh;
+    }
+    r->view.holds++;
+    r->view.kv_version++;
+    *out = s;
+    *fresh_tokens = fresh * bs;
+    return AISIM_OK;
+}
+
+int aisim_vllm_retry(aisim_vllm_rank *r, int32_t *slot, int64_t *fresh_tokens, int32_t *seq)
+{
+    int status;
+    if (!r || !slot || !fresh_tokens || !seq || r->cfg.role != AISIM_VLLM_DECODE)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    *slot = -1;
+    *fresh_tokens = 0;
+    *seq = -1;
+    if (r->pending.len > r->pending_head) {
+        status = retry(r, slot, fresh_tokens);
+        if (status < 0)
+            return fail(r, status);
+        if (*slot >= 0)
+            *seq = r->seq[*slot];
+    }
+    refresh_view(r);
+    return AISIM_OK;
+}
+
+/* Into the waiting queue ahead of the first request accepted after s (preempted requests went
+ * to the front: the queue need not be in acceptance order). */
+static int join_waiting(aisim_vllm_rank *r, int32_t s)
+{
+    size_t i, j;
+    TRY(wait_reserve(r));
+    for (i = 0; i < r->wait_len; i++)
+        if (r->waiting_order[*wait_at(r, i)] > r->waiting_order[s])
+            break;
+    r->wait_len++;
+    for (j = r->wait_len - 1; j > i; j--)
+        *wait_at(r, j) = *wait_at(r, j - 1);
+    *wait_at(r, i) = s;
+    return AISIM_OK;
+}
+
+static int activate(aisim_vllm_rank *r, int32_t s)
+{
+    r->view.holds--;
+    if (r->cfg.caching)
+        TRY(commit_full_blocks(r, s, r->prompt_len[s] / r->cfg.block_size));
+    r->computed[s] = r->prompt_len[s];
+    r->status[s] = ST_WAITING;
+    return join_waiting(r, s);
+}
+
+int aisim_vllm_activate(aisim_vllm_rank *r, int32_t slot)
+{
+    int status;
+    if (!r || r->cfg.role != AISIM_VLLM_DECODE || slot < 0 || (size_t)slot >= r->n_slots ||
+        !r->live[slot] || r->seq[slot] < 0 || r->status[slot] != ST_WAITING ||
+        r->view.holds <= 0)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    status = activate(r, slot);
+    if (status < 0)
+        return fail(r, status);
+    refresh_view(r);
+    return AISIM_OK;
+}
+
+int aisim_vllm_release_source(aisim_vllm_rank *r, int32_t slot)
+{
+    int status;
+    if (!r || r->cfg.role != AISIM_VLLM_PREFILL || slot < 0 || (size_t)slot >= r->n_slots ||
+        !r->live[slot] || r->status[slot] != ST_FINISHED)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    status = release(r, slot);
+    if (status < 0)
+        return fail(r, status);
+    r->view.held_sources--;
+    free_slot(r, slot);
+    refresh_view(r);
+    return AISIM_OK;
 }

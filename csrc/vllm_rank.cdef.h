@@ -21,7 +21,17 @@ typedef struct aisim_vllm_config {
     int32_t lifo;            /* preemption victim: the last running (else the first) */
     int32_t no_evict;        /* TensorRT-LLM GUARANTEED_NO_EVICT: admission reserves the
                                 whole prompt + output footprint, nothing is preempted */
+    int32_t role;            /* enum aisim_vllm_role (engine/vllm_roles.py) */
 } aisim_vllm_config;
+
+/* The rank's part in a deployment: aggregated, or a disaggregated role. A prefill rank holds
+ * a finished copy's KV (a source) until aisim_vllm_release_source; a decode rank takes
+ * destinations (aisim_vllm_accept / retry / activate) whose first token is a decode step. */
+enum aisim_vllm_role {
+    AISIM_VLLM_AGGREGATED = 0,
+    AISIM_VLLM_PREFILL = 1,
+    AISIM_VLLM_DECODE = 2
+};
 
 /* An event is AISIM_VLLM_EVENT_WIDTH int64 values: kind, slot, a, b, c (one
  * flat array, so that Python unpacks a call's events at once). */
@@ -30,7 +40,9 @@ enum aisim_vllm_event_kind {
     AISIM_VLLM_PREEMPTED = 2,  /* a = its preemptions so far, c = tokens generated */
     AISIM_VLLM_REJECTED = 3,   /* at the completion of the pass that rejected it */
     AISIM_VLLM_FINISHED = 4,   /* a = first stretch in stretches[], b = stretches, c = generated */
-    AISIM_VLLM_EVENT_WIDTH = 5
+    AISIM_VLLM_EVENT_WIDTH = 5,
+    AISIM_VLLM_HELD = 6        /* prefill role: finished as FINISHED, its KV held (the slot
+                                  stays live until aisim_vllm_release_source) */
 };
 
 /* Kept current after every call. The event and stretch pointers are valid
@@ -97,6 +109,15 @@ typedef struct aisim_vllm_view {
     size_t n_fpm_contexts;
     const int64_t *fpm_queued;
     size_t n_fpm_queued;
+    /* the disaggregated roles: held sources (prefill); the capacity generation (bumped by
+     * every release), reserved destinations waiting for their KV and accepted ones waiting
+     * for their reservation (decode); retry_due: the pending head may be reserved at the
+     * next retry (it was not tried at this generation and a max_num_seqs seat is free) */
+    int64_t held_sources;
+    int64_t generation;
+    int64_t holds;
+    int64_t n_pending;
+    int32_t retry_due;
 } aisim_vllm_view;
 
 /* The pool is borrowed: the caller keeps it alive for the rank's lifetime
@@ -113,6 +134,20 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
                       int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
                       const uint32_t *values, const uint32_t *lengths, size_t n_runs,
                       int32_t authored, uint64_t salt);
+/* Decode role: takes a destination as aisim_vllm_submit takes a request, into the pending
+ * FIFO instead of the waiting queue (the caller checked that it can ever fit); its slot. */
+int aisim_vllm_accept(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                      int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
+                      const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                      int32_t authored, uint64_t salt);
+/* Decode role (VllmDecodeRank.retry): reserves the prompt blocks of the pending head if it
+ * may be tried and fits; *slot is the head reserved (-1: none), *fresh_tokens the tokens of
+ * its fresh blocks, *seq its KV table. */
+int aisim_vllm_retry(aisim_vllm_rank *r, int32_t *slot, int64_t *fresh_tokens, int32_t *seq);
+/* Decode role: the KV of reserved `slot` arrived; it waits to start, in acceptance order. */
+int aisim_vllm_activate(aisim_vllm_rank *r, int32_t slot);
+/* Prefill role: frees the KV of a held source and its slot. */
+int aisim_vllm_release_source(aisim_vllm_rank *r, int32_t slot);
 /* Decode times of built-in models evaluated here (engine/decode_run.py's
  * handle: the fixed or polynomial model, or a memo Python fills): with it,
  * schedule leaves the pass's decode time in the view when it knows it. The

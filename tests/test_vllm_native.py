@@ -276,7 +276,8 @@ def test_supports_names_what_it_refuses():
     assert supports(EngineConfig(backend="trtllm"), backend="c") is None
     assert "sglang" in supports(EngineConfig(backend="sglang"), backend="c")
     assert supports(EngineConfig(backend="vllm"), dp_size=2, backend="c") is None
-    assert "role" in supports(EngineConfig(backend="vllm"), role="prefill", backend="c")
+    assert supports(EngineConfig(backend="vllm"), role="prefill", backend="c") is None
+    assert "role" in supports(EngineConfig(backend="vllm"), role="router", backend="c")
     assert "C backend" in supports(EngineConfig(backend="vllm"), backend="python")
     assert "Python" in supports(EngineConfig(backend="vllm"), pool=BlockPool(4, backend="python"),
                                 backend="c")

@@ -37,21 +37,24 @@ _GOLDEN = 0x9E3779B97F4A7C15  # workload/prompt.py's salt of blocks past the pro
 _EXACT = 2 ** 62              # counts the C rank keeps in int64 without overflow
 _U64_ARRAY = native.ffi.typeof("uint64_t[]") if native.ffi is not None else None
 _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
+ROLES = ("aggregated", "prefill", "decode")   # aisim_vllm_role's order
 
 
 def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     """Why the C rank cannot take this configuration, or None when it can.
 
-    v1 takes the aggregated vLLM or TensorRT-LLM rank on the C pool, alone or in an attention
-    DP group (a group forms one pass per rank and never extends, as with the Python rank),
-    whether a router, telemetry or a scaling policy's forward-pass metrics watch it or not;
-    not the disaggregated roles (engine/vllm_roles.py), nor counts beyond int64."""
+    It takes the vLLM or TensorRT-LLM rank on the C pool, aggregated or in a disaggregated
+    role (engine/vllm_native_roles.py), alone or in an attention DP group (a group forms one
+    pass per rank and never extends, as with the Python rank), whether a router, telemetry or
+    a scaling policy's forward-pass metrics watch it or not; not counts beyond int64."""
     if native.resolve_backend(backend) != "c":
         return "the C backend is not in use"
     if engine.backend not in ("vllm", "trtllm"):
         return f"backend {engine.backend!r} (only 'vllm' and 'trtllm')"
-    if role != "aggregated" or getattr(engine, "worker_type", "aggregated") != "aggregated":
-        return f"role {role!r} (only the aggregated one)"
+    if role not in ROLES:
+        return f"role {role!r} (only {', '.join(ROLES)})"
+    if getattr(engine, "worker_type", "aggregated") not in ("aggregated", role):
+        return f"worker_type {engine.worker_type!r} in the {role} role"
     if dp_size < 1:
         return f"dp_size {dp_size}"
     if not 1 <= engine.block_size <= MAX_BLOCK_SIZE:
@@ -69,10 +72,12 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
 
 def rank_class(engine, *, dp_size=1, role="aggregated", backend=None):
     """The class of a rank of this configuration: the C rank where ``supports`` takes it, else
-    the Python one (the runtime's choice, once wired)."""
+    the Python one (the runtime's choice)."""
+    from . import vllm_native_roles   # (it subclasses this module's rank)
+    native_cls, python_cls = vllm_native_roles.RANK_CLASSES[role]
     if supports(engine, dp_size=dp_size, role=role, backend=backend) is None:
-        return NativeVllmRank
-    return VllmRank
+        return native_cls
+    return python_cls
 
 
 class _Scratch:
@@ -200,6 +205,7 @@ class _Queue:
 
 
 class NativeVllmRank(RankBase):
+    role = "aggregated"          # the disaggregated roles subclass it (vllm_native_roles.py)
     charges_prefill = True
     charges_decode = True
     holds_sources = False
@@ -219,7 +225,8 @@ class NativeVllmRank(RankBase):
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):
-        reason = supports(engine, pool=pool, backend="c")   # the pool decides, not the process
+        # the pool decides, not the process
+        reason = supports(engine, role=self.role, pool=pool, backend="c")
         if reason is not None:
             raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
@@ -235,6 +242,7 @@ class NativeVllmRank(RankBase):
         config.chunked = self.chunked
         config.lifo = self.lifo
         config.no_evict = self.no_evict
+        config.role = ROLES.index(self.role)
         box = ffi.new("aisim_vllm_rank **")
         _check(lib.aisim_vllm_new(box, config, pool._pool), "aisim_vllm_new")
         self._rank = ffi.gc(box[0], lib.aisim_vllm_free)
@@ -300,6 +308,12 @@ class NativeVllmRank(RankBase):
     @property
     def n_dec(self):
         return self._view.n_dec
+
+    @property
+    def partial(self):
+        """How many running requests are outside an open stretch (its truth is what the
+        disaggregated loop asks)."""
+        return self._view.n_partial
 
     @property
     def fpm_on(self):
@@ -376,11 +390,29 @@ class NativeVllmRank(RankBase):
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
         self._limit_output(request)
+        slot = native.lib.aisim_vllm_submit(self._rank, *self._request_args(request))
+        self._take_slot(_check(slot, "aisim_vllm_submit"), request)
+        if self.capture_gauges:
+            self._gauges = self.submission_gauges()
+
+    def _take_slot(self, slot, request):
+        requests = self._requests
+        if slot == len(requests):
+            requests.append(request)
+        else:
+            requests[slot] = request
+
+    def _request_args(self, request, hashed=None):
+        """aisim_vllm_submit's arguments after the rank: the lengths, and with prefix caching
+        the prompt's hashes or runs (hashed in C) when ``hashed`` (by default: when it may
+        fit)."""
         ffi = native.ffi
         hashes = values = lengths = ffi.NULL
         n_hashes = n_runs = 0
         authored = request.output_token_ids is not None
-        if self.caching and self._may_fit(request):
+        if hashed is None:
+            hashed = self._may_fit(request)
+        if self.caching and hashed:
             prompt = request.prompt
             if authored:
                 bs = self.block_size
@@ -396,17 +428,8 @@ class NativeVllmRank(RankBase):
                 if n_runs:
                     values = ffi.from_buffer(_U32_ARRAY, runs)
                     lengths = ffi.from_buffer(_U32_ARRAY, prompt.lengths)
-        slot = native.lib.aisim_vllm_submit(
-            self._rank, request.prompt_len, request.max_output, request.out_limit, hashes,
-            n_hashes, values, lengths, n_runs, authored, (request.uuid * _GOLDEN) & _MASK)
-        _check(slot, "aisim_vllm_submit")
-        requests = self._requests
-        if slot == len(requests):
-            requests.append(request)
-        else:
-            requests[slot] = request
-        if self.capture_gauges:
-            self._gauges = self.submission_gauges()
+        return (request.prompt_len, request.max_output, request.out_limit, hashes, n_hashes,
+                values, lengths, n_runs, authored, (request.uuid * _GOLDEN) & _MASK)
 
     def _may_fit(self, r):
         """Whether ``r`` passes admission's length tests, so that its prompt is worth hashing
@@ -427,11 +450,11 @@ class NativeVllmRank(RankBase):
         timer = self.timer
         prefill = 0.0
         count = view.pf_count
-        if count:
+        if count and self.charges_prefill:
             prefill = timer.prefill(count, view.pf_isl // count, view.pf_prefix // count)
         decode = 0.0
         n = view.dec_batch
-        if n:
+        if n and self.charges_decode:
             if view.decode_known:
                 decode = view.decode_ms
             else:   # a time only Python knows (or an error only it can word): ask, remember
@@ -479,6 +502,7 @@ class NativeVllmRank(RankBase):
                     r.max_reused = a
             else:              # preempted
                 r.status = PREEMPTED
+                r.seq = -1     # (a decode destination's KV table is gone with it)
                 r.preemptions = a
                 r.generated = c
                 r.computed = 0
@@ -647,19 +671,29 @@ class NativeVllmRank(RankBase):
         for i in range(0, len(values), 5):
             kind, slot, a, b, c = values[i:i + 5]
             r = requests[slot]
-            requests[slot] = None
             r.status = FINISHED
-            r.seq = -1
-            if kind == 4:   # finished: stretches[a:a+b], c tokens generated
+            if kind == 6:   # a prefill copy's source held: its slot lives until released
+                self._hold(r, slot)
+            else:
+                requests[slot] = None
+                r.seq = -1
+            if kind != 3:   # finished or held: stretches[a:a+b], c tokens generated
                 r.generated = c
                 own = r.stretches
                 for k in range(2 * a, 2 * (a + b), 2):
                     own.append((stretches[k], stretches[k + 1]))
                 if b > 1:   # the gaps across its breaks (C counted those within stretches)
                     self._count_breaks(own)
-                finished.append((r, "completed"))
+                finished.append((r, "completed" if kind == 4 else None))
             else:           # rejected
                 finished.append((r, "rejected"))
-        on_finish = self.cb.on_finish
+        cb = self.cb
         for r, status in finished:
-            on_finish(r, end_ms, status)
+            if status is None:
+                cb.on_source_held(r, end_ms)
+            else:
+                cb.on_finish(r, end_ms, status)
+
+    def _hold(self, r, slot):
+        """The prefill role keeps the slot of a held source (vllm_native_roles.py)."""
+        raise SimulationError("an aggregated C rank held a source")

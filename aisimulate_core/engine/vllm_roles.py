@@ -80,12 +80,7 @@ class VllmDecodeRank(VllmRank):
         """Take destination ``r`` (a copy with the full output); False when it can never fit
         this rank (the handoff fails)."""
         self._limit_output(r)
-        tokens = r.prompt_len
-        if self.no_evict:
-            # the whole footprint must fit (the output clamped to the pool, as at enqueue)
-            capacity = self.num_blocks * self.block_size
-            tokens += r.max_output if tokens >= capacity else min(r.max_output, capacity - tokens)
-        if -(-tokens // self.block_size) > self.num_blocks:
+        if not self._destination_fits(r):
             return False
         r.waiting_order = self._accepted
         self._accepted += 1
@@ -93,6 +88,15 @@ class VllmDecodeRank(VllmRank):
         if self.capture_gauges:
             self._gauges = self.submission_gauges()
         return True
+
+    def _destination_fits(self, r):
+        """Whether destination ``r`` can ever fit this rank (the C rank's check too)."""
+        tokens = r.prompt_len
+        if self.no_evict:
+            # the whole footprint must fit (the output clamped to the pool, as at enqueue)
+            capacity = self.num_blocks * self.block_size
+            tokens += r.max_output if tokens >= capacity else min(r.max_output, capacity - tokens)
+        return -(-tokens // self.block_size) <= self.num_blocks
 
     def retry(self):
         """Reserve the prompt blocks of the pending head if it fits; returns ``(request,
@@ -218,7 +222,7 @@ class VllmDecodeRank(VllmRank):
         tokens = r.prompt_len + r.generated
         needed = -(-tokens // self.block_size)
         if needed > self.num_blocks or (not self.chunked and tokens > self.max_batched):
-            return super().stall_reason(r)
+            return VllmRank.stall_reason(self, r)   # (the C decode rank shares this one)
         return (f"its {tokens} tokens need {needed} KV blocks of "
                 f"{self.block_size} tokens, {self.num_blocks - self.pool.active()} of "
                 f"{self.num_blocks} are free and nothing left to run frees more")

@@ -7,8 +7,8 @@ import attrs
 from ..engine.request import SimRequest
 from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES
-from ..engine.vllm_native import NativeVllmRank, supports
-from ..engine.vllm_roles import ROLE_RANKS
+from ..engine.vllm_native import supports
+from ..engine.vllm_native_roles import RANK_CLASSES
 from ..errors import ConfigError
 from ..guards import (TraceFormatLookup, call_provider, check_scaling_policy, malformed,
                       scaling_policy, timing_model)
@@ -59,17 +59,19 @@ def build_workers(role_config, timer, n_workers, callbacks, path, engine_cls=Non
     return [make(w, w) for w in range(n_workers)]
 
 
-def worker_factory(role_config, timer, callbacks, path, engine_cls=None):
-    """``make(worker_id, key)``: one worker of the role (``key``: the simulation's index)."""
+def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="aggregated"):
+    """``make(worker_id, key)``: one worker of the role (``key``: the simulation's index;
+    ``role``: aggregated, or the disaggregated prefill or decode role)."""
     rank_cfg = role_config.rank
     dp = role_config.dp_size
     native_cls = None
     if engine_cls is None:
-        engine_cls = ENGINES[rank_cfg.backend]
-        # the rank's pass in C where it covers the configuration (engine/vllm_native.py),
-        # watched or not
-        if supports(rank_cfg, dp_size=dp) is None:
-            native_cls = NativeVllmRank
+        native, python = RANK_CLASSES[role]
+        engine_cls = ENGINES[rank_cfg.backend] if role == "aggregated" else python
+        # the rank's pass in C where it covers the configuration (engine/vllm_native.py,
+        # the roles' in vllm_native_roles.py), watched or not
+        if supports(rank_cfg, dp_size=dp, role=role) is None:
+            native_cls = native
     rank_path = f"{path}.rank"
 
     def make(worker_id, key):
@@ -244,7 +246,7 @@ def _build_disaggregated(payload, registries, progress, on_event):
     sim.make_workers = {}
     for stage, pool in (("prefill", topology.prefill), ("decode", topology.decode)):
         make = sim.make_workers[stage] = worker_factory(roles[stage], timers[stage], sim.events,
-                                                        paths[stage], ROLE_RANKS[stage])
+                                                        paths[stage], role=stage)
         first = sum(len(p) for p in pools.values())
         pools[stage] = [make(w, first + w) for w in range(pool.initial_workers)]
     config = spec.adapters.placement.config or {}

@@ -123,14 +123,21 @@ class IdRanges:
     def __getitem__(self, index):
         if not isinstance(index, slice) or index.start not in (None, 0) or index.step is not None:
             raise TypeError("IdRanges supports only leading slices [:n]")
+        ranges = self.ranges
+        stop = index.stop
+        if len(ranges) == 1:   # an ungrouped synthetic prompt: its fresh range alone
+            first, count = ranges[0]
+            left = count if stop is None else min(count, max(0, stop))
+            if left < _C_FILL_FROM:
+                return array("I", range(first, first + left))
         total = len(self)
-        left = total if index.stop is None else min(total, max(0, index.stop))
+        left = total if stop is None else min(total, max(0, stop))
         if left >= _C_FILL_FROM and native.resolve_backend() == "c":
             out = _c_fill(self.ranges, left)
             if out is not None:
                 return out
         out = array("I")
-        for first, count in self.ranges:
+        for first, count in ranges:
             take = min(count, left)
             out.extend(range(first, first + take))
             left -= take

@@ -103,6 +103,15 @@ class StdRng:
         _check_mean("poisson_arrivals", mean_gap_ms)
         return self._poisson(n, mean_gap_ms)
 
+    def arrivals_after(self, now_ms, n, mean_gap_ms):
+        """``n`` more arrival times after ``now_ms``: each adds one exponential gap (drawn as
+        ``exponential_ms`` draws it) to the one before, so a schedule drawn in chunks is the
+        schedule ``poisson_arrivals`` gives drawn at once."""
+        if n < 0:
+            raise status_error(EINVAL, "arrivals_after", f"n must be >= 0, got {n}")
+        _check_mean("arrivals_after", mean_gap_ms)
+        return self._arrivals_after(float(now_ms), n, mean_gap_ms)
+
     def sample_length(self, mean, stddev, min_value=1):
         """The reference's LengthSpec sample: Box-Muller, rounded half away from zero."""
         if stddev == 0.0:
@@ -167,6 +176,11 @@ class CStdRng(StdRng):
         lib.aisim_rng_poisson_arrivals(self._rng, n, mean_gap_ms, out)
         return ffi.unpack(out, n)
 
+    def _arrivals_after(self, now_ms, n, mean_gap_ms):
+        out = ffi.new("double[]", n)
+        lib.aisim_rng_arrivals_after(self._rng, n, mean_gap_ms, now_ms, out)
+        return ffi.unpack(out, n)
+
 
 class PyStdRng(StdRng):
     """The keystream computed in Python (about a microsecond per word)."""
@@ -221,6 +235,13 @@ class PyStdRng(StdRng):
             return 0.0
         u = min(max(1.0 - self.next_f64(), _MIN_POSITIVE), 1.0)
         return -mean_ms * math.log(u)
+
+    def _arrivals_after(self, now_ms, n, mean_gap_ms):
+        arrivals = [0.0] * n
+        for i in range(n):
+            now_ms += self._exponential(mean_gap_ms)
+            arrivals[i] = now_ms
+        return arrivals
 
     def _poisson(self, n, mean_gap_ms):
         arrivals = [0.0] * n

@@ -90,9 +90,9 @@ class SessionDriver(HeapDriver):
                     self._planned.append(planner.reserve(turn.max_output_tokens))
 
     def _push_next_start(self):
-        for start, index in self._starts:
-            heapq.heappush(self._heap, (start, index, 0))
-            return
+        entry = next(self._starts, None)
+        if entry is not None:
+            heapq.heappush(self._heap, (entry[0], entry[1], 0))
 
     def _activate(self, now_ms):
         sessions = self.sessions

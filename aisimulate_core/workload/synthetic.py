@@ -31,6 +31,9 @@ from .trace import Session, Turn
 # whatever the payload says; only arrivals follow ``arrival_seed``.
 SHAPE_SEED = 42
 _ID_LIMIT = 1 << 32  # canonical ids are u32 tokens
+# arrivals drawn per call: a call per session costs more than the draw, a chunk stays small
+# (the arrival generator is its own, so drawing ahead changes no other draw)
+_ARRIVAL_CHUNK = 1024
 
 
 def _round_half_away(x):
@@ -40,18 +43,22 @@ def _round_half_away(x):
 
 def first_arrivals(resolved):
     """The first-turn arrival times, drawn lazily: one exponential gap per session after the
-    first for Poisson (the arithmetic of ``StdRng.poisson_arrivals``), fixed gaps for a
-    constant rate, all at 0 for a burst."""
+    first for Poisson (the arithmetic of ``StdRng.poisson_arrivals``, drawn ``_ARRIVAL_CHUNK``
+    sessions at a time), fixed gaps for a constant rate, all at 0 for a burst."""
     n = resolved.session_count
     kind = resolved.arrival_kind
     if kind == "poisson_qps":
         rng = StdRng(resolved.arrival_seed)
         mean_gap = 1000.0 / resolved.arrival_qps
         t = 0.0
-        for i in range(n):
-            if i:
-                t += rng.exponential_ms(mean_gap)
+        if n:
             yield t
+        left = n - 1
+        while left > 0:
+            chunk = rng.arrivals_after(t, min(left, _ARRIVAL_CHUNK), mean_gap)
+            yield from chunk
+            t = chunk[-1]
+            left -= len(chunk)
     elif kind == "constant_qps":
         gap = 1000.0 / resolved.arrival_qps
         t = 0.0
@@ -76,7 +83,7 @@ class SyntheticSessions:
     """
 
     __slots__ = ("resolved", "count", "turns", "_rng", "grouped", "_shared", "_own",
-                 "_fresh_base", "_delay", "_made", "_live")
+                 "_fresh_base", "_delay", "_isl", "_osl", "_made", "_live")
 
     def __init__(self, resolved):
         self.resolved = resolved
@@ -97,6 +104,7 @@ class SyntheticSessions:
                 f"shared blocks and {self._own} fresh blocks a turn need more than 2^32 hash "
                 f"ids, got {self._fresh_base + self._own}")
         self._delay = resolved.inter_turn_delay_ms or 0.0
+        self._isl, self._osl = resolved.isl, resolved.osl
         self._made = 0       # sessions made so far (the shape generator has drawn for these)
         self._live = {}      # index -> Session, for sessions not yet ended
 
@@ -133,16 +141,19 @@ class SyntheticSessions:
         return ((base + start, head), *self._fresh_ranges(offset + head, count - head))
 
     def _make(self, index):
-        resolved = self.resolved
-        shared, own = self._shared, self._own
-        prefix = ()
-        if self.grouped:
-            prefix = ((self._rng.gen_range(0, resolved.num_prefix_groups) * shared, shared),)
+        own = self._own
         first = index * self.turns * own      # offset of the session's first fresh id
+        if self.grouped:
+            prefix = (self._rng.gen_range(0, self.resolved.num_prefix_groups) * self._shared,
+                      self._shared)
+        else:
+            prefix = None
+        isl, osl = self._isl, self._osl
         turns = []
         for t in range(self.turns):
-            ids = IdRanges((*prefix, *self._fresh_ranges(first + t * own, own)))
-            turns.append(Turn(resolved.isl, resolved.osl, ids, self._delay if t else 0.0))
+            fresh = self._fresh_ranges(first + t * own, own)
+            ids = IdRanges(fresh if prefix is None else (prefix, *fresh))
+            turns.append(Turn(isl, osl, ids, self._delay if t else 0.0))
         return Session(f"session_{index}", None, turns)
 
 

@@ -126,6 +126,7 @@ class DisaggregatedSimulation(Simulation):
         self.decode_workers = []
         self.events = _RoleEvents(self)
         self._is_decode = []         # by worker key: whether it is a decode worker
+        self._order_keys = []        # by worker key: (is decode, worker id), the same-time order
         self._spawned = False        # scaling added a worker (keys out of pool order)
         self._actions = deque()
         self._deferred = {}          # rank -> actions waiting for its worker's pass to end
@@ -145,6 +146,7 @@ class DisaggregatedSimulation(Simulation):
         self.decode_workers = decode_workers
         self.workers = prefill_workers + decode_workers
         self._is_decode = [False] * len(prefill_workers) + [True] * len(decode_workers)
+        self._order_keys = [(d, w.worker_id) for d, w in zip(self._is_decode, self.workers)]
         self.pools = {
             "prefill": ClusterPool("prefill", prefill_router, prefill_workers,
                                    spawn=lambda worker_id: self._spawn("prefill", worker_id)),
@@ -177,6 +179,7 @@ class DisaggregatedSimulation(Simulation):
         self._spawned = True
         decode = kind == "decode"
         self._is_decode.append(decode)
+        self._order_keys.append((decode, worker.worker_id))
         (self.decode_workers if decode else self.prefill_workers).append(worker)
         watch_engines(self, self.routers[decode], [worker])
         self.capture_gauges([worker])
@@ -194,7 +197,9 @@ class DisaggregatedSimulation(Simulation):
         return super()._next_time()
 
     def _event_time(self):
-        t = self._pass_time()
+        t = self.queue.peek_time()
+        if t in self._stale:
+            t = self._pass_time()
         transfers = self._transfers
         if transfers and transfers[0][0] < t:
             return transfers[0][0]
@@ -238,35 +243,39 @@ class DisaggregatedSimulation(Simulation):
             for key, rank in extended.items():   # (a cut leaves the keys as they are)
                 if rank.ends_pass_at(t):
                     self._cut(key, t)  # that pass end is a visited time of its own
-        queue = self.queue
+        # bound once: a step runs two rounds or more
+        peek = self.queue.peek_time
         transfers = self._transfers
         actions = self._actions
         idle_prefill, idle_decode = self._idle
-        driver = self.driver
-        rounds = 0
+        next_ready = self.driver.next_ready_ms
         cluster = self.cluster
         prefill_router, decode_router = self.routers
+        rounds = 0
         sampled = ticked = False
         while True:
             rounds += 1
             if rounds > _MAX_ROUNDS:
                 self._no_progress(t)
             changed = False
-            if queue.peek_time() <= t or (transfers and transfers[0][0] <= t):
+            if peek() <= t or (transfers and transfers[0][0] <= t):
                 changed = self._complete_due(t)
             if (prefill_router._released or decode_router._released) and self._flush_routers(t):
                 changed = True
             if cluster is not None:
-                cluster.settle(t)
-                cluster.ready_due(t)
+                # (what settle and ready_due do when nothing settles or becomes ready: nothing)
+                if cluster.settling:
+                    cluster.settle(t)
+                if cluster.starting and cluster.starting[0][0] <= t:
+                    cluster.ready_due(t)
             if actions:
                 self._run_actions(t)
                 changed = True
-            if idle_prefill and self._drive(0, t):
+            if idle_prefill and self._drive(idle_prefill, t):
                 changed = True
-            if idle_decode and self._drive(1, t):
+            if idle_decode and self._drive(idle_decode, t):
                 changed = True
-            if driver.next_ready_ms() <= t and self._release_arrivals(t):
+            if next_ready() <= t and self._release_arrivals(t):
                 changed = True
                 if not sampled and telemetry is not None and telemetry.periodic_due(t):
                     # a periodic sample counts the arrivals at t but is taken before they are
@@ -292,7 +301,10 @@ class DisaggregatedSimulation(Simulation):
         else:
             self._no_extend = False
             if transfers and cluster is None and telemetry is None:
-                self._absorb_transfers()
+                # (a transfer after the next pass end waits for it: nothing to absorb now)
+                head = transfers[0][0]
+                if head < peek() or peek() in self._stale:
+                    self._absorb_transfers()
 
     def _absorb_transfers(self):
         """Visit, without a step, the next times at which only transfers complete, each into a
@@ -337,48 +349,62 @@ class DisaggregatedSimulation(Simulation):
         """Steps 1 and 2: the pass completions and transfers due at ``t``."""
         queue = self.queue
         workers = self.workers
-        due = []
+        first = -1      # the first worker whose pass ends now; more of them only rarely
+        due = None
         while queue.peek_time() <= t:
             time, _, ident = queue.pop()
             key = ident >> 32
             worker = workers[key]
             if not worker.busy or worker.generation != ident & _GEN_MASK:
                 self._unstale(time)   # cut short: its pass ends earlier
-                continue
-            due.append(key)
-        if due:
-            is_decode = self._is_decode
-            if len(due) > 1:
-                if self._spawned:   # keys no longer follow pool then id order
-                    due.sort(key=lambda k: (is_decode[k], workers[k].worker_id))
-                else:
-                    due.sort()      # prefill workers first, each pool in id order
-            cluster = self.cluster
-            for key in due:
-                self._complete(key, t)
-                if cluster is not None:
-                    cluster.worker_idle("decode" if is_decode[key] else "prefill", workers[key])
+            elif first < 0:
+                first = key
+            elif due is None:
+                due = [first, key]
+            else:
+                due.append(key)
+        done = first >= 0
+        if done:
+            if due is None:
+                self._complete(first, t)
+                if self.cluster is not None:
+                    self._worker_idle(first)
+            else:
+                # prefill workers first, each pool in id order (the keys follow that order
+                # until scaling adds a worker)
+                due.sort(key=self._order_keys.__getitem__ if self._spawned else None)
+                cluster = self.cluster
+                for key in due:
+                    self._complete(key, t)
+                    if cluster is not None:
+                        self._worker_idle(key)
         transfers = self._transfers
-        done = bool(due)
-        while transfers and transfers[0][0] <= t:
-            self._actions.append((ACTIVATE, heapq.heappop(transfers)[2]))
+        if transfers and transfers[0][0] <= t:
+            actions = self._actions
+            while transfers and transfers[0][0] <= t:
+                actions.append((ACTIVATE, heapq.heappop(transfers)[2]))
             done = True
         return done
+
+    def _worker_idle(self, key):
+        self.cluster.worker_idle("decode" if self._is_decode[key] else "prefill",
+                                 self.workers[key])
 
     def _complete(self, key, t, immediate=False):
         """A pass of worker ``key`` ends at ``t``; returns whether it produced a reservation or
         a held source (its tokens and terminals are recorded through the rank callbacks)."""
         worker = self.workers[key]
-        self._extended.pop(key, None)
+        extended = self._extended
+        if extended:
+            extended.pop(key, None)
         held = self._held = []
         worker.complete_pass()
-        decode = self._is_decode[key]
         actions = self._actions
-        produced = bool(held)
         deferred = None if immediate else self._deferred
         # each rank of the group completes in turn, idle ones included
-        if decode:
+        if self._is_decode[key]:
             # (a decode rank holds no source: its pass leaves nothing in ``held``)
+            produced = False
             for rank in worker.ranks:
                 got = rank.retry()
                 if deferred:
@@ -388,31 +414,34 @@ class DisaggregatedSimulation(Simulation):
                 if got is not None:
                     self._reserved(got, t)
                     produced = True
-        else:
-            for rank in worker.ranks:
-                if deferred:
-                    waiting = deferred.pop(rank, None)
-                    if waiting:
-                        actions.extend(waiting)
-                for handoff in held:
-                    if handoff.prefill.rank is rank:
-                        actions.append((RESERVE, handoff))
-        self._idle[decode].add(key)
-        return produced
+            self._idle[1].add(key)
+            return produced
+        for rank in worker.ranks:
+            if deferred:
+                waiting = deferred.pop(rank, None)
+                if waiting:
+                    actions.extend(waiting)
+            for handoff in held:
+                if handoff.prefill.rank is rank:
+                    actions.append((RESERVE, handoff))
+        self._idle[0].add(key)
+        return bool(held)
 
-    def _drive(self, pool, t):
-        """Steps 4/5: idle workers of ``pool`` (0 prefill, 1 decode) with work start a pass, in
-        id order, from the first again after each one that made progress."""
-        idle = self._idle[pool]
+    def _drive(self, idle, t):
+        """Steps 4/5: the idle workers ``idle`` of a pool (``_idle[0]`` prefill, ``[1]`` decode)
+        that have work start a pass, in id order, from the first again after each one that
+        made progress."""
+        workers = self.workers
         progressed = False
         rounds = 0
         while idle:
             rounds += 1
             if rounds > _MAX_ROUNDS:
                 self._no_progress(t)
-            for key in sorted(idle):
-                worker = self.workers[key]
-                if worker.busy or not worker.has_work():
+            # (most drives find one idle worker: no sort then)
+            for key in sorted(idle) if len(idle) > 1 else tuple(idle):
+                worker = workers[key]
+                if worker.busy or not _has_work(worker):
                     idle.discard(key)
                 elif self._start(key, t):
                     progressed = True
@@ -700,6 +729,14 @@ def _time_sum(workers, advances):
     """``workers × dt / 1000`` added up over ``advances`` in order, from 0.0."""
     return functools.reduce(operator.add, map(operator.truediv, map(
         operator.mul, itertools.repeat(workers), advances), itertools.repeat(1000.0)), 0.0)
+
+
+def _has_work(worker):
+    """``Worker.has_work`` by the ranks' own test (one call each; a C rank reads two counts)."""
+    for rank in worker.ranks:
+        if rank.has_work():
+            return True
+    return False
 
 
 def _check_rank(request, dp_rank, worker):

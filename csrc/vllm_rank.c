@@ -23,6 +23,14 @@
  * own buckets. The ITL difference array and telemetry's in-flight gauges
  * (finishing_gauges) are kept here too.
  *
+ * The disaggregated roles (engine/vllm_roles.py, their twins) are the same
+ * rank with cfg.role set: a prefill rank's retirement holds the copy's KV
+ * (hold_source; the slot lives until aisim_vllm_release_source), a decode
+ * rank keeps a pending FIFO of accepted destinations, reserves its head
+ * (retry, gated by the capacity generation every release bumps), activates
+ * it into the waiting queue in acceptance order and starts activated
+ * requests with no lookup (admit_waiting_decode).
+ *
  * Errors: a bad argument gives AISIM_EINVAL with nothing changed. A failure
  * inside a pass (out of memory, a pool call refused that the twin assumes
  * succeeds) leaves the pass half formed: the rank then answers every call
@@ -35,7 +43,10 @@
 #include "decode_run.cdef.h"
 #include "vllm_rank.cdef.h"
 
-enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3 };
+/* (a destination between its reservation and its activation is RESERVED, a source held
+ * until its release HELD: the role functions check that they get one) */
+enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3, ST_RESERVED = 4,
+       ST_HELD = 5 };
 
 #define MAX_BLOCK_SIZE 65536
 
@@ -852,7 +863,7 @@ static void record_itl(aisim_vllm_rank *r, int32_t s)
  * keeps its KV, referenced until aisim_vllm_release_source (its slot stays live). */
 static int hold_source(aisim_vllm_rank *r, int32_t s)
 {
-    r->status[s] = ST_FINISHED;
+    r->status[s] = ST_HELD;
     r->view.held_total -= r->held_blocks[s];
     r->held_blocks[s] = 0;
     if (r->cfg.no_evict) {
@@ -1909,6 +1920,7 @@ static int retry(aisim_vllm_rank *r, int32_t *out, int64_t *fresh_tokens)
         r->held_blocks[s] += fresh;
         r->view.held_total += fresh;
     }
+    r->status[s] = ST_RESERVED;
     r->view.holds++;
     r->view.kv_version++;
     *out = s;
@@ -1967,8 +1979,7 @@ int aisim_vllm_activate(aisim_vllm_rank *r, int32_t slot)
 {
     int status;
     if (!r || r->cfg.role != AISIM_VLLM_DECODE || slot < 0 || (size_t)slot >= r->n_slots ||
-        !r->live[slot] || r->seq[slot] < 0 || r->status[slot] != ST_WAITING ||
-        r->view.holds <= 0)
+        !r->live[slot] || r->status[slot] != ST_RESERVED)
         return AISIM_EINVAL;
     if (r->broken)
         return AISIM_ECORRUPT;
@@ -1983,7 +1994,7 @@ int aisim_vllm_release_source(aisim_vllm_rank *r, int32_t slot)
 {
     int status;
     if (!r || r->cfg.role != AISIM_VLLM_PREFILL || slot < 0 || (size_t)slot >= r->n_slots ||
-        !r->live[slot] || r->status[slot] != ST_FINISHED)
+        !r->live[slot] || r->status[slot] != ST_HELD)
         return AISIM_EINVAL;
     if (r->broken)
         return AISIM_ECORRUPT;

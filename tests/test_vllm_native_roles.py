@@ -356,7 +356,18 @@ def test_the_role_functions_check_their_arguments():
     assert out[1][0] == 4 and pool.active() == 1
     assert lib.aisim_vllm_activate(decode, 7) == native.EINVAL
     assert lib.aisim_vllm_activate(decode, slot) == native.OK
+    assert lib.aisim_vllm_activate(decode, slot) == native.EINVAL   # once only
     assert lib.aisim_vllm_retry(decode, *out) == native.OK and out[0][0] == -1
+    assert lib.aisim_vllm_release_source(decode, slot) == native.EINVAL
+    config.role = lib.AISIM_VLLM_PREFILL
+    prefill_pool = BlockPool(8, backend="c")   # (borrowed by the rank: kept alive here)
+    assert lib.aisim_vllm_new(box, config, prefill_pool._pool) == native.OK
+    prefill = ffi.gc(box[0], lib.aisim_vllm_free)
+    waiting = lib.aisim_vllm_submit(prefill, 4, 1, 1, ffi.NULL, 0, ffi.NULL, ffi.NULL, 0, 0, 0)
+    # only a held source is released
+    assert lib.aisim_vllm_release_source(prefill, waiting) == native.EINVAL
+    assert lib.aisim_vllm_accept(prefill, 4, 1, 1, ffi.NULL, 0, ffi.NULL, ffi.NULL, 0, 0, 0) \
+        == native.EINVAL
 
 
 def _report(name):

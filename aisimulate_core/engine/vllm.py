@@ -508,23 +508,29 @@ class VllmRank(RankBase):
         if len(evicted):
             self._evicted_in_flight.extend(evicted)
             self._in_flight_index = None
-        if not self._stored and not self._evicted_in_flight:
-            return held
+        if not self._evicted_in_flight and (not held or not self._stored):
+            return held     # (nothing of the pass in flight can change the answer)
         index = self._in_flight_index
         if index is None:
-            stored, gone = hash_counts(), hash_counts()
-            for run in self._stored:
-                stored.insert_all(run)
-            gone.insert_all(self._evicted_in_flight)
+            # each set only when the pass in flight has something for it: most placements
+            # come while a pass commits a few blocks and evicts none
+            stored = gone = None
+            if self._stored:
+                stored = hash_counts()
+                for run in self._stored:
+                    stored.insert_all(run)
+            if self._evicted_in_flight:
+                gone = hash_counts()
+                gone.insert_all(self._evicted_in_flight)
             index = self._in_flight_index = (stored, gone)
         stored, gone = index
         # resident blocks are indexed unless this pass stored them; gone ones are indexed until
         # this pass ends, unless this pass had stored them in the first place
-        count = stored.leading_absent(hashes, 0, held) if stored else held
+        count = stored.leading_absent(hashes, 0, held) if stored is not None else held
         if count < held:
             return count
-        run = gone.leading(hashes, held) if gone else 0
-        if run and stored:
+        run = gone.leading(hashes, held) if gone is not None else 0
+        if run and stored is not None:
             run = stored.leading_absent(hashes, held, held + run)
         return held + run
 

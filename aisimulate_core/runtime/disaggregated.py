@@ -43,7 +43,7 @@ from ..errors import SimulationError
 from ..engine.request import SimRequest
 from .records import make_disagg_record
 from .cluster import ClusterPool
-from .simulation import PASS_DONE, Simulation, _GEN_MASK, watch_engines
+from .simulation import Simulation, _GEN_MASK, watch_engines
 
 # rounds of same-time work after which a replay that does not advance is an error
 _MAX_ROUNDS = 1_000_000
@@ -134,7 +134,10 @@ class DisaggregatedSimulation(Simulation):
         self._extended = {}          # decode worker key -> its rank, while its pass in flight
                                      # may be extended
         self._no_extend = False      # a parked worker progresses at every drive: keep passes single
-        self._stale = {}             # time -> pass events due then that were cut short
+        # pass completions: a heap of (end time, key << 32 | generation) over a sentinel that
+        # is never due; this loop's own (not ``queue``): a head read is a subscript, not a call
+        self._passes = [(math.inf, -1)]
+        self._stale = {}             # time -> pass completions due then that were cut short
         self._transfers = []         # heap of (done_ms, order, handoff)
         self._transfer_order = 0
         self._held = []              # handoffs whose source was held by the pass completing now
@@ -197,7 +200,7 @@ class DisaggregatedSimulation(Simulation):
         return super()._next_time()
 
     def _event_time(self):
-        t = self.queue.peek_time()
+        t = self._passes[0][0]
         if t in self._stale:
             t = self._pass_time()
         transfers = self._transfers
@@ -208,17 +211,16 @@ class DisaggregatedSimulation(Simulation):
     def _pass_time(self):
         """The next pass completion's time, dropping cut-short completions from the head: their
         times are never visited."""
-        queue = self.queue
+        passes = self._passes
         stale = self._stale
-        t = queue.peek_time()
+        t = passes[0][0]
         while t in stale:
-            t, kind, ident = queue.pop()
-            if self._is_stale(ident):
+            if self._is_stale(passes[0][1]):
+                heapq.heappop(passes)
                 self._unstale(t)
             else:
-                queue.push(t, kind, ident)  # completions due together are ordered by worker
                 break
-            t = queue.peek_time()
+            t = passes[0][0]
         return t
 
     def _unstale(self, t):
@@ -244,7 +246,7 @@ class DisaggregatedSimulation(Simulation):
                 if rank.ends_pass_at(t):
                     self._cut(key, t)  # that pass end is a visited time of its own
         # bound once: a step runs two rounds or more
-        peek = self.queue.peek_time
+        passes = self._passes
         transfers = self._transfers
         actions = self._actions
         idle_prefill, idle_decode = self._idle
@@ -258,7 +260,7 @@ class DisaggregatedSimulation(Simulation):
             if rounds > _MAX_ROUNDS:
                 self._no_progress(t)
             changed = False
-            if peek() <= t or (transfers and transfers[0][0] <= t):
+            if passes[0][0] <= t or (transfers and transfers[0][0] <= t):
                 changed = self._complete_due(t)
             if (prefill_router._released or decode_router._released) and self._flush_routers(t):
                 changed = True
@@ -303,7 +305,7 @@ class DisaggregatedSimulation(Simulation):
             if transfers and cluster is None and telemetry is None:
                 # (a transfer after the next pass end waits for it: nothing to absorb now)
                 head = transfers[0][0]
-                if head < peek() or peek() in self._stale:
+                if head < passes[0][0] or passes[0][0] in self._stale:
                     self._absorb_transfers()
 
     def _absorb_transfers(self):
@@ -347,12 +349,12 @@ class DisaggregatedSimulation(Simulation):
 
     def _complete_due(self, t):
         """Steps 1 and 2: the pass completions and transfers due at ``t``."""
-        queue = self.queue
+        passes = self._passes
         workers = self.workers
         first = -1      # the first worker whose pass ends now; more of them only rarely
         due = None
-        while queue.peek_time() <= t:
-            time, _, ident = queue.pop()
+        while passes[0][0] <= t:
+            time, ident = heapq.heappop(passes)
             key = ident >> 32
             worker = workers[key]
             if not worker.busy or worker.generation != ident & _GEN_MASK:
@@ -464,7 +466,7 @@ class DisaggregatedSimulation(Simulation):
         if end is None:
             return False
         if end > t:
-            self.queue.push(end, PASS_DONE, (key << 32) | worker.generation)
+            heapq.heappush(self._passes, (end, (key << 32) | worker.generation))
             self._idle[decode].discard(key)
             if decode and worker.extendable:
                 self._extended[key] = worker.ranks[0]
@@ -500,7 +502,7 @@ class DisaggregatedSimulation(Simulation):
         end = worker.truncate(t)
         if end is not None:
             self._stale[before] = self._stale.get(before, 0) + 1
-            self.queue.push(end, PASS_DONE, (key << 32) | worker.generation)
+            heapq.heappush(self._passes, (end, (key << 32) | worker.generation))
 
     def _release_arrivals(self, t):
         limit = self._arrival_limit()
@@ -710,11 +712,11 @@ class DisaggregatedSimulation(Simulation):
                         decode_worker_seconds=seconds["decode"],
                         prefill_gpus_per_worker=self.prefill_gpus_per_worker,
                         decode_gpus_per_worker=self.gpus_per_worker)
-        times = set(self._visited)
-        for worker in self.workers:
-            for rank in worker.ranks:
-                times.update(rank.pass_ends)
-        times = sorted(times)
+        # every visited time and pass end in time order, a time seen twice kept twice: its
+        # second advance is +0.0, which leaves a sum as it is (each list is in time order
+        # already: merging the runs costs less than a set and the sort of its scattered order)
+        times = sorted(itertools.chain(self._visited, *(
+            rank.pass_ends for worker in self.workers for rank in worker.ranks)))
         # every advance dt (the first may be 0, adding nothing), summed left to right in time
         # order with C-level loops (reduce, not sum: its float summation differs by version)
         advances = list(map(operator.sub, times, itertools.chain((0.0,), times)))

@@ -15,6 +15,9 @@ runtime calls ``retry`` on accept at an idle rank, at every pass completion and 
 activation. ``activate`` materializes the transferred prompt: the request joins the queue in
 accept order and starts with zero tokens to compute; its first token is a decode step. Prompt
 work on a decode rank (recompute after a preemption) costs no time.
+
+These classes are the twins and specification of the C rank's roles (engine/vllm_native_roles.py,
+csrc/vllm_rank.c), which the runtime builds wherever ``vllm_native.supports`` takes the role.
 """
 
 from __future__ import annotations

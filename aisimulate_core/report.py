@@ -8,6 +8,7 @@ contract: see ``summary_keys``.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import uuid as _uuid
@@ -89,7 +90,9 @@ def _uuid_text(value: Any) -> str:
         return str(value)
     if not 0 <= value < 1 << 128:
         return str(_uuid.UUID(int=value))  # its error
-    # str(uuid.UUID(int=value)), without building the object (twice per record)
+    # str(uuid.UUID(int=value)), without building the object
+    if value < 1 << 48:   # a run's own numbering: only the last group has digits
+        return f"00000000-0000-0000-0000-{value:012x}"
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
@@ -135,8 +138,9 @@ class _Sla:
 _DIST_FIELDS = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std")
 
 
-def _dist_keys(name: str, unit: str = "_ms") -> list[str]:
-    return [f"{field}_{name}{unit}" for field in _DIST_FIELDS]
+@functools.lru_cache(maxsize=None)   # a dozen names; every report asks for six of them
+def _dist_keys(name: str, unit: str = "_ms") -> tuple[str, ...]:
+    return tuple(f"{field}_{name}{unit}" for field in _DIST_FIELDS)
 
 
 # extras that sit in fixed places; anything else passed to add_extra goes at the end
@@ -168,7 +172,12 @@ _HOST_CACHE_SAMPLE_KEYS = (
 
 def summary_keys(*, goodput: bool = False, extras: Iterable[str] = ()) -> list[str]:
     """The summary's keys in order, given whether an SLA is set and which extras were added."""
-    extras = list(dict.fromkeys(extras))
+    return list(_key_order(goodput, tuple(dict.fromkeys(extras))))
+
+
+@functools.lru_cache(maxsize=64)
+def _key_order(goodput: bool, extras: tuple[str, ...]) -> tuple[str, ...]:
+    # cached: a run's extras are one of a few sets, and a small run should not rebuild this
     present = set(extras) | _ALWAYS
     keys = [k for k in _HEAD_EXTRAS if k in present]
     keys += _COUNT_KEYS
@@ -183,7 +192,7 @@ def summary_keys(*, goodput: bool = False, extras: Iterable[str] = ()) -> list[s
     keys += _dist_keys("output_token_throughput_per_user", "")
     placed = set(keys)
     keys += [k for k in extras if k not in placed]  # unknown extras last, in the order added
-    return keys
+    return tuple(keys)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +339,7 @@ class Collector:
         values.update(self._extras)
         values.update(self._count_values(duration_ms, wall_time_ms))
         values.update(self._distribution_values())
-        order = summary_keys(goodput=totals.sla is not None, extras=list(self._extras))
+        order = _key_order(totals.sla is not None, tuple(self._extras))
         summary = {key: values[key] for key in order}
 
         if self._stream is not None:
@@ -571,7 +580,9 @@ def _route(rec: RequestRecord, route: Any) -> dict:
         pool = route.get("pool")
         out = _route_entry(pool, rec.prefill_worker_idx if pool == "prefill"
                            else rec.decode_worker_idx, None, None)
-        out.update((k, v) for k, v in route.items() if k in out)
+        for key, value in route.items():
+            if key in out:   # keys the reference does not know are left out
+                out[key] = value
         return out
     pool = route[0]
     scheduler = route[3] if len(route) > 3 else None

@@ -18,7 +18,7 @@ from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
 from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64, decode_rows,
-                   fail, first_of, model_block_size, row_decoder)
+                   fail, file_digest, first_of, model_block_size, row_decoder)
 
 
 class MooncakeRow(msgspec.Struct, kw_only=True):
@@ -114,6 +114,55 @@ class MooncakeBuilder:
 
 
 def load_mooncake(path, block_size, *, accumulate_deltas=False):
+    """The file's Trace; a file read before in this process, with the same bytes, is rebuilt
+    from what that read kept (``_LOADED``) instead of decoded again."""
+    digest = file_digest(path, CACHED_FILE_BYTES)
+    key = (path, block_size, accumulate_deltas)
+    kept = _LOADED.get(key)
+    if kept is not None and digest is not None and kept[0] == digest:
+        return _rebuild(*kept[1])
+    trace = _decode_mooncake(path, block_size, accumulate_deltas)
+    if digest is not None:
+        _LOADED.pop(key, None)
+        while len(_LOADED) >= _KEEP_FILES:
+            del _LOADED[next(iter(_LOADED))]   # the oldest
+        _LOADED[key] = (digest, _snapshot(trace))
+    return trace
+
+
+# Repeated runs of one small trace (a capacity search, a benchmark) decode it once: the rows
+# of up to _KEEP_FILES files of at most CACHED_FILE_BYTES are kept per process, keyed by path
+# and options and checked against a digest of the file's bytes at every load, so an edited
+# file is decoded again. A rebuilt Trace is made of new objects (arrays copied): a run that
+# changes its trace (the timing transforms do) changes nothing kept.
+CACHED_FILE_BYTES = 8 << 20
+_KEEP_FILES = 4
+_LOADED = {}
+
+
+def _snapshot(trace):
+    sessions = [(s.session_id, s.start_ms, s.where,
+                 [(t.input_length, t.max_output_tokens, t.hash_ids[:], t.delay_ms,
+                   None if t.output_token_ids is None else t.output_token_ids[:], t.priority, t.strict_priority, t.policy_class, t.where)
+                  for t in s.turns]) for s in trace.sessions]
+    return trace.block_size, trace.accumulate_deltas, sessions
+
+
+def _rebuild(block_size, accumulate_deltas, sessions):
+    out = []
+    for session_id, start_ms, where, turns in sessions:
+        made = []
+        for (input_length, output_length, hash_ids, delay_ms, outputs, priority, strict,
+             policy_class, turn_where) in turns:
+            made.append(Turn(input_length, output_length, hash_ids[:], delay_ms,
+                             output_token_ids=None if outputs is None else outputs[:],
+                             priority=priority, strict_priority=strict,
+                             policy_class=policy_class, where=turn_where))
+        out.append(Session(session_id, start_ms, made, where=where))
+    return Trace(block_size, out, accumulate_deltas=accumulate_deltas)
+
+
+def _decode_mooncake(path, block_size, accumulate_deltas):
     builder = MooncakeBuilder(block_size, accumulate_deltas=accumulate_deltas)
     add = builder.add
     for number, row in decode_rows(path, MooncakeRow):

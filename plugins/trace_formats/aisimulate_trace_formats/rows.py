@@ -13,6 +13,8 @@ lengths are bounded as in the payload (``aisimulate_core.spec.bounds.MAX_TOKENS`
 from __future__ import annotations
 
 import gzip
+import hashlib
+import os
 import re
 import zlib
 from typing import Annotated
@@ -80,6 +82,25 @@ def _chunks(path):
                 yield chunk
     except (OSError, EOFError, zlib.error) as error:
         raise _read_error(path, error) from None
+
+
+def file_digest(path, limit):
+    """A digest of the file's bytes (as stored, gzip or not), or None when it is larger than
+    ``limit`` bytes or cannot be read (the loader then reports why, or reads it unkept)."""
+    digest = hashlib.blake2b(digest_size=32)
+    total = 0
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > limit:
+                return None
+            while chunk := f.read(CHUNK_BYTES):   # in chunks: a device may be endless
+                total += len(chunk)
+                if total > limit:
+                    return None
+                digest.update(chunk)
+    except (OSError, ValueError):
+        return None
+    return digest.digest()
 
 
 def _too_long(path, number):
@@ -220,4 +241,5 @@ def model_block_size(block_size):
 __all__ = ["I32", "MAX_INFLATED_BYTES", "MAX_LINE_BYTES", "Milliseconds", "NonNegative", "Seconds",
            "TokenLength", "U32", "WholeMs",
            "check_prompt_tokens", "check_u64", "decode_line", "decode_rows", "describe", "fail",
+           "file_digest",
            "first_of", "iter_lines", "model_block_size", "row_decoder"]

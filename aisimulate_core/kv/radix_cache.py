@@ -299,17 +299,7 @@ class RadixCache:
         self._eviction_log.enable(enabled)
 
     def take_evicted(self, absent_only=False):
-        spans = self._eviction_log.take()
-        evicted = array("Q")
-        ps = self.page_size
-        for src, lo, hi in spans or ():
-            if absent_only:
-                lo = max(lo, self.match_len(src, hi))
-            if lo < hi:
-                pages = hashing.seq_hashes(src[:hi], ps)[lo // ps:hi // ps]
-                pages.reverse()
-                evicted.extend(pages)
-        return evicted
+        return hash_evicted(self, self._eviction_log.take() or (), absent_only)
 
     def evict(self, tokens):
         """Free at least ``tokens`` from unlocked leaves, least recently used first."""
@@ -347,6 +337,11 @@ class RadixCache:
                 self._index_leaf(parent)
         return evicted
 
+    def tree(self):
+        """The tree below the root as nested ``(edge tokens, start, end, access, lock,
+        children)``, children sorted (the differential tests compare it across backends)."""
+        return _subtree(self.root)
+
     def compact_heap(self):
         """Drop stale eviction entries (re-stamped, locked or evicted leaves leave theirs
         behind) so the heap stays proportional to the live leaves."""
@@ -354,3 +349,25 @@ class RadixCache:
         heapq.heapify(live)
         self._heap = live
         self._compact_at = max(1 << 16, 2 * len(live))
+
+
+def _subtree(node):
+    return sorted((tuple(child.src[child.start:child.end]), child.start, child.end,
+                   child.access, child.lock, _subtree(child))
+                  for child in node.children.values())
+
+
+def hash_evicted(cache, spans, absent_only):
+    """``take_evicted``'s answer from the logged spans ``(path tokens, lo, hi)``: the sequence
+    hashes of pages ``lo .. hi`` of each path, deepest first, with ``absent_only`` those not
+    on ``cache``'s tree again (shared by the C cache's wrapper, kv/radix_native.py)."""
+    evicted = array("Q")
+    ps = cache.page_size
+    for src, lo, hi in spans:
+        if absent_only:
+            lo = max(lo, cache.match_len(src, hi))
+        if lo < hi:
+            pages = hashing.seq_hashes(src[:hi], ps)[lo // ps:hi // ps]
+            pages.reverse()
+            evicted.extend(pages)
+    return evicted

@@ -95,6 +95,7 @@ class _Scratch:
 
 
 _SCRATCH = []
+_lib = native.lib
 
 
 def _scratch():
@@ -444,7 +445,9 @@ class NativeVllmRank(RankBase):
         view = self._view
         if not view.n_running and not view.n_waiting:
             return None
-        _check(native.lib.aisim_vllm_schedule(self._rank, now_ms), "aisim_vllm_schedule")
+        status = _lib.aisim_vllm_schedule(self._rank, now_ms)
+        if status < 0:
+            raise native.status_error(status, "aisim_vllm_schedule")
         if view.n_events:
             self._schedule_events(now_ms)
         timer = self.timer
@@ -635,15 +638,7 @@ class NativeVllmRank(RankBase):
             if self._fpm_on:
                 self.fpm_last = fpm.completed(self)
         observer = self._observer
-        self._complete(observer)
-        if self.capture_gauges:
-            self._gauges = self.live_gauges()
-            # preemptions count once the pass that preempted completes (the reference's)
-            self.completed_preemptions = self._view.preemptions
-        if observer is not None and observer.ordered:
-            observer.end_pass()
-
-    def _complete(self, observer):
+        # (one method, not two: a rank completes a pass per event of the loop)
         ends = self._macro_ends
         extra = 0
         if ends is not None:
@@ -652,15 +647,25 @@ class NativeVllmRank(RankBase):
             self.pass_ends.extend(ends[:-1])
         end_ms = self.pass_end_ms
         self.pass_ends.append(end_ms)
-        lib = native.lib
         report = 0
         if observer is not None:
-            report = lib.AISIM_VLLM_REPORT_KV if observer.sends_kv else lib.AISIM_VLLM_REPORT_INDEX
-        _check(lib.aisim_vllm_complete(self._rank, extra, report), "aisim_vllm_complete")
+            report = _lib.AISIM_VLLM_REPORT_KV if observer.sends_kv else _lib.AISIM_VLLM_REPORT_INDEX
+        status = _lib.aisim_vllm_complete(self._rank, extra, report)
+        if status < 0:
+            raise native.status_error(status, "aisim_vllm_complete")
         if observer is not None:
             self._report_pass(observer)
-        if not self._view.n_events:
-            return
+        if self._view.n_events:
+            self._completed(end_ms)
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
+            # preemptions count once the pass that preempted completes (the reference's)
+            self.completed_preemptions = self._view.preemptions
+        if observer is not None and observer.ordered:
+            observer.end_pass()
+
+    def _completed(self, end_ms):
+        """The terminals (and held sources) of the pass that completed at ``end_ms``."""
         values = self._events()
         view = self._view
         n_values = view.n_stretch_values

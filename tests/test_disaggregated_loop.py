@@ -2,11 +2,16 @@
 transfer that completes while its decode worker's pass is in flight, before anything else
 happens, is not a step of its own. Its time still counts as visited (worker-seconds sum over
 every visited time) and its activation waits for that pass end, exactly as a step there would
-do, so the run is the same, request for request and to the bit."""
+do, so the run is the same, request for request and to the bit: on b5's shape and on seeded
+random deployments (KV router, pressure, concurrency caps), against the same runs stepped at
+every time. Worker-seconds add each advance between distinct visited times once, however often
+a time was visited."""
 
 import json
 
-from aisimulate_core import build_simulation, load_payload
+import pytest
+
+from aisimulate_core import Prompt, SimRequest, build_simulation, load_payload
 from reference import HOST_KEYS
 
 # b5's shape (1 prefill, 2 decode, fixed timing), short: a transfer takes 4.194304 ms, less than
@@ -37,6 +42,11 @@ def build(telemetry=False, **spec):
         # a sampled run visits every transfer time as a step (the shortcut stays off), and
         # sampling never changes a run: the reference to compare with
         sim.sample_telemetry(1e9, lambda sample: None)
+    return sim, count_steps(sim)
+
+
+def count_steps(sim):
+    """The times ``sim`` runs a step at, as it goes."""
     steps = []
     step = sim._step
 
@@ -45,7 +55,7 @@ def build(telemetry=False, **spec):
         step(t)
 
     sim._step = counted
-    return sim, steps
+    return steps
 
 
 def comparable(report):
@@ -109,3 +119,104 @@ def test_a_run_cut_off_before_a_transfer_completes_never_visits_it():
     stepped.run()
     assert t not in cut._visited
     assert comparable(cut.report()) == comparable(stepped.report())
+
+
+# ---------------------------------------------------------------- seeded random deployments
+def random_payload(seed):
+    """A small disaggregated deployment and workload drawn from ``seed``: pool sizes, timing,
+    transfer speed (some transfers shorter than a decode pass, some longer), KV pressure,
+    placement (round robin or the KV router), shared prefixes, a concurrency cap."""
+    import random
+
+    rng = random.Random(seed)
+    rank = {"backend": rng.choice(["vllm", "trtllm"]), "block_size": 16,
+            "num_gpu_blocks": rng.choice([160, 400, 4096]),
+            "max_num_seqs": rng.choice([4, 16, 64]),
+            "max_num_batched_tokens": rng.choice([512, 8192]),
+            "timing_model": rng.choice([
+                {"type": "fixed", "prefill_ms": rng.choice([3.0, 10.0]),
+                 "decode_ms": rng.choice([2.5, 5.0])},
+                {"type": "polynomial"}]),
+            "kv_transfer_bandwidth": rng.choice([16.0, 64.0, 400.0]),
+            "kv_bytes_per_token": 131072,
+            "kv_transfer_timing_mode": rng.choice(["full_prompt", "destination_missing"])}
+    placement = rng.choice([{"provider": "round_robin"},
+                            {"provider": "kv_router", "config": {"overlap_score_credit": 0.5}}])
+    traffic = {"source_type": "synthetic", "load_type": "poisson",
+               "request_rate": rng.choice([20.0, 60.0, 200.0]),
+               "isl": rng.choice([100, 600, 2048]), "osl": rng.choice([1, 8, 40]),
+               "request_count": rng.choice([20, 40]), "arrival_seed": seed,
+               "shared_prefix_ratio": rng.choice([0.0, 0.5]), "num_prefix_groups": 2}
+    if rng.random() < 0.3:
+        traffic["concurrency"] = rng.choice([2, 8])
+    return {
+        "spec": {"version": 1,
+                 "topology": {"kind": "disaggregated",
+                              "prefill": {"initial_workers": rng.choice([1, 2])},
+                              "decode": {"initial_workers": rng.choice([1, 2, 3])}},
+                 "engine": {"rank": rank},
+                 "adapters": {"placement": placement, "scaling": {"provider": "none"}},
+                 "record_per_request": True},
+        "traffic": traffic,
+    }
+
+
+def run_counted(doc, telemetry=False):
+    sim = build_simulation(load_payload(json.dumps(doc)))
+    if telemetry:
+        sim.sample_telemetry(1e9, lambda sample: None)   # the shortcut off, nothing else
+    steps = count_steps(sim)
+    sim.run()
+    return sim, steps
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_deployments_run_the_same_with_and_without_the_shortcut(seed):
+    doc = random_payload(seed)
+    sim, steps = run_counted(doc)
+    stepped, stepped_steps = run_counted(doc, telemetry=True)
+    assert comparable(sim.report()) == comparable(stepped.report())
+    assert set(sim._visited) == set(stepped._visited)
+    assert set(steps) <= set(stepped_steps)
+
+
+def test_the_shortcut_skips_steps_in_some_random_deployments():
+    """(The comparison above is not vacuous: the drawn deployments do hit the shortcut.)"""
+    skipped = 0
+    for seed in range(12):
+        sim, steps = run_counted(random_payload(seed))
+        skipped += len(sim._visited) - len(steps)
+    assert skipped > 0
+
+
+# ---------------------------------------------------------------- worker-seconds
+def distinct_time_seconds(sim):
+    """Each pool's worker count times every advance between the distinct visited times and
+    pass ends, added left to right: what the report's worker-seconds are."""
+    times = sorted(set(sim._visited).union(
+        *(rank.pass_ends for worker in sim.workers for rank in worker.ranks)))
+    prefill = decode = 0.0
+    last = 0.0
+    for t in times:
+        prefill += len(sim.prefill_workers) * (t - last) / 1000.0
+        decode += len(sim.decode_workers) * (t - last) / 1000.0
+        last = t
+    return prefill, decode
+
+
+def test_worker_seconds_count_a_time_visited_twice_once():
+    """An embedder stopping the clock at each arrival and submitting a request there makes the
+    loop visit times again (the placement of a submission is a step at the same time); the
+    worker-seconds still add each advance once, to the bit."""
+    sim, _ = build()
+    stops = [5.0 * i for i in range(1, 30)]
+    for i, t in enumerate(stops):
+        sim.run_until(t)
+        sim.submit(SimRequest(0, Prompt.from_tokens(range(1000 + 64 * i, 1000 + 64 * i + 48)),
+                              3, 0.0, request_id=f"ext{i}"))
+    sim.run()
+    assert len(sim._visited) > len(set(sim._visited))
+    summary = sim.report().summary
+    prefill, decode = distinct_time_seconds(sim)
+    assert summary["prefill_worker_seconds"] == prefill
+    assert summary["decode_worker_seconds"] == decode

@@ -443,9 +443,16 @@ class DisaggregatedSimulation(Simulation):
             # (most drives find one idle worker: no sort then)
             for key in sorted(idle) if len(idle) > 1 else tuple(idle):
                 worker = workers[key]
-                if worker.busy or not _has_work(worker):
+                if worker.busy:
                     idle.discard(key)
-                elif self._start(key, t):
+                    continue
+                for rank in worker.ranks:   # Worker.has_work by the ranks' own test (a C
+                    if rank.has_work():     # rank reads two counts)
+                        break
+                else:
+                    idle.discard(key)
+                    continue
+                if self._start(key, t):
                     progressed = True
                     break
             else:
@@ -731,14 +738,6 @@ def _time_sum(workers, advances):
     """``workers × dt / 1000`` added up over ``advances`` in order, from 0.0."""
     return functools.reduce(operator.add, map(operator.truediv, map(
         operator.mul, itertools.repeat(workers), advances), itertools.repeat(1000.0)), 0.0)
-
-
-def _has_work(worker):
-    """``Worker.has_work`` by the ranks' own test (one call each; a C rank reads two counts)."""
-    for rank in worker.ranks:
-        if rank.has_work():
-            return True
-    return False
 
 
 def _check_rank(request, dp_rank, worker):

@@ -188,7 +188,8 @@ class _Queue:
         return view.n_running if self._which == 0 else view.n_waiting
 
     def __bool__(self):
-        return len(self) > 0
+        view = self._rank._view   # (not through len(): the loop asks every step)
+        return (view.n_running if self._which == 0 else view.n_waiting) > 0
 
     def _slots(self):
         rank = self._rank

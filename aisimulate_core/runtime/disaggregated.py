@@ -139,6 +139,7 @@ class DisaggregatedSimulation(Simulation):
         self._passes = [(math.inf, -1)]
         self._stale = {}             # time -> pass completions due then that were cut short
         self._transfers = []         # heap of (done_ms, order, handoff)
+        self._inbound = {}           # decode worker key -> heap of its transfers' done_ms
         self._transfer_order = 0
         self._held = []              # handoffs whose source was held by the pass completing now
         self._visited = []           # every time the clock stopped at (worker-seconds)
@@ -337,6 +338,7 @@ class DisaggregatedSimulation(Simulation):
                 if rank.ends_pass_at(t):
                     self._cut(key, t)
             for _, _, handoff in due:
+                self._arrived(handoff)
                 self._defer(handoff.decode_key, handoff.decode.rank, ACTIVATE, handoff, t)
 
     def _flush_routers(self, t):
@@ -384,7 +386,9 @@ class DisaggregatedSimulation(Simulation):
         if transfers and transfers[0][0] <= t:
             actions = self._actions
             while transfers and transfers[0][0] <= t:
-                actions.append((ACTIVATE, heapq.heappop(transfers)[2]))
+                handoff = heapq.heappop(transfers)[2]
+                self._arrived(handoff)
+                actions.append((ACTIVATE, handoff))
             done = True
         return done
 
@@ -486,11 +490,12 @@ class DisaggregatedSimulation(Simulation):
         to it completes (its activation needs that pass end). A reservation, which any held
         source may bring, cuts the extended pass when it comes: ending every run at each
         prefill pass end would cost more than the passes a cut throws away."""
-        horizon = math.inf
-        for done_ms, _, handoff in self._transfers:
-            if done_ms < horizon and handoff.decode_key == key:
-                horizon = done_ms
-        return horizon
+        inbound = self._inbound.get(key)
+        return inbound[0] if inbound else math.inf
+
+    def _arrived(self, handoff):
+        """A transfer leaves the heaps: it is the earliest of all, so of its destination's too."""
+        heapq.heappop(self._inbound[handoff.decode_key])
 
     def _progress_parked(self):
         """Whether an idle worker with work computed something in its effect-free pass: it does
@@ -542,8 +547,13 @@ class DisaggregatedSimulation(Simulation):
             elif kind == START_TRANSFER:
                 delay = self.transfer.delay_ms(handoff.request.prompt_len, handoff.transfer_tokens)
                 if delay > 0:
-                    heapq.heappush(self._transfers, (t + delay, self._transfer_order, handoff))
+                    done_ms = t + delay
+                    heapq.heappush(self._transfers, (done_ms, self._transfer_order, handoff))
                     self._transfer_order += 1
+                    inbound = self._inbound.get(handoff.decode_key)
+                    if inbound is None:
+                        inbound = self._inbound[handoff.decode_key] = []
+                    heapq.heappush(inbound, done_ms)
                 else:
                     actions.append((ACTIVATE, handoff))
             elif kind == ACTIVATE:

@@ -662,8 +662,8 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     """The reference's ``PerRequestRecord`` for one terminal request, keys in its order
     (``uuid_text``: the uuid as ``_uuid_text`` gives it, when the caller has it already).
 
-    Built as one literal of every key, the optional ones then deleted when unset: deleting
-    keeps the order of the others."""
+    Built as one literal of the keys every record has; the optional ones, mostly unset, are
+    put in their places only when set (``_with_optional``)."""
     history, readmissions, pools = _admission_history(rec)
     routing = rec.routing
     if len(routing) == 1:
@@ -691,12 +691,8 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     first, last = rec.first_token_ms, rec.last_token_ms
     arrival = rec.arrival_time_ms
     out = {
-        "request_id": rec.request_id,
-        "play_id": rec.play_id,
         "session_id": rec.session_id,
         "turn_index": rec.turn_index,
-        "agentic": rec.agentic,
-        "metadata": rec.metadata,
         "uuid": _uuid_text(rec.uuid) if uuid_text is None else uuid_text,
         "arrival_time_ms": arrival,
         "dispatched_at_ms": rec.dispatched_at_ms,
@@ -713,8 +709,6 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
         "output_length": rec.output_length,
         "reused_input_tokens": (prefill_facts[2] if prefill_facts is not None
                                 else rec.reused_input_tokens),
-        "first_admission_g1_reused_input_tokens": rec.first_admission_g1_reused_input_tokens,
-        "first_admission_host_reused_input_tokens": rec.first_admission_host_reused_input_tokens,
         "prefill_worker_idx": rec.prefill_worker_idx,
         "decode_worker_idx": rec.decode_worker_idx,
         "prefill_admit_ms": prefill_admit,
@@ -733,16 +727,37 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
         "pressure_record_ordinals": list(rec.pressure_record_ordinals or ()),
         "terminal_status": rec.terminal_status,
     }
-    for key in _OMITTED_WHEN_UNSET:
-        if out[key] is None:
-            del out[key]
+    if (rec.request_id is None and rec.play_id is None and rec.agentic is None
+            and rec.metadata is None and rec.first_admission_g1_reused_input_tokens is None
+            and rec.first_admission_host_reused_input_tokens is None):
+        return out
+    return _with_optional(rec, out)
+
+
+# The keys a record leaves out when unset (the reference skips them when None), each with the
+# key it follows (None: they lead); each is the RequestRecord field of the same name.
+_LEADING_OPTIONAL = ("request_id", "play_id")
+_OPTIONAL_AFTER = {
+    "turn_index": ("agentic", "metadata"),
+    "reused_input_tokens": ("first_admission_g1_reused_input_tokens",
+                            "first_admission_host_reused_input_tokens"),
+}
+
+
+def _with_optional(rec: RequestRecord, record: dict) -> dict:
+    """``record`` with the optional keys ``rec`` sets, each in its place."""
+    out = {}
+    for key in _LEADING_OPTIONAL:
+        value = getattr(rec, key)
+        if value is not None:
+            out[key] = value
+    for key, value in record.items():
+        out[key] = value
+        for extra in _OPTIONAL_AFTER.get(key, ()):
+            value = getattr(rec, extra)
+            if value is not None:
+                out[extra] = value
     return out
-
-
-# optional keys a record leaves out when unset (the reference skips them when None)
-_OMITTED_WHEN_UNSET = ("request_id", "play_id", "agentic", "metadata",
-                       "first_admission_g1_reused_input_tokens",
-                       "first_admission_host_reused_input_tokens")
 
 
 PER_REQUEST_KEYS = (

@@ -14,6 +14,8 @@ from __future__ import annotations
 import heapq
 import math
 
+_INF = math.inf
+
 
 class WorkloadDriver:
     total = 0  # requests this driver will produce when known (progress display), else 0
@@ -41,7 +43,8 @@ class HeapDriver(WorkloadDriver):
     _heap: list
 
     def next_ready_ms(self):
-        return self._heap[0][0] if self._heap else math.inf
+        heap = self._heap   # the runtime asks at every event
+        return heap[0][0] if heap else _INF
 
     def pop_ready(self, now_ms, limit):
         heap = self._heap

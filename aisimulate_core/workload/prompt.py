@@ -54,12 +54,14 @@ class Prompt:
         length = self.length
         n = -(-length // block)
         values = canonical_ids[:n]
-        if not (isinstance(values, array) and values.typecode == "I"):
+        if type(values) is not array or values.typecode != "I":
             values = array("I", values)  # a slice of an array('I') is already a fresh one
-        lengths = array("I", [block]) * n
+        lengths = array("I", (block,)) * n
         if n:
             lengths[-1] = length - (n - 1) * block
-        self._values, self._lengths, self._source = values, lengths, None
+        self._values = values
+        self._lengths = lengths
+        self._source = None
 
     @property
     def values(self):
@@ -127,7 +129,7 @@ class IdRanges:
         stop = index.stop
         if len(ranges) == 1:   # an ungrouped synthetic prompt: its fresh range alone
             first, count = ranges[0]
-            left = count if stop is None else min(count, max(0, stop))
+            left = count if stop is None or stop >= count else (stop if stop > 0 else 0)
             if left < _C_FILL_FROM:
                 return array("I", range(first, first + left))
         total = len(self)

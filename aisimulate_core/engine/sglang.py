@@ -52,27 +52,11 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
 
     def __init__(self, engine, timer, pool=None, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):
-        self.worker_idx = worker_idx
-        self.dp_rank = dp_rank
-        self.scheduler_id = scheduler_id
-        self.timer = timer
-        self.cb = callbacks
-        ps = engine.block_size
-        self.page_size = ps
-        self.total_kv_tokens = engine.num_gpu_blocks * ps
-        self.cache = RadixCache(self.total_kv_tokens, ps)
-        self.caching = engine.enable_prefix_caching
-        self.max_running = engine.max_num_seqs
-        self.max_model_len = engine.max_model_len
+        self._take_settings(engine, timer, callbacks, worker_idx, dp_rank, scheduler_id)
+        ps = self.page_size
         sg = engine.sglang
-        if sg.host_loop:
-            # the overlap scheduler (outputs visible one iteration later) is not emulated
-            raise ConfigError("$.spec.engine.rank.sglang.host_loop: true is not supported yet")
-        self.lpm = sg.schedule_policy == "lpm"
-        self.budget = PrefillBudget(sg.max_prefill_tokens, sg.chunked_prefill_size,
-                                    sg.clip_max_new_tokens, ps)
+        self.cache = RadixCache(self.total_kv_tokens, ps)
         self.ratio = RatioSchedule(sg.schedule_conservativeness)
-        self.chunk_setting = sg.chunked_prefill_size   # before a DP group splits it
         self._conservativeness = sg.schedule_conservativeness
         self.interval = engine.prefill_decode_interval
         self.rounds_left = 0
@@ -107,6 +91,29 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         self._extendable = False     # the pass just formed left nothing that waits for its end
         self._decode_run = None      # the loop of a run without admission checks, made once
         self._init_cluster_hooks()
+
+    def _take_settings(self, engine, timer, callbacks, worker_idx, dp_rank, scheduler_id):
+        """The rank's identity and settings (the C rank, engine/sglang_native.py, takes the
+        same ones)."""
+        self.worker_idx = worker_idx
+        self.dp_rank = dp_rank
+        self.scheduler_id = scheduler_id
+        self.timer = timer
+        self.cb = callbacks
+        ps = engine.block_size
+        self.page_size = ps
+        self.total_kv_tokens = engine.num_gpu_blocks * ps
+        self.caching = engine.enable_prefix_caching
+        self.max_running = engine.max_num_seqs
+        self.max_model_len = engine.max_model_len
+        sg = engine.sglang
+        if sg.host_loop:
+            # the overlap scheduler (outputs visible one iteration later) is not emulated
+            raise ConfigError("$.spec.engine.rank.sglang.host_loop: true is not supported yet")
+        self.lpm = sg.schedule_policy == "lpm"
+        self.budget = PrefillBudget(sg.max_prefill_tokens, sg.chunked_prefill_size,
+                                    sg.clip_max_new_tokens, ps)
+        self.chunk_setting = sg.chunked_prefill_size   # before a DP group splits it
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):

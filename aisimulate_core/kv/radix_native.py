@@ -48,6 +48,20 @@ class NativeRadixCache:
         self.total_tokens = self._view.total_tokens
         self.trim_partial_leaf = bool(trim_partial_leaf)
 
+    @classmethod
+    def borrow(cls, handle, owner, page_size):
+        """A wrapper of a cache another C object owns (an SGLang rank's): ``owner`` is kept
+        alive with it, and frees the cache."""
+        cache = cls.__new__(cls)
+        cache._c = handle
+        cache._owner = owner
+        cache._view = native.handle_view(handle, "aisim_radix_view", native.lib.aisim_radix_view_of)
+        cache._out = native.ffi.new("int64_t[6]")
+        cache.page_size = page_size
+        cache.total_tokens = cache._view.total_tokens
+        cache.trim_partial_leaf = bool(cache._view.trim_partial_leaf)
+        return cache
+
     # ------------------------------------------------------------------ counters (C's)
     @property
     def free_tokens(self):

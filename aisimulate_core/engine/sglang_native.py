@@ -1,0 +1,491 @@
+"""An SGLang rank whose pass runs in C (csrc/sglang_rank.c): ``NativeSglangRank``.
+
+The rank keeps every request's engine state in C (slots: lengths, pages, its tree node, its
+open decode run, emission stretches, its tokens), the waiting queue, the running batch kept
+arithmetically (as sglang_running.py's RunningBatch), the radix cache (csrc/radix_cache.c),
+the admission ratio and deferred rounds, the ITL difference array and the decode-only
+extension (decode_run.c's loop over the rank's own state, with the built-in timing models and
+an external provider's memo). Python keeps the slot -> ``SimRequest`` map, ``pass_ends``
+(records read token times from it) and ``break_gaps``, and computes prefill times (and
+decode times C does not know). What a call did comes back as one flat array of events
+(admitted, retracted, finished with its stretches), so Python touches a request only at those
+lifecycle events. Iterating ``running`` or ``waiting`` (messages, checks) brings the
+requests' counts up to date from C.
+
+``SglangRank`` (engine/sglang.py) is its twin and specification: the same request stream
+through both gives the same passes, records, ITL and radix tree (tests/test_sglang_native.py).
+The configurations it takes are the ones ``supports`` accepts. A rank the cluster layer comes
+to watch (a router's KV events, telemetry gauges, forward-pass metrics) before it takes a
+request becomes the Python rank then (``watched`` and the other watch switches).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from .. import native
+from ..errors import SimulationError
+from ..kv.radix_native import NativeRadixCache
+from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind
+from .rank_base import RankBase
+from .request import FINISHED, PREEMPTED, RUNNING
+from .sglang import SglangRank
+from .sglang_cluster import SglangClusterHooks
+
+MAX_PAGE_SIZE = 65536
+_EXACT = 2 ** 62                 # counts the C rank keeps in int64 without overflow
+_OUTPUT_TAG = 0x8000_0000        # sglang_tokens.py's tag of unauthored outputs
+_U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
+
+
+def supports(engine, *, dp_size=1, backend=None):
+    """Why the C rank cannot take this configuration, or None when it can.
+
+    It takes an aggregated SGLang rank on its own (no attention DP group), without
+    ``max_model_len`` (the Python rank rejects the long prompts) or the overlap scheduler
+    (``host_loop``, refused by both), counts below 2^62."""
+    if native.resolve_backend(backend) != "c":
+        return "the C backend is not in use"
+    if engine.backend != "sglang":
+        return f"backend {engine.backend!r} (only 'sglang')"
+    if dp_size != 1:
+        return f"dp_size {dp_size} (attention DP groups keep the Python rank)"
+    if engine.max_model_len is not None:
+        return "max_model_len (the Python rank rejects the prompts it cannot hold)"
+    sg = engine.sglang
+    if sg.host_loop:
+        return "sglang.host_loop"
+    if not 1 <= engine.block_size <= MAX_PAGE_SIZE:
+        return f"block_size {engine.block_size} (at most {MAX_PAGE_SIZE})"
+    for name, value in (("num_gpu_blocks", engine.num_gpu_blocks),
+                        ("max_num_seqs", engine.max_num_seqs),
+                        ("sglang.max_prefill_tokens", sg.max_prefill_tokens),
+                        ("sglang.chunked_prefill_size", sg.chunked_prefill_size),
+                        ("sglang.clip_max_new_tokens", sg.clip_max_new_tokens),
+                        ("prefill_decode_interval", engine.prefill_decode_interval)):
+        if not 0 <= value < _EXACT:
+            return f"{name} {value} (the C rank counts in int64: below 2^62)"
+    if engine.num_gpu_blocks * engine.block_size >= _EXACT:
+        return "num_gpu_blocks x block_size beyond 2^62 tokens"
+    return None
+
+
+def rank_class(engine, *, dp_size=1, backend=None):
+    """The class of an SGLang rank of this configuration: the C rank where ``supports`` takes
+    it, else the Python one (the runtime's choice)."""
+    if supports(engine, dp_size=dp_size, backend=backend) is None:
+        return NativeSglangRank
+    return SglangRank
+
+
+def _check(status, operation):
+    if status < 0:
+        raise native.status_error(status, operation)
+    return status
+
+
+class _Scratch:
+    """C buffers every rank uses only within one call (one process, one thread)."""
+
+    __slots__ = ("run", "ends", "finishing", "state")
+
+    def __init__(self):
+        ffi = native.ffi
+        self.run = ffi.new("aisim_decode_run *")
+        self.ends = ffi.new("double[]", MAX_PASSES)
+        self.finishing = ffi.new("int32_t *")
+        self.state = ffi.new("int64_t[9]")
+
+
+_SCRATCH = []
+
+
+def _scratch():
+    if not _SCRATCH:
+        _SCRATCH.append(_Scratch())
+    return _SCRATCH[0]
+
+
+class _Queue:
+    """The running batch (which 0) or the waiting queue (which 1), read from C: length and
+    truth cost a field read; iterating brings the requests' counts up to date from C (their
+    ``generated``, ``computed``, ``held_blocks``, ``committed_blocks``, ``seq``, and the
+    running ones' ``open_start``, ``base_gen``, ``bucket_key``) for messages and checks."""
+
+    __slots__ = ("_rank", "_which")
+
+    def __init__(self, rank, which):
+        self._rank = rank
+        self._which = which
+
+    def __len__(self):
+        view = self._rank._view
+        return view.n_running if self._which == 0 else view.n_waiting
+
+    def __bool__(self):
+        return len(self) > 0
+
+    def __iter__(self):
+        rank = self._rank
+        n = len(self)
+        out = native.ffi.new("int32_t[]", max(n, 1))
+        _check(native.lib.aisim_sglang_queue(rank._rank, self._which, out, n),
+               "aisim_sglang_queue")
+        return iter([rank._synced(slot) for slot in native.ffi.unpack(out, n)])
+
+    def __getitem__(self, index):
+        return list(self)[index]
+
+    # RunningBatch's, for what reads a running batch (stall messages, checks.py)
+    @property
+    def D(self):
+        return self._rank._view.decodes
+
+    def sync(self, r):
+        """Members come up to date as they are iterated."""
+
+
+def _becomes_python(name):
+    """A watch switch (``watched``, ``capture_gauges``, ``fpm_on``, ``observer``): off on the
+    C rank; switching it on turns the rank into the Python one first."""
+
+    def get(self):
+        return None if name == "observer" else False
+
+    def put(self, value):
+        if value:
+            self._become_python()
+            setattr(self, name, value)
+
+    return property(get, put)
+
+
+class NativeSglangRank:
+    config_path = "$.spec.engine.rank"
+    extension = True             # SglangRank.extension's switch (the differential tests')
+    pass_effect = False
+    stuck = False
+    grouped = False
+    group_size = 1
+    # what only a watched rank counts (the Python rank's, unwatched: nothing)
+    preemptions = 0
+    decode_steps = 0
+    cache_hit_tokens = 0
+    cache_total_tokens = 0
+    fpm_last = None
+    fpm_clock = 0.0
+    _gauges = None
+    watched = _becomes_python("watched")
+    capture_gauges = _becomes_python("capture_gauges")
+    fpm_on = _becomes_python("fpm_on")
+    observer = _becomes_python("observer")
+
+    def __init__(self, engine, timer, pool=None, *, callbacks, worker_idx=0, dp_rank=0,
+                 scheduler_id=0):
+        reason = supports(engine, backend="c")
+        if reason is not None:
+            raise SimulationError(f"the C SGLang rank does not take this rank: {reason}")
+        ffi, lib = native.ffi, native.lib
+        self._args = (engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id)
+        SglangRank._take_settings(self, engine, timer, callbacks, worker_idx, dp_rank,
+                                  scheduler_id)
+        ps = self.page_size
+        sg = engine.sglang
+        self.num_blocks = engine.num_gpu_blocks
+        self.interval = engine.prefill_decode_interval
+        config = ffi.new("aisim_sglang_config *")
+        config.page_size = ps
+        config.total_kv_tokens = self.total_kv_tokens
+        config.max_running = self.max_running
+        config.max_prefill = sg.max_prefill_tokens
+        config.chunk_size = sg.chunked_prefill_size
+        config.clip = sg.clip_max_new_tokens
+        config.interval = self.interval
+        config.conservativeness = sg.schedule_conservativeness
+        config.caching = self.caching
+        config.lpm = self.lpm
+        config.extension = bool(self.extension)
+        self._rank = native.open_handle("aisim_sglang_rank", lib.aisim_sglang_new,
+                                        lib.aisim_sglang_free, "aisim_sglang_new", config)
+        self._view = native.handle_view(self._rank, "aisim_sglang_view", lib.aisim_sglang_view_of)
+        box = ffi.new("aisim_radix **")
+        _check(lib.aisim_sglang_cache(self._rank, box), "aisim_sglang_cache")
+        self.cache = NativeRadixCache.borrow(box[0], self._rank, ps)
+        self.pool = self.cache
+        # decode times: the built-in models in C, anything else through the C memo (filled
+        # from the timer on a miss), as the decode-only runs do (engine/decode_run.py)
+        kind, fixed_ms = _native_kind(timer.model)
+        self._decode_timing = native.open_handle(
+            "aisim_decode_timing", lib.aisim_decode_timing_new, lib.aisim_decode_timing_free,
+            "aisim_decode_timing_new", kind, fixed_ms, timer.decode_ratio,
+            self.total_kv_tokens, MEMO_LIMIT)
+        _check(lib.aisim_sglang_set_decode_timing(self._rank, self._decode_timing),
+               "aisim_sglang_set_decode_timing")
+        self._requests = []          # slot -> SimRequest (None while free)
+        self._submitted = 0
+        self.running = _Queue(self, 0)
+        self.waiting = _Queue(self, 1)
+        self.pass_ends = array("d")
+        self.break_gaps = {}
+        self._breaks_read = 0        # triples of C's break gaps already in break_gaps
+        self.pass_end_ms = 0.0
+        self._macro_ends = None
+        self._ends_finishing = False
+
+    def _become_python(self):
+        """Turn into the Python rank (``SglangRank``) of the same settings: what watches a
+        rank is the Python rank's (v1 of the C rank keeps none of it)."""
+        if self._submitted:
+            raise SimulationError("internal: the C SGLang rank was watched after it took "
+                                  "requests")
+        engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id = self._args
+        kept = {key: self.__dict__[key] for key in ("config_path", "extension")
+                if key in self.__dict__}
+        self.__dict__.clear()
+        self.__class__ = SglangRank
+        SglangRank.__init__(self, engine, timer, pool, callbacks=callbacks,
+                            worker_idx=worker_idx, dp_rank=dp_rank, scheduler_id=scheduler_id)
+        self.__dict__.update(kept)
+
+    # ------------------------------------------------------------------ counters (C's)
+    @property
+    def pass_index(self):
+        return self._view.pass_index
+
+    @property
+    def retractions(self):
+        return self._view.retractions
+
+    @property
+    def committed_prefill_tokens(self):
+        return self._view.committed_prefill_tokens
+
+    @property
+    def rounds_left(self):
+        return self._view.rounds_left
+
+    @property
+    def prefill_in_pass(self):
+        return bool(self._view.prefill_in_pass)
+
+    @property
+    def model_work_in_pass(self):
+        return bool(self._view.model_work_in_pass)
+
+    @property
+    def itl_diff(self):
+        """The difference array of gap multiplicities, per pass (C keeps it)."""
+        view = self._view
+        out = array("q")
+        if view.n_itl_diff:
+            out.frombytes(native.ffi.buffer(view.itl_diff, 8 * view.n_itl_diff))
+        return out
+
+    # ------------------------------------------------------------------ what SglangRank words
+    # the same text over the same fields: one definition, SglangRank's
+    stall_reason = SglangRank.stall_reason
+    fit_error = SglangRank.fit_error
+    kv_summary = SglangRank.kv_summary
+    stuck_error = SglangRank.stuck_error
+    live_gauges = SglangClusterHooks.live_gauges
+    kv_gauges = SglangClusterHooks.kv_gauges
+    submission_gauges = SglangClusterHooks.submission_gauges
+    telemetry_gauges = SglangClusterHooks.telemetry_gauges
+    truncate = RankBase.truncate
+    ends_pass_at = RankBase.ends_pass_at
+    holds_kv = RankBase.holds_kv
+    progressed = RankBase.progressed
+
+    def _run_cut(self):
+        # the run now ends before the pass in which members finish
+        self._ends_finishing = False
+
+    def _synced(self, slot):
+        """The request of ``slot`` with its counts as C holds them now."""
+        r = self._requests[slot]
+        out = _scratch().state
+        _check(native.lib.aisim_sglang_request(self._rank, slot, out), "aisim_sglang_request")
+        r.generated, r.computed, r.held_blocks, r.committed_blocks = out[0], out[1], out[2], out[3]
+        r.seq = None if out[4] < 0 else out[4]
+        r.open_start = None if out[5] < 0 else out[5]
+        r.base_gen, r.bucket_key, r.out_limit = out[6], out[7], out[8]
+        return r
+
+    def pending_prefill_tokens(self):
+        out = _scratch().state
+        _check(native.lib.aisim_sglang_pending_prefill_tokens(self._rank, out),
+               "aisim_sglang_pending_prefill_tokens")
+        return out[0]
+
+    def has_work(self):
+        view = self._view
+        return bool(view.n_running or view.n_waiting or view.rounds_left)
+
+    # ------------------------------------------------------------------ queue entry
+    def submit(self, request):
+        request.rank = self
+        request.seq = None
+        ffi = native.ffi
+        values = lengths = authored = ffi.NULL
+        n_runs = n_authored = 0
+        if self.caching:
+            prompt = request.prompt
+            runs = prompt.values
+            n_runs = len(runs)
+            if n_runs:
+                values = ffi.from_buffer(_U32_ARRAY, runs)
+                lengths = ffi.from_buffer(_U32_ARRAY, prompt.lengths)
+            outputs = request.output_token_ids
+            if outputs is not None and len(outputs):
+                own = array("I", outputs)
+                n_authored = len(own)
+                authored = ffi.from_buffer(_U32_ARRAY, own)
+        slot = _check(native.lib.aisim_sglang_submit(
+            self._rank, request.prompt_len, request.out_limit, values, lengths, n_runs,
+            authored, n_authored, _OUTPUT_TAG | (request.uuid & 0x7FFF_FFFF)),
+            "aisim_sglang_submit")
+        requests = self._requests
+        if slot == len(requests):
+            requests.append(request)
+        else:
+            requests[slot] = request
+        self._submitted += 1
+
+    # ------------------------------------------------------------------ scheduling
+    def schedule(self, now_ms):
+        """Form one pass at ``now_ms``; returns its end time, or None with nothing to do."""
+        view = self._view
+        if not view.n_running and not view.n_waiting and not view.rounds_left:
+            self.stuck = False
+            return None
+        lib = native.lib
+        status = lib.aisim_sglang_schedule(self._rank, now_ms)
+        if view.n_events:
+            self._schedule_events(now_ms)
+        if status == lib.AISIM_SG_STALLED:
+            raise SimulationError(self.stall_reason(self.waiting[0]))
+        _check(status, "aisim_sglang_schedule")
+        count = view.pf_count
+        if count:
+            end_ms = now_ms + self.timer.prefill(count, view.pf_isl // count,
+                                                 view.pf_prefix // count)
+        else:
+            n = view.dec_batch
+            if not n:
+                decode = 0.0
+            elif view.decode_known:
+                decode = view.decode_ms
+            else:   # a time only Python knows (or an error only it can word): ask, remember
+                active = view.dec_active
+                decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
+                _check(lib.aisim_decode_timing_put(self._decode_timing, n, active, decode),
+                       "aisim_decode_timing_put")
+            end_ms = now_ms + decode
+        self.pass_effect = bool(view.pass_effect)
+        self.stuck = bool(view.stuck)
+        self.pass_end_ms = end_ms
+        return end_ms
+
+    def _schedule_events(self, now_ms):
+        view = self._view
+        values = native.ffi.unpack(view.events, view.n_events * 5)
+        requests = self._requests
+        for i in range(0, len(values), 5):
+            kind, slot, a, b, _ = values[i:i + 5]
+            r = requests[slot]
+            if kind == 1:      # admitted: a cached tokens, b readmission
+                r.status = RUNNING
+                r.admissions.append((now_ms, a, bool(b)))
+                if not b:
+                    r.first_reused = a
+                if a > r.max_reused:
+                    r.max_reused = a
+            else:              # retracted
+                r.status = PREEMPTED
+                r.preemptions = a
+
+    # ------------------------------------------------------------------ decode-only runs
+    def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
+        """Lengthen the pass just formed by the decode-only passes that follow it (as
+        ``SglangRank.extend``, in C). Returns the end time of the last pass."""
+        if not self._view.extendable or self.pass_end_ms >= horizon_ms:
+            return self.pass_end_ms
+        lib = native.lib
+        scratch = _scratch()
+        run, ends, finishing = scratch.run, scratch.ends, scratch.finishing
+        max_passes = min(max_passes, MAX_PASSES)
+        status = lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
+                                         max_passes, ends, MAX_PASSES, run, 0, finishing)
+        while status == lib.AISIM_DECODE_MISS:
+            # a time only Python knows (or an error only it can word): ask, remember, resume
+            batch, active = run.miss_batch, run.miss_active
+            value = self.timer.decode(batch, active, active // batch, self.total_kv_tokens)
+            _check(lib.aisim_decode_timing_put(self._decode_timing, batch, active, value),
+                   "aisim_decode_timing_put")
+            status = lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms,
+                                             cutoff_ms, max_passes, ends, MAX_PASSES, run, 1,
+                                             finishing)
+        _check(status, "aisim_sglang_extend")
+        if run.n_ends > 1:
+            out = array("d")
+            out.frombytes(native.ffi.buffer(ends, 8 * run.n_ends))
+            self._macro_ends = out
+            self._ends_finishing = bool(finishing[0])
+            self.pass_end_ms = out[-1]
+        return self.pass_end_ms
+
+    # ------------------------------------------------------------------ pass completion
+    def complete(self):
+        ends = self._macro_ends
+        extra = 0
+        if ends is not None:
+            self._macro_ends = None
+            extra = len(ends) - 1
+            self.pass_ends.extend(ends[:-1])
+        end_ms = self.pass_end_ms
+        self.pass_ends.append(end_ms)
+        _check(native.lib.aisim_sglang_complete(self._rank, extra, self._ends_finishing),
+               "aisim_sglang_complete")
+        self._ends_finishing = False
+        view = self._view
+        if not view.n_events:
+            return
+        ffi = native.ffi
+        values = ffi.unpack(view.events, view.n_events * 5)
+        n_values = view.n_stretch_values
+        stretches = ffi.unpack(view.stretches, n_values) if n_values else ()
+        requests = self._requests
+        # every event is read before the first callback: a terminal may submit here
+        finished = []
+        for i in range(0, len(values), 5):
+            kind, slot, a, b, c = values[i:i + 5]
+            r = requests[slot]
+            if kind == 4:      # finished: stretches[a:a+b], c tokens generated
+                requests[slot] = None
+                r.status = FINISHED
+                r.seq = None
+                r.generated = c
+                r.stretches = [(stretches[k], stretches[k + 1])
+                               for k in range(2 * a, 2 * (a + b), 2)]
+                finished.append(r)
+            else:              # retracted (an extension's last pass never retracts)
+                r.status = PREEMPTED
+                r.preemptions = a
+        on_finish = self.cb.on_finish
+        for r in finished:
+            on_finish(r, end_ms, "completed")
+
+    # ------------------------------------------------------------------ report
+    def itl_gaps(self, backend=None):
+        _check(native.lib.aisim_sglang_fold(self._rank), "aisim_sglang_fold")
+        view = self._view
+        n = view.n_break_gaps
+        if n > self._breaks_read:
+            triples = native.ffi.unpack(view.break_gaps + 3 * self._breaks_read,
+                                        3 * (n - self._breaks_read))
+            breaks = self.break_gaps
+            for i in range(0, len(triples), 3):
+                key = (triples[i], triples[i + 1])
+                breaks[key] = breaks.get(key, 0) + triples[i + 2]
+            self._breaks_read = n
+        return RankBase.itl_gaps(self, backend)

@@ -1,0 +1,1833 @@
+/*
+ * sglang_rank.c: one SGLang rank in C (engine/sglang.py's SglangRank is the twin; the
+ * functions here follow its methods one for one, in the same order, so that the same request
+ * stream gives the same passes, stamps, tree and counts).
+ *
+ * The running batch is kept arithmetically as sglang_running.py's RunningBatch: a member's
+ * counts follow from the decode counter D (generated = base_gen + D - open_start) and only
+ * sums change per decode pass. Members are an array in join order; the per-decode-index
+ * buckets of the twin (finishing, unclip) are each member's own index, found by a scan.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aisim.h"
+#include "decode_run.cdef.h"
+#include "radix_cache.cdef.h"
+#include "sglang_rank.cdef.h"
+
+#define TRY(x) do { int status_ = (x); if (status_ < 0) return status_; } while (0)
+#define NONE (-1)
+#define ROOT 0
+#define PHASE_BITS 34
+#define MAX_PASS ((int64_t)1 << 27)        /* stamps stay in int64 */
+#define EXACT_INT ((int64_t)1 << 62)       /* engine/decode_run.py's _EXACT */
+#define INIT_RATIO 0.7
+#define MIN_RATIO_FACTOR 0.14
+#define DECAY_STEPS 600.0
+#define RETRACT_DECODE_STEPS 20
+#define LPM_MAX_WAITING 128
+#define DUPLICATE_CHECK_TOKENS 32
+
+enum { WAITING = 0, RUNNING = 1, PREEMPTED = 2, FINISHED = 3 };
+
+typedef struct i64s {
+    int64_t *v;
+    size_t len, cap;
+} i64s;
+
+typedef struct i32s {
+    int32_t *v;
+    size_t len, cap;
+} i32s;
+
+static int i64_push(i64s *a, int64_t x)
+{
+    if (a->len == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 16;
+        int64_t *v = realloc(a->v, cap * sizeof(int64_t));
+        if (!v)
+            return AISIM_ENOMEM;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->len++] = x;
+    return AISIM_OK;
+}
+
+static int i64_reserve(i64s *a, size_t n)
+{
+    if (n <= a->cap)
+        return AISIM_OK;
+    size_t cap = a->cap ? a->cap : 16;
+    while (cap < n)
+        cap *= 2;
+    int64_t *v = realloc(a->v, cap * sizeof(int64_t));
+    if (!v)
+        return AISIM_ENOMEM;
+    a->v = v;
+    a->cap = cap;
+    return AISIM_OK;
+}
+
+static int i32_reserve(i32s *a, size_t n)
+{
+    if (n <= a->cap)
+        return AISIM_OK;
+    size_t cap = a->cap ? a->cap : 16;
+    while (cap < n)
+        cap *= 2;
+    int32_t *v = realloc(a->v, cap * sizeof(int32_t));
+    if (!v)
+        return AISIM_ENOMEM;
+    a->v = v;
+    a->cap = cap;
+    return AISIM_OK;
+}
+
+static int i32_push(i32s *a, int32_t x)
+{
+    TRY(i32_reserve(a, a->len + 1));
+    a->v[a->len++] = x;
+    return AISIM_OK;
+}
+
+typedef struct sg_req {
+    int64_t prompt_len, out_limit;
+    int64_t generated, computed, held, committed;
+    int64_t seq;                 /* radix node handle, NONE: holds no KV */
+    int64_t open_start;          /* decode index it joined at, NONE: not a decoder */
+    int64_t base_gen;
+    int64_t join;                /* join number (running order) */
+    int64_t key;                 /* (length - D) mod page size at joining */
+    int64_t last_at;             /* decode index of its last token */
+    int64_t unclip_at;           /* decode index after which its remaining output is clip */
+    int64_t admissions;
+    int64_t retractions;
+    int64_t serial;              /* submission number: the match memo's identity */
+    int32_t in_stretch, big, live, status;
+    /* the last decode run, counted per rank (RunningBatch.leave's itl_span) */
+    int32_t has_span;
+    int64_t span_first, span_last, span_before, span_prev_last, span_after;
+    i64s stretches;              /* (first, last) pass pairs */
+    /* tokens: prompt then outputs, as far as the tree needs them */
+    uint32_t *tok;
+    int64_t n_tok, cap_tok;
+    uint32_t *authored;
+    int64_t n_authored;
+    uint32_t out_tag;
+} sg_req;
+
+struct aisim_sglang_rank {
+    aisim_sglang_view view;
+    aisim_sglang_config cfg;
+    aisim_radix *cache;
+    const aisim_radix_view *cv;
+    const aisim_decode_timing *timing;
+    /* requests */
+    sg_req *reqs;
+    size_t n_reqs, cap_reqs;
+    i32s free_slots;
+    int64_t serials;
+    /* the waiting queue: wq.v[w_head .. w_head + n_waiting) */
+    i32s wq;
+    size_t w_head;
+    /* the running batch, in join order */
+    i32s run;
+    int64_t D;
+    i64s dec_pass;               /* rank pass of each decode pass */
+    i64s breaks;                 /* decode indices d after which the next is not d's pass + 1 */
+    int64_t sum_len, sum_small, n_small, n_big;
+    int64_t *crossings;          /* members by (len - D) mod page size */
+    i64s cover;                  /* counted runs: difference array over decode indices */
+    int64_t join_seq;
+    /* ratio schedule */
+    double r_init, r_min, r_step;
+    /* pass state */
+    int64_t k0, k2;
+    int32_t emitted_any, starved, interval_idle;
+    int64_t pass_committed;
+    i32s done, finishing, retracted, catch_up, can_run, fresh, growing;
+    /* the match memo: (serial, limit, matched, node, inserts) */
+    int64_t memo_serial, memo_limit, memo_matched, memo_node, memo_inserts;
+    /* outputs */
+    i64s events, stretch_out, itl_diff, break_gaps;
+    /* scratch */
+    i64s keys, counts, unclips, charges;
+    int64_t run_finish;          /* the extension's finishing decode index */
+    size_t run_cap;              /* its passes + 1: the loop's buffer bound, on resumes too */
+    i32s dec_done;               /* the members a decode step finished */
+    int32_t broken;
+};
+
+/* ------------------------------------------------------------------ small helpers */
+
+static int64_t pages(const aisim_sglang_rank *r, int64_t tokens)
+{
+    int64_t ps = r->cfg.page_size;
+    return ((tokens + ps - 1) / ps) * ps;
+}
+
+static int64_t mod(int64_t a, int64_t m)
+{
+    int64_t x = a % m;
+    return x < 0 ? x + m : x;
+}
+
+static int64_t stamp(int64_t pass_index, int64_t phase, int64_t k)
+{
+    return (((pass_index << 2) | phase) << PHASE_BITS) | k;
+}
+
+static int64_t stamp0(aisim_sglang_rank *r)
+{
+    return stamp(r->view.pass_index, 0, ++r->k0);
+}
+
+static int64_t stamp2(aisim_sglang_rank *r)
+{
+    return stamp(r->view.pass_index, 2, ++r->k2);
+}
+
+static int64_t available(const aisim_sglang_rank *r)
+{
+    return r->cv->free_tokens;
+}
+
+static int64_t evictable(const aisim_sglang_rank *r)
+{
+    return r->cv->evictable_size;
+}
+
+static int evict(aisim_sglang_rank *r, int64_t tokens)
+{
+    int64_t out;
+    return aisim_radix_evict(r->cache, tokens, &out);
+}
+
+static int event(aisim_sglang_rank *r, int64_t kind, int32_t slot, int64_t a, int64_t b,
+                 int64_t c)
+{
+    TRY(i64_reserve(&r->events, r->events.len + AISIM_SG_EVENT_WIDTH));
+    int64_t *e = r->events.v + r->events.len;
+    e[0] = kind;
+    e[1] = slot;
+    e[2] = a;
+    e[3] = b;
+    e[4] = c;
+    r->events.len += AISIM_SG_EVENT_WIDTH;
+    return AISIM_OK;
+}
+
+/* RankBase._emit: one token in pass P, extending the last stretch when contiguous */
+static int emit(sg_req *q, int64_t P)
+{
+    i64s *s = &q->stretches;
+    if (s->len && s->v[s->len - 1] == P - 1) {
+        s->v[s->len - 1] = P;
+        return AISIM_OK;
+    }
+    TRY(i64_push(s, P));
+    return i64_push(s, P);
+}
+
+/* ------------------------------------------------------------------ ratio */
+
+static void ratio_decay(aisim_sglang_rank *r)
+{
+    double value = r->view.ratio - r->r_step;
+    r->view.ratio = value > r->r_min ? value : r->r_min;
+}
+
+static int ratio_settled(const aisim_sglang_rank *r)
+{
+    double value = r->view.ratio - r->r_step;
+    return (value > r->r_min ? value : r->r_min) == r->view.ratio;
+}
+
+/* ------------------------------------------------------------------ tokens */
+
+/* sglang_tokens.ensure_tokens: the request's tokens cover at least `depth` */
+static int ensure_tokens(sg_req *q, int64_t depth)
+{
+    if (depth <= q->n_tok)
+        return AISIM_OK;
+    if (depth > q->cap_tok) {
+        int64_t cap = q->cap_tok ? q->cap_tok : 16;
+        while (cap < depth)
+            cap *= 2;
+        uint32_t *tok = realloc(q->tok, (size_t)cap * sizeof(uint32_t));
+        if (!tok)
+            return AISIM_ENOMEM;
+        q->tok = tok;
+        q->cap_tok = cap;
+    }
+    for (int64_t i = q->n_tok; i < depth; i++) {
+        int64_t out = i - q->prompt_len;
+        if (q->authored) {
+            if (out >= q->n_authored)
+                return AISIM_EINVAL;        /* past the authored outputs */
+            q->tok[i] = q->authored[out];
+        } else {
+            q->tok[i] = q->out_tag;
+        }
+    }
+    q->n_tok = depth;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------------ running batch */
+
+static void sync(const aisim_sglang_rank *r, sg_req *q)
+{
+    q->generated = q->base_gen + r->D - q->open_start;
+    q->computed = q->prompt_len + q->generated;
+    q->held = pages(r, q->computed);
+}
+
+static int batch_join(aisim_sglang_rank *r, int32_t s, int64_t number)
+{
+    TRY(i32_push(&r->run, s));
+    sg_req *q = &r->reqs[s];
+    int64_t D = r->D;
+    q->join = number;
+    q->open_start = D;
+    q->base_gen = q->generated;
+    q->in_stretch = 1;
+    int64_t length = q->prompt_len + q->generated;
+    r->sum_len += length;
+    q->key = mod(length - D, r->cfg.page_size);
+    r->crossings[q->key]++;
+    int64_t remaining = q->out_limit - q->generated;
+    q->last_at = D + remaining - 1;
+    if (remaining > r->cfg.clip) {
+        r->n_big++;
+        q->big = 1;
+        q->unclip_at = D + remaining - r->cfg.clip - 1;
+    } else {
+        q->big = 0;
+        q->unclip_at = NONE;
+        r->n_small++;
+        r->sum_small += remaining;
+    }
+    r->view.n_running = (int64_t)r->run.len;
+    return AISIM_OK;
+}
+
+static int add_stretch(i64s *s, int64_t a, int64_t b)
+{
+    if (s->len && s->v[s->len - 1] == a - 1) {
+        s->v[s->len - 1] = b;
+        return AISIM_OK;
+    }
+    TRY(i64_push(s, a));
+    return i64_push(s, b);
+}
+
+/* the first index of breaks >= x */
+static size_t bisect_left(const i64s *a, int64_t x)
+{
+    size_t lo = 0, hi = a->len;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (a->v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* RunningBatch._close_stretches */
+static int close_stretches(aisim_sglang_rank *r, sg_req *q, int64_t first, int64_t last)
+{
+    const int64_t *dp = r->dec_pass.v;
+    size_t lo = bisect_left(&r->breaks, first), hi = bisect_left(&r->breaks, last);
+    if (lo == hi)
+        return add_stretch(&q->stretches, dp[first], dp[last]);
+    int64_t start = dp[first];
+    int merge = 1;
+    for (size_t j = lo; j < hi; j++) {
+        int64_t c = r->breaks.v[j];
+        if (merge)
+            TRY(add_stretch(&q->stretches, start, dp[c]));
+        else {
+            TRY(i64_push(&q->stretches, start));
+            TRY(i64_push(&q->stretches, dp[c]));
+        }
+        merge = 0;
+        start = dp[c + 1];
+    }
+    TRY(i64_push(&q->stretches, start));
+    return i64_push(&q->stretches, dp[last]);
+}
+
+/* RunningBatch.leave: remove member s (synced); its decode emissions become stretches */
+static int batch_leave(aisim_sglang_rank *r, int32_t s)
+{
+    sg_req *q = &r->reqs[s];
+    sync(r, q);
+    int64_t D = r->D;
+    size_t i = 0;
+    while (i < r->run.len && r->run.v[i] != s)
+        i++;
+    if (i == r->run.len)
+        return AISIM_ECORRUPT;
+    memmove(r->run.v + i, r->run.v + i + 1, (r->run.len - i - 1) * sizeof(int32_t));
+    r->run.len--;
+    r->view.n_running = (int64_t)r->run.len;
+    r->sum_len -= q->prompt_len + q->generated;
+    r->crossings[q->key]--;
+    int64_t remaining = q->out_limit - q->generated;
+    if (remaining > r->cfg.clip) {
+        r->n_big--;
+    } else {
+        r->n_small--;
+        r->sum_small -= remaining;
+    }
+    q->big = 0;
+    q->in_stretch = 0;
+    if (D > q->open_start) {
+        int64_t before = (int64_t)q->stretches.len / 2;
+        int64_t prev_last = before ? q->stretches.v[q->stretches.len - 1] : -1;
+        TRY(close_stretches(r, q, q->open_start, D - 1));
+        q->has_span = 1;
+        q->span_first = q->open_start;
+        q->span_last = D - 1;
+        q->span_before = before;
+        q->span_prev_last = prev_last;
+        q->span_after = (int64_t)q->stretches.len / 2;
+    } else {
+        q->has_span = 0;
+    }
+    return AISIM_OK;
+}
+
+static int64_t growth(const aisim_sglang_rank *r)
+{
+    int64_t ps = r->cfg.page_size;
+    if (ps == 1)
+        return (int64_t)r->run.len;
+    return ps * r->crossings[mod(-r->D, ps)];
+}
+
+static int64_t clipped_remaining(const aisim_sglang_rank *r)
+{
+    return r->sum_small + r->cfg.clip * r->n_big;
+}
+
+/* RunningBatch.record_decode: every member emitted a token in pass P; `done` gets those that
+ * emitted their last, in running order */
+static int record_decode(aisim_sglang_rank *r, int64_t P, i32s *done)
+{
+    int64_t d = r->D;
+    if (d && r->dec_pass.v[d - 1] != P - 1)
+        TRY(i64_push(&r->breaks, d - 1));
+    TRY(i64_push(&r->dec_pass, P));
+    TRY(i64_push(&r->cover, 0));
+    r->D = d + 1;
+    r->view.decodes = r->D;
+    r->sum_len += (int64_t)r->run.len;
+    r->sum_small -= r->n_small;
+    done->len = 0;
+    int64_t k = 0;
+    for (size_t i = 0; i < r->run.len; i++) {
+        sg_req *q = &r->reqs[r->run.v[i]];
+        if (q->big && q->unclip_at == d) {
+            q->big = 0;
+            k++;
+        }
+        if (q->last_at == d)
+            TRY(i32_push(done, r->run.v[i]));
+    }
+    r->n_big -= k;
+    r->n_small += k;
+    r->sum_small += k * r->cfg.clip;
+    return AISIM_OK;
+}
+
+/* RunningBatch.record_decodes: count decode passes from first_pass, none with a last token */
+static int record_decodes(aisim_sglang_rank *r, int64_t first_pass, int64_t count)
+{
+    if (count <= 0)
+        return AISIM_OK;
+    int64_t d = r->D;
+    if (d && r->dec_pass.v[d - 1] != first_pass - 1)
+        TRY(i64_push(&r->breaks, d - 1));
+    TRY(i64_reserve(&r->dec_pass, r->dec_pass.len + (size_t)count));
+    TRY(i64_reserve(&r->cover, r->cover.len + (size_t)count));
+    for (int64_t i = 0; i < count; i++) {
+        r->dec_pass.v[r->dec_pass.len++] = first_pass + i;
+        r->cover.v[r->cover.len++] = 0;
+    }
+    int64_t end = d + count;
+    r->D = end;
+    r->view.decodes = end;
+    r->sum_len += (int64_t)r->run.len * count;
+    int64_t decrement = r->n_small * count;
+    for (size_t i = 0; i < r->run.len; i++) {
+        sg_req *q = &r->reqs[r->run.v[i]];
+        if (q->big && d <= q->unclip_at && q->unclip_at < end) {
+            q->big = 0;
+            r->n_big--;
+            r->n_small++;
+            r->sum_small += r->cfg.clip;
+            decrement += end - 1 - q->unclip_at;
+        }
+    }
+    r->sum_small -= decrement;
+    return AISIM_OK;
+}
+
+/* RunningBatch.next_finish: NONE when nobody runs */
+static int64_t next_finish(const aisim_sglang_rank *r)
+{
+    int64_t best = NONE;
+    for (size_t i = 0; i < r->run.len; i++) {
+        int64_t at = r->reqs[r->run.v[i]].last_at;
+        if (best == NONE || at < best)
+            best = at;
+    }
+    return best;
+}
+
+/* ------------------------------------------------------------------ the waiting queue */
+
+static int32_t w_at(const aisim_sglang_rank *r, size_t i)
+{
+    return r->wq.v[r->w_head + i];
+}
+
+static void w_popleft(aisim_sglang_rank *r)
+{
+    r->w_head++;
+    r->view.n_waiting--;
+    if (!r->view.n_waiting)
+        r->w_head = 0;
+}
+
+static int w_append(aisim_sglang_rank *r, int32_t s)
+{
+    size_t end = r->w_head + (size_t)r->view.n_waiting;
+    if (end == r->wq.cap && r->w_head) {
+        memmove(r->wq.v, r->wq.v + r->w_head, (size_t)r->view.n_waiting * sizeof(int32_t));
+        r->w_head = 0;
+        end = (size_t)r->view.n_waiting;
+    }
+    TRY(i32_reserve(&r->wq, end + 1));
+    r->wq.v[end] = s;
+    r->view.n_waiting++;
+    return AISIM_OK;
+}
+
+static int w_appendleft(aisim_sglang_rank *r, int32_t s)
+{
+    if (r->w_head == 0) {
+        size_t n = (size_t)r->view.n_waiting, gap = n + 8;
+        TRY(i32_reserve(&r->wq, n + gap));
+        memmove(r->wq.v + gap, r->wq.v, n * sizeof(int32_t));
+        r->w_head = gap;
+    }
+    r->wq.v[--r->w_head] = s;
+    r->view.n_waiting++;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------------ KV (sglang_kv.py) */
+
+static int head_match(aisim_sglang_rank *r, int32_t s, int64_t length, int64_t *cached,
+                      int64_t *node)
+{
+    sg_req *q = &r->reqs[s];
+    int64_t limit = q->out_limit == 0 ? length : length - 1;
+    if (r->memo_serial == q->serial && r->memo_limit == limit
+        && aisim_radix_still_matches(r->cache, r->memo_matched, r->memo_node,
+                                     r->memo_inserts) == 1) {
+        *cached = r->memo_matched;
+        *node = r->memo_node;
+        return AISIM_OK;
+    }
+    int64_t inserts = r->cv->inserts, out[2];
+    TRY(ensure_tokens(q, length));
+    TRY(aisim_radix_match(r->cache, q->tok, (size_t)q->n_tok, limit, out));
+    r->memo_serial = q->serial;
+    r->memo_limit = limit;
+    r->memo_matched = out[0];
+    r->memo_node = out[1];
+    r->memo_inserts = inserts;
+    *cached = out[0];
+    *node = out[1];
+    return AISIM_OK;
+}
+
+/* SglangKv._make_room: 1 when the pool holds `need` free tokens (evicting for them) */
+static int make_room(aisim_sglang_rank *r, int64_t need, int *ok)
+{
+    int64_t free_ = available(r);
+    *ok = 0;
+    if (need > free_ + evictable(r))
+        return AISIM_OK;
+    if (need > free_)
+        TRY(evict(r, need - free_));
+    *ok = available(r) >= need;
+    return AISIM_OK;
+}
+
+/* SglangKv._allocate_fresh: *prefix NONE when refused */
+static int allocate_fresh(aisim_sglang_rank *r, int32_t s, int64_t cap, int64_t chunk_end,
+                          int64_t *prefix)
+{
+    sg_req *q = &r->reqs[s];
+    int64_t matched = 0, node = ROOT;
+    if (r->cfg.caching) {
+        int64_t out[2];
+        TRY(ensure_tokens(q, chunk_end));
+        TRY(aisim_radix_match_and_lock(r->cache, q->tok, (size_t)q->n_tok, cap, stamp0(r),
+                                       out));
+        matched = out[0];
+        node = out[1];
+    }
+    int64_t need = pages(r, chunk_end) - matched;
+    int ok;
+    TRY(make_room(r, need, &ok));
+    if (!ok) {
+        if (node != ROOT)
+            TRY(aisim_radix_unlock(r->cache, node));
+        *prefix = NONE;
+        return AISIM_OK;
+    }
+    aisim_radix_allocate(r->cache, need);
+    q->seq = node;
+    q->committed = matched;
+    q->open_start = NONE;
+    *prefix = matched;
+    return AISIM_OK;
+}
+
+static int extend_allocation(aisim_sglang_rank *r, int32_t s, int64_t chunk_end,
+                             int64_t *prefix)
+{
+    sg_req *q = &r->reqs[s];
+    int64_t need = pages(r, chunk_end) - q->held;
+    if (need > 0) {
+        int ok;
+        TRY(make_room(r, need, &ok));
+        if (!ok) {
+            *prefix = NONE;
+            return AISIM_OK;
+        }
+        aisim_radix_allocate(r->cache, need);
+    }
+    *prefix = q->computed;
+    return AISIM_OK;
+}
+
+/* SglangKv._insert_own */
+static int insert_own(aisim_sglang_rank *r, int32_t s, int64_t upto, int64_t access)
+{
+    sg_req *q = &r->reqs[s];
+    int64_t old = q->seq, out[2];
+    TRY(ensure_tokens(q, upto));
+    TRY(aisim_radix_insert(r->cache, old, q->tok, (size_t)q->n_tok, q->committed, upto, access,
+                           access, 1, out));
+    if (out[0] != old) {
+        TRY(aisim_radix_lock(r->cache, out[0]));
+        if (old != ROOT)
+            TRY(aisim_radix_unlock(r->cache, old));
+    }
+    if (out[1])
+        aisim_radix_release(r->cache, out[1]);
+    q->seq = out[0];
+    q->committed = upto;
+    return AISIM_OK;
+}
+
+static int cache_materialized(aisim_sglang_rank *r, int32_t s, int64_t access)
+{
+    if (!r->cfg.caching)
+        return AISIM_OK;
+    sg_req *q = &r->reqs[s];
+    int64_t aligned = q->computed - q->computed % r->cfg.page_size;
+    if (aligned <= q->committed)
+        return AISIM_OK;
+    return insert_own(r, s, aligned, access);
+}
+
+static int flush_deferred(aisim_sglang_rank *r, int32_t s, int final_uncached)
+{
+    sg_req *q = &r->reqs[s];
+    if (!r->cfg.caching || q->seq == NONE)
+        return AISIM_OK;
+    int64_t emitted = r->D - q->open_start - (final_uncached ? 1 : 0);
+    if (emitted <= 0)
+        return AISIM_OK;
+    int64_t ps = r->cfg.page_size;
+    int64_t start_len = q->prompt_len + q->base_gen;
+    int64_t materialized = start_len + emitted;
+    int64_t aligned = materialized - materialized % ps;
+    if (aligned <= q->committed)
+        return AISIM_OK;
+    int64_t step = aligned > start_len ? aligned - start_len : 1;
+    int64_t pass_index = r->dec_pass.v[q->open_start + step - 1];
+    return insert_own(r, s, aligned, stamp(pass_index, 1, q->join));
+}
+
+/* SglangKv._release: a retraction frees the pages off the tree and unlocks the path */
+static int release(aisim_sglang_rank *r, int32_t s)
+{
+    TRY(flush_deferred(r, s, 0));
+    sg_req *q = &r->reqs[s];
+    if (q->seq == NONE)
+        return AISIM_OK;
+    int64_t owned = q->held - q->committed;
+    if (owned)
+        aisim_radix_release(r->cache, owned);
+    if (q->seq != ROOT)
+        TRY(aisim_radix_unlock(r->cache, q->seq));
+    q->seq = NONE;
+    q->held = 0;
+    q->committed = 0;
+    q->computed = 0;
+    return AISIM_OK;
+}
+
+/* SglangKv._finish_kv: a finished request leaves its whole pages on the tree, unlocked */
+static int finish_kv(aisim_sglang_rank *r, int32_t s)
+{
+    sg_req *q = &r->reqs[s];
+    if (q->seq == NONE)
+        return AISIM_OK;
+    int64_t ps = r->cfg.page_size;
+    if (!r->cfg.caching) {
+        aisim_radix_release(r->cache, q->held);
+        q->seq = NONE;
+        return AISIM_OK;
+    }
+    if (q->open_start != NONE)
+        TRY(flush_deferred(r, s, 1));
+    q = &r->reqs[s];
+    int64_t node = q->seq;
+    int64_t length = q->prompt_len + q->generated;
+    int64_t upto = length < q->computed ? length : q->computed;
+    upto -= upto % ps;
+    aisim_radix_release(r->cache, q->held - upto);
+    if (upto > q->committed) {
+        int64_t out[2], access;
+        TRY(ensure_tokens(q, upto));
+        access = stamp2(r);
+        TRY(aisim_radix_insert(r->cache, node, q->tok, (size_t)q->n_tok, q->committed, upto,
+                               access, access, 1, out));
+        if (out[1])
+            aisim_radix_release(r->cache, out[1]);
+    }
+    if (node != ROOT)
+        TRY(aisim_radix_unlock(r->cache, node));
+    q->seq = NONE;
+    q->held = 0;
+    free(q->tok);                 /* the tree keeps its own copies */
+    q->tok = NULL;
+    q->n_tok = q->cap_tok = 0;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------------ LPM order */
+
+typedef struct lpm_item {
+    int32_t behind;
+    int64_t matched;
+    size_t index;
+    int32_t slot;
+} lpm_item;
+
+static int lpm_less(const lpm_item *a, const lpm_item *b)
+{
+    if (a->behind != b->behind)
+        return a->behind < b->behind;
+    if (a->matched != b->matched)
+        return a->matched > b->matched;
+    return a->index < b->index;
+}
+
+/* sglang_tokens.lpm_ranked into out (n_waiting slots) */
+static int lpm_ranked(aisim_sglang_rank *r, int32_t *out)
+{
+    size_t n = (size_t)r->view.n_waiting;
+    int64_t ps = r->cfg.page_size;
+    int64_t dup_len = ((DUPLICATE_CHECK_TOKENS + ps - 1) / ps) * ps;
+    lpm_item items[LPM_MAX_WAITING];
+    if (n > LPM_MAX_WAITING)
+        return AISIM_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int32_t s = w_at(r, i);
+        sg_req *q = &r->reqs[s];
+        int64_t length = q->prompt_len + q->generated, m[2];
+        TRY(ensure_tokens(q, length));
+        TRY(aisim_radix_match(r->cache, q->tok, (size_t)q->n_tok, length, m));
+        int32_t behind = 0;
+        if (m[0] <= DUPLICATE_CHECK_TOKENS && length >= dup_len) {
+            /* a repeat of an earlier waiting request's first pages (the twin's `seen` set:
+             * keys of earlier requests that passed the same test) */
+            for (size_t j = 0; j < i && !behind; j++) {
+                if (!items[j].behind && items[j].matched <= DUPLICATE_CHECK_TOKENS) {
+                    const sg_req *p = &r->reqs[items[j].slot];
+                    if (p->prompt_len + p->generated >= dup_len
+                        && memcmp(p->tok, q->tok, (size_t)dup_len * sizeof(uint32_t)) == 0)
+                        behind = 1;
+                }
+            }
+        }
+        items[i].behind = behind;
+        items[i].matched = m[0];
+        items[i].index = i;
+        items[i].slot = s;
+    }
+    /* insertion sort: stable, at most 128 entries */
+    for (size_t i = 1; i < n; i++) {
+        lpm_item x = items[i];
+        size_t j = i;
+        while (j > 0 && lpm_less(&x, &items[j - 1])) {
+            items[j] = items[j - 1];
+            j--;
+        }
+        items[j] = x;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = items[i].slot;
+    return AISIM_OK;
+}
+
+static int lpm_sorts(const aisim_sglang_rank *r)
+{
+    return r->cfg.lpm && r->cfg.caching && r->view.n_waiting > 0
+        && r->view.n_waiting <= LPM_MAX_WAITING;
+}
+
+/* ------------------------------------------------------------------ admission */
+
+typedef struct priced {
+    int64_t start, chunk, charged, reserve;
+} priced;
+
+static int64_t output_reserve(const aisim_sglang_rank *r, const sg_req *q)
+{
+    int64_t remaining = q->out_limit - q->generated;
+    if (remaining < 0)
+        remaining = 0;
+    return remaining < r->cfg.clip ? remaining : r->cfg.clip;
+}
+
+/* SglangRank._price_chunk: *ok 0 when the reference stops before pricing it */
+static int price_chunk(aisim_sglang_rank *r, int32_t s, double rem_chunk, priced *p, int *ok)
+{
+    sg_req *q = &r->reqs[s];
+    int64_t ps = r->cfg.page_size;
+    int64_t length = q->prompt_len + q->generated;
+    int fresh = q->computed == 0;
+    int64_t cached = 0, node;
+    *ok = 0;
+    if (fresh && r->cfg.caching)
+        TRY(head_match(r, s, length, &cached, &node));
+    q = &r->reqs[s];
+    int64_t start = q->computed > cached ? q->computed : cached;
+    int64_t extend = length - start;
+    if (extend == 0 && !fresh)
+        return AISIM_OK;
+    int64_t chunk;
+    if ((double)pages(r, extend) <= rem_chunk) {
+        chunk = extend;
+    } else {
+        chunk = ((int64_t)rem_chunk / ps) * ps;
+        if (chunk == 0)
+            return AISIM_OK;
+        if (chunk > extend)
+            chunk = extend;
+    }
+    p->start = start;
+    p->chunk = chunk;
+    p->charged = pages(r, chunk);
+    p->reserve = chunk < extend ? 0 : output_reserve(r, q);
+    *ok = 1;
+    return AISIM_OK;
+}
+
+/* PrefillBudget.reserved_exact */
+static double reserved_exact(const aisim_sglang_rank *r, double ratio)
+{
+    double reserved = 0.0;
+    for (size_t i = 0; i < r->run.len; i++) {
+        const sg_req *q = &r->reqs[r->run.v[i]];
+        int64_t remaining = q->out_limit - q->base_gen - r->D + q->open_start;
+        if (remaining > r->cfg.clip)
+            remaining = r->cfg.clip;
+        reserved += (double)remaining * ratio;
+    }
+    return reserved;
+}
+
+/* SglangRank._prefill_batch into can_run */
+static int prefill_batch(aisim_sglang_rank *r, double now_ms, int64_t *sum_isl,
+                         int64_t *sum_prefix, int64_t *computed)
+{
+    int64_t slots = r->cfg.max_running - (int64_t)r->run.len;
+    double ratio = r->view.ratio;
+    /* TotalRoom */
+    int64_t capacity = available(r) + evictable(r);
+    double value = (double)capacity - (double)clipped_remaining(r) * ratio;
+    int exact = 0;
+    r->charges.len = 0;
+    double rem_input = (double)r->cfg.max_prefill;
+    double rem_chunk = (double)r->cfg.chunk_size;
+    r->can_run.len = 0;
+    *sum_isl = *sum_prefix = *computed = 0;
+    while ((int64_t)r->can_run.len < slots && r->view.n_waiting) {
+        int32_t s = w_at(r, 0);
+        priced p;
+        int ok;
+        TRY(price_chunk(r, s, rem_chunk, &p, &ok));
+        if (!ok)
+            break;
+        sg_req *q = &r->reqs[s];
+        int fresh = q->computed == 0;
+        int64_t cost = p.charged + p.reserve;
+        if (!exact && fabs(value - (double)cost) < 1e-3) {
+            value = (double)capacity - reserved_exact(r, ratio);
+            for (size_t i = 0; i < r->charges.len; i++)
+                value -= (double)r->charges.v[i];
+            exact = 1;
+        }
+        if (!((double)cost < value))
+            break;
+        if ((double)p.charged > rem_input || (double)p.charged > rem_chunk)
+            break;
+        int64_t chunk_end = p.start + p.chunk, prefix;
+        if (fresh)
+            TRY(allocate_fresh(r, s, p.start, chunk_end, &prefix));
+        else
+            TRY(extend_allocation(r, s, chunk_end, &prefix));
+        if (prefix == NONE)
+            break;
+        w_popleft(r);
+        q = &r->reqs[s];
+        q->computed = chunk_end;
+        q->held = pages(r, chunk_end);
+        if (fresh) {
+            int readmit = q->admissions > 0;
+            q->admissions++;
+            TRY(event(r, AISIM_SG_ADMITTED, s, prefix, readmit, 0));
+            q->status = RUNNING;
+        }
+        TRY(i32_push(&r->can_run, s));
+        *sum_isl += chunk_end;
+        *sum_prefix += prefix;
+        *computed += chunk_end - prefix;
+        value -= (double)cost;
+        TRY(i64_push(&r->charges, cost));
+        rem_input -= (double)p.charged;
+        rem_chunk -= (double)p.charged;
+        if (rem_chunk <= 0.0)
+            break;
+    }
+    (void)now_ms;
+    r->pass_committed = *computed;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------------ tokens of a pass */
+
+static int complete_req(aisim_sglang_rank *r, int32_t s)
+{
+    r->reqs[s].status = FINISHED;
+    TRY(i32_push(&r->finishing, s));
+    return i32_push(&r->done, s);
+}
+
+/* SglangRank._first_tokens over r->fresh */
+static int first_tokens(aisim_sglang_rank *r)
+{
+    int64_t P = r->view.pass_index, ps = r->cfg.page_size;
+    i32s *fresh = &r->fresh;
+    for (size_t i = 0; i < fresh->len; i++)
+        r->reqs[fresh->v[i]].join = ++r->join_seq;
+    for (size_t i = 0; i < fresh->len; i++) {
+        sg_req *q = &r->reqs[fresh->v[i]];
+        if (q->generated >= q->out_limit)
+            TRY(complete_req(r, fresh->v[i]));
+    }
+    r->growing.len = 0;
+    int64_t need = 0;
+    for (size_t i = 0; i < fresh->len; i++) {
+        int32_t s = fresh->v[i];
+        sg_req *q = &r->reqs[s];
+        int64_t remaining = q->out_limit - q->generated;
+        if (remaining <= 0)
+            continue;
+        if (remaining == 1) {
+            q->generated++;
+            TRY(emit(q, P));
+            r->emitted_any = 1;
+            TRY(complete_req(r, s));
+        } else {
+            TRY(i32_push(&r->growing, s));
+            if ((q->prompt_len + q->generated) % ps == 0)
+                need += ps;
+        }
+    }
+    if (!r->growing.len)
+        return AISIM_OK;
+    if (available(r) < need)
+        TRY(evict(r, need - available(r)));
+    if (aisim_radix_allocate(r->cache, need) == AISIM_OK) {
+        for (size_t i = 0; i < r->growing.len; i++) {
+            int32_t s = r->growing.v[i];
+            sg_req *q = &r->reqs[s];
+            if (q->prompt_len + q->generated + 1 > q->held)
+                q->held += ps;
+            q->generated++;
+            q->computed++;
+            TRY(emit(q, P));
+            TRY(cache_materialized(r, s, stamp(P, 1, q->join)));
+        }
+        r->emitted_any = 1;
+    } else {
+        for (size_t i = 0; i < r->growing.len; i++)
+            TRY(i32_push(&r->catch_up, r->growing.v[i]));
+    }
+    for (size_t i = 0; i < r->growing.len; i++) {
+        int32_t s = r->growing.v[i];
+        TRY(batch_join(r, s, r->reqs[s].join));
+    }
+    return AISIM_OK;
+}
+
+static int32_t shortest_output(aisim_sglang_rank *r)
+{
+    int32_t best = NONE;
+    for (size_t i = 0; i < r->run.len; i++) {
+        sg_req *q = &r->reqs[r->run.v[i]];
+        sync(r, q);
+        if (best == NONE || q->generated < r->reqs[best].generated)
+            best = r->run.v[i];
+    }
+    return best;
+}
+
+static int retract(aisim_sglang_rank *r, int32_t s)
+{
+    TRY(batch_leave(r, s));
+    TRY(release(r, s));
+    sg_req *q = &r->reqs[s];
+    q->status = PREEMPTED;
+    q->retractions++;
+    r->view.retractions++;
+    TRY(event(r, AISIM_SG_RETRACTED, s, q->retractions, 0, 0));
+    return i32_push(&r->retracted, s);
+}
+
+/* SglangRank._cache_caught_up (done: the members that emitted their last token) */
+static int cache_caught_up(aisim_sglang_rank *r, const i32s *done)
+{
+    int64_t P = r->view.pass_index;
+    for (size_t i = 0; i < r->catch_up.len; i++) {
+        int32_t s = r->catch_up.v[i];
+        sg_req *q = &r->reqs[s];
+        int in_done = 0;
+        for (size_t j = 0; j < done->len; j++)
+            in_done |= done->v[j] == s;
+        if (q->in_stretch && !in_done) {
+            sync(r, q);
+            TRY(cache_materialized(r, s, stamp(P, 1, q->join)));
+        }
+    }
+    r->catch_up.len = 0;
+    return AISIM_OK;
+}
+
+/* SglangRank._decode_step: *retraction NAN when none; the forward's keys into the view */
+static int decode_step(aisim_sglang_rank *r, double *retraction)
+{
+    aisim_sglang_view *v = &r->view;
+    *retraction = NAN;
+    v->dec_batch = v->dec_active = 0;
+    if (!r->run.len)
+        return AISIM_OK;
+    int retracted = 0;
+    int64_t need = growth(r);
+    while (available(r) + evictable(r) < need && r->run.len > 1) {
+        TRY(retract(r, shortest_output(r)));
+        need = growth(r);
+        retracted = 1;
+    }
+    int64_t evictable_before = evictable(r);
+    if (available(r) < need)
+        TRY(evict(r, need - available(r)));
+    if (retracted) {
+        int64_t decoded = 0, limit = 0;
+        for (size_t i = 0; i < r->run.len; i++) {
+            sg_req *q = &r->reqs[r->run.v[i]];
+            sync(r, q);
+            decoded += q->generated;
+            limit += q->out_limit;
+        }
+        double estimate = ((double)decoded + RETRACT_DECODE_STEPS * (double)r->run.len)
+            / ((double)limit + 1.0);
+        *retraction = estimate < 1.0 ? estimate : 1.0;
+    }
+    if (!r->run.len)
+        return AISIM_OK;
+    if (aisim_radix_allocate(r->cache, need) != AISIM_OK) {
+        r->starved = !retracted && evictable_before == 0;
+        return AISIM_OK;
+    }
+    v->dec_batch = (int64_t)r->run.len;
+    v->dec_active = r->sum_len;
+    r->emitted_any = 1;
+    i32s *done = &r->dec_done;
+    TRY(record_decode(r, v->pass_index, done));
+    if (r->catch_up.len)
+        TRY(cache_caught_up(r, done));
+    for (size_t i = 0; i < done->len; i++) {
+        TRY(batch_leave(r, done->v[i]));
+        TRY(complete_req(r, done->v[i]));
+    }
+    return AISIM_OK;
+}
+
+static void finish_round(aisim_sglang_rank *r, int any_prefilled, int any_ran_model)
+{
+    if (r->interval_idle && !any_ran_model)
+        r->view.ratio = r->r_init;
+    if (any_prefilled)
+        r->view.rounds_left = r->cfg.interval;
+    else if (r->view.rounds_left)
+        r->view.rounds_left--;
+    r->interval_idle = 0;
+}
+
+static int finish_pending(aisim_sglang_rank *r)
+{
+    for (size_t i = 0; i < r->finishing.len; i++)
+        TRY(finish_kv(r, r->finishing.v[i]));
+    r->finishing.len = 0;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------------ schedule */
+
+static int schedule(aisim_sglang_rank *r, double now_ms)
+{
+    aisim_sglang_view *v = &r->view;
+    v->prefill_in_pass = v->model_work_in_pass = 0;
+    r->interval_idle = 0;
+    v->stuck = 0;
+    v->formed = 0;
+    v->pf_count = v->pf_isl = v->pf_prefix = 0;
+    v->dec_batch = v->dec_active = 0;
+    v->decode_known = 0;
+    v->extendable = 0;
+    if (!r->run.len && !v->n_waiting && !v->rounds_left)
+        return AISIM_OK;
+    if (v->pass_index >= MAX_PASS)
+        return AISIM_EINVAL;
+    v->formed = 1;
+    r->k0 = r->k2 = 0;
+    r->pass_committed = 0;
+    int defer = v->rounds_left > 0;
+    if (lpm_sorts(r)) {
+        int32_t order[LPM_MAX_WAITING];
+        TRY(lpm_ranked(r, order));
+        memcpy(r->wq.v + r->w_head, order, (size_t)v->n_waiting * sizeof(int32_t));
+    }
+    int64_t batch = 0, sum_isl = 0, sum_prefix = 0, computed = 0;
+    if (v->n_waiting && !defer) {
+        TRY(prefill_batch(r, now_ms, &sum_isl, &sum_prefix, &computed));
+        batch = (int64_t)r->can_run.len;
+    }
+    v->prefill_in_pass = batch > 0 && computed > 0;
+    v->model_work_in_pass = v->prefill_in_pass;
+    double retraction = NAN;
+    if (batch) {
+        v->pf_count = batch;
+        v->pf_isl = sum_isl;
+        v->pf_prefix = sum_prefix;
+        r->fresh.len = 0;
+        for (size_t i = 0; i < r->can_run.len; i++) {
+            int32_t s = r->can_run.v[i];
+            sg_req *q = &r->reqs[s];
+            if (q->computed < q->prompt_len + q->generated) {
+                TRY(cache_materialized(r, s, stamp0(r)));
+                TRY(w_appendleft(r, s));
+            } else {
+                TRY(i32_push(&r->fresh, s));
+            }
+        }
+        r->interval_idle = 0;
+        TRY(first_tokens(r));
+    } else {
+        r->interval_idle = defer && !r->run.len;
+        int settled = ratio_settled(r);
+        TRY(decode_step(r, &retraction));
+        if (r->emitted_any)
+            v->model_work_in_pass = 1;
+        if (!r->run.len && !r->emitted_any && !r->done.len && v->n_waiting && !defer
+            && isnan(retraction))
+            return AISIM_SG_STALLED;
+        if (r->starved) {
+            r->starved = 0;
+            v->stuck = settled && !defer && !r->done.len && isnan(retraction);
+        }
+    }
+    v->pass_effect = batch || r->emitted_any || r->done.len || defer || !isnan(retraction);
+    r->emitted_any = 0;
+    TRY(finish_pending(r));
+    for (size_t i = 0; i < r->retracted.len; i++)
+        TRY(w_append(r, r->retracted.v[i]));
+    r->retracted.len = 0;
+    if (!isnan(retraction))
+        v->ratio = retraction;
+    else if (!batch && !r->interval_idle)
+        ratio_decay(r);
+    finish_round(r, v->prefill_in_pass, v->model_work_in_pass);
+    v->extendable = r->cfg.extension && v->pass_effect && r->run.len && !r->done.len
+        && !r->catch_up.len;
+    if (v->dec_batch && r->timing)
+        v->decode_known = aisim_decode_timing_eval(r->timing, v->dec_batch, v->dec_active,
+                                                   &v->decode_ms) == AISIM_OK;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------------ decode-only runs */
+
+/* SglangRank._eviction_unseen */
+static int eviction_unseen(aisim_sglang_rank *r, int *unseen)
+{
+    *unseen = 1;
+    if (!r->view.n_waiting || !r->cfg.caching)
+        return AISIM_OK;
+    if (lpm_sorts(r)) {
+        *unseen = 0;
+        return AISIM_OK;
+    }
+    if ((int64_t)r->run.len >= r->cfg.max_running)
+        return AISIM_OK;
+    int32_t head = w_at(r, 0);
+    sg_req *q = &r->reqs[head];
+    if (q->computed)
+        return AISIM_OK;
+    int64_t cached, node, f[6];
+    TRY(head_match(r, head, q->prompt_len + q->generated, &cached, &node));
+    if (cached == 0)
+        return AISIM_OK;
+    TRY(aisim_radix_node(r->cache, node, f));
+    *unseen = f[3] > 0;
+    return AISIM_OK;
+}
+
+/* SglangRank._head_cost: *cost NONE when the head can join no pass to come */
+static int head_cost(aisim_sglang_rank *r, int64_t *cost)
+{
+    *cost = NONE;
+    if (!r->view.n_waiting || (int64_t)r->run.len >= r->cfg.max_running)
+        return AISIM_OK;
+    double rem_chunk = (double)r->cfg.chunk_size;
+    priced p;
+    int ok;
+    TRY(price_chunk(r, w_at(r, 0), rem_chunk, &p, &ok));
+    if (!ok)
+        return AISIM_OK;
+    if ((double)p.charged > (double)r->cfg.max_prefill || (double)p.charged > rem_chunk)
+        return AISIM_OK;
+    *cost = p.charged + p.reserve;
+    return AISIM_OK;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* sglang_budget.refused_passes */
+static int refused_passes(aisim_sglang_rank *r, int64_t passes, int64_t room, int64_t capacity,
+                          int64_t cost, int64_t rounds_left, int64_t *out)
+{
+    int64_t n = (int64_t)r->run.len, ps = r->cfg.page_size, clip = r->cfg.clip;
+    int64_t n_small = r->n_small, sum_small = r->sum_small, n_big = r->n_big, d = r->D;
+    double value = r->view.ratio, step = r->r_step, floor_ = r->r_min;
+    /* the big members' unclip indices, ascending */
+    r->unclips.len = 0;
+    for (size_t i = 0; i < r->run.len; i++) {
+        const sg_req *q = &r->reqs[r->run.v[i]];
+        if (q->big)
+            TRY(i64_push(&r->unclips, q->unclip_at));
+    }
+    qsort(r->unclips.v, r->unclips.len, sizeof(int64_t), cmp_i64);
+    size_t u = 0;
+    while (u < r->unclips.len && r->unclips.v[u] < d)
+        u++;
+    for (int64_t k = 0; k < passes; k++) {
+        int64_t need = ps == 1 ? n : ps * r->crossings[mod(-d, ps)];
+        if (need > room) {
+            *out = k;
+            return AISIM_OK;
+        }
+        if (rounds_left) {
+            rounds_left--;
+        } else {
+            double rem_total = (double)capacity - (double)(sum_small + clip * n_big) * value;
+            if ((double)cost < rem_total || fabs(rem_total - (double)cost) < 1e-3) {
+                *out = k;
+                return AISIM_OK;
+            }
+        }
+        room -= need;
+        capacity -= need;
+        sum_small -= n_small;
+        int64_t moved = 0;
+        while (u < r->unclips.len && r->unclips.v[u] == d) {
+            moved++;
+            u++;
+        }
+        if (moved) {
+            n_big -= moved;
+            n_small += moved;
+            sum_small += moved * clip;
+        }
+        d++;
+        double decayed = value - step;
+        value = decayed > floor_ ? decayed : floor_;
+    }
+    *out = passes;
+    return AISIM_OK;
+}
+
+/* SglangRank.extend up to the run (the decode loop's inputs into run, or run->n_ends 1) */
+static int start_extension(aisim_sglang_rank *r, double end_ms, double horizon_ms,
+                           double cutoff_ms, int64_t max_passes, double *ends,
+                           aisim_decode_run *run)
+{
+    aisim_sglang_view *v = &r->view;
+    memset(run, 0, sizeof *run);
+    ends[0] = end_ms;
+    run->n_ends = 1;
+    run->end_ms = end_ms;
+    if (!v->extendable || end_ms >= horizon_ms)
+        return AISIM_OK;
+    v->extendable = 0;
+    if (lpm_sorts(r)) {
+        int32_t order[LPM_MAX_WAITING];
+        TRY(lpm_ranked(r, order));
+        if (memcmp(order, r->wq.v + r->w_head, (size_t)v->n_waiting * sizeof(int32_t)))
+            return AISIM_OK;             /* the next pass reorders the queue */
+    }
+    int64_t finish = next_finish(r);
+    if (finish == NONE)
+        return AISIM_OK;
+    int64_t passes = finish - r->D + 1;
+    if (passes > max_passes - 1)
+        passes = max_passes - 1;
+    int64_t capacity = available(r) + evictable(r);
+    int unseen;
+    TRY(eviction_unseen(r, &unseen));
+    int64_t room = unseen ? capacity : available(r);
+    int64_t cost = NONE;
+    if (v->rounds_left < passes)
+        TRY(head_cost(r, &cost));
+    if (cost != NONE) {
+        TRY(refused_passes(r, passes, room, capacity, cost, v->rounds_left, &passes));
+        if (!passes)
+            return AISIM_OK;
+    }
+    /* SglangRank._plain_run */
+    int64_t n = (int64_t)r->run.len, ps = r->cfg.page_size;
+    int64_t first = v->pass_index + 1;
+    int64_t base = r->sum_len - n * first;
+    int64_t last = first - 1 + passes + 1;
+    if (!(-EXACT_INT < base && base < EXACT_INT) || last >= EXACT_INT / (n ? n : 1)
+        || room >= EXACT_INT)
+        return AISIM_OK;                 /* beyond the C loop's integers: no extension */
+    r->keys.len = r->counts.len = 0;
+    if (ps == 1) {
+        TRY(i64_push(&r->keys, 0));
+        TRY(i64_push(&r->counts, n));
+    } else {
+        int64_t shift = first - r->D;
+        for (int64_t residue = 0; residue < ps; residue++) {
+            int64_t count = r->crossings[mod(shift - residue, ps)];
+            if (count) {
+                TRY(i64_push(&r->keys, residue));
+                TRY(i64_push(&r->counts, ps * count));
+            }
+        }
+    }
+    run->block_size = ps;
+    run->batch = n;
+    run->base = base;
+    run->stop_pass = first + passes - 1;
+    run->last_pass = last;
+    run->horizon_ms = horizon_ms;
+    run->cutoff_ms = cutoff_ms;
+    run->crossing_keys = r->keys.v;
+    run->crossing_counts = r->counts.v;
+    run->n_crossing = r->keys.len;
+    run->pass_ = first;
+    run->room = room;
+    r->run_finish = finish;
+    r->run_cap = (size_t)(passes + 1);
+    return aisim_decode_extend(r->timing, run, ends, r->run_cap);
+}
+
+/* ------------------------------------------------------------------ completion */
+
+static int grow_pages(aisim_sglang_rank *r, int64_t steps)
+{
+    int64_t ps = r->cfg.page_size, total = 0;
+    if (ps == 1) {
+        total = (int64_t)r->run.len * steps;
+    } else {
+        for (int64_t d = r->D; d < r->D + steps; d++)
+            total += r->crossings[mod(-d, ps)];
+        total *= ps;
+    }
+    int64_t free_ = available(r);
+    if (free_ < total)
+        TRY(evict(r, total - free_));
+    if (aisim_radix_allocate(r->cache, total) != AISIM_OK)
+        return AISIM_ECORRUPT;           /* the run's plan counted on that room */
+    return AISIM_OK;
+}
+
+static int finishing_decode(aisim_sglang_rank *r)
+{
+    double retraction;
+    r->k0 = r->k2 = 0;
+    TRY(decode_step(r, &retraction));
+    r->emitted_any = 0;
+    TRY(finish_pending(r));
+    ratio_decay(r);
+    r->interval_idle = 0;
+    finish_round(r, 0, 1);
+    return AISIM_OK;
+}
+
+static int complete_extension(aisim_sglang_rank *r, int64_t extra, int finishing)
+{
+    aisim_sglang_view *v = &r->view;
+    int64_t plain = finishing ? extra - 1 : extra;
+    int64_t first = v->pass_index + 1;
+    TRY(i64_reserve(&r->itl_diff, r->itl_diff.len + (size_t)extra));
+    for (int64_t i = 0; i < extra; i++)
+        r->itl_diff.v[r->itl_diff.len++] = 0;
+    v->pass_index += extra;
+    if (plain > 0) {
+        TRY(grow_pages(r, plain));
+        TRY(record_decodes(r, first, plain));
+        for (int64_t i = 0; i < plain; i++) {
+            double value = v->ratio;
+            ratio_decay(r);
+            if (v->ratio == value)
+                break;                   /* at its floor */
+        }
+        v->rounds_left = v->rounds_left > plain ? v->rounds_left - plain : 0;
+    }
+    if (finishing)
+        TRY(finishing_decode(r));
+    return AISIM_OK;
+}
+
+static int break_gap(aisim_sglang_rank *r, int64_t a, int64_t b, int64_t n)
+{
+    TRY(i64_reserve(&r->break_gaps, r->break_gaps.len + 3));
+    int64_t *t = r->break_gaps.v + r->break_gaps.len;
+    t[0] = a;
+    t[1] = b;
+    t[2] = n;
+    r->break_gaps.len += 3;
+    return AISIM_OK;
+}
+
+/* RankBase._add_stretch_gaps over stretch pairs [0, n) */
+static int add_stretch_gaps(aisim_sglang_rank *r, const int64_t *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t first = s[2 * i], last = s[2 * i + 1];
+        if (last > first) {
+            r->itl_diff.v[first]++;
+            r->itl_diff.v[last]--;
+        }
+        if (i)
+            TRY(break_gap(r, s[2 * i - 1], first, 1));
+    }
+    return AISIM_OK;
+}
+
+/* SglangRank._record_itl */
+static int record_itl(aisim_sglang_rank *r, sg_req *q)
+{
+    size_t n = q->stretches.len / 2;
+    if (!q->has_span || (int64_t)n != q->span_after)
+        return add_stretch_gaps(r, q->stretches.v, n);
+    size_t before = (size_t)q->span_before;
+    if (before) {
+        /* the stretches before the run, the last as it was before the run merged into it */
+        int64_t *head = malloc(2 * before * sizeof(int64_t));
+        if (!head)
+            return AISIM_ENOMEM;
+        memcpy(head, q->stretches.v, 2 * before * sizeof(int64_t));
+        head[2 * before - 1] = q->span_prev_last;
+        int status = add_stretch_gaps(r, head, before);
+        free(head);
+        TRY(status);
+        int64_t start = r->dec_pass.v[q->span_first], prev_last = q->span_prev_last;
+        if (start == prev_last + 1) {
+            r->itl_diff.v[prev_last]++;
+            r->itl_diff.v[start]--;
+        } else {
+            TRY(break_gap(r, prev_last, start, 1));
+        }
+    }
+    /* RunningBatch.count_span */
+    if (q->span_last > q->span_first) {
+        r->cover.v[q->span_first]++;
+        r->cover.v[q->span_last]--;
+    }
+    return AISIM_OK;
+}
+
+static void free_slot_state(sg_req *q)
+{
+    free(q->stretches.v);
+    free(q->tok);
+    free(q->authored);
+    memset(q, 0, sizeof *q);
+}
+
+static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
+{
+    aisim_sglang_view *v = &r->view;
+    if (extra > 0)
+        TRY(complete_extension(r, extra, finishing));
+    /* RankBase._pass_done */
+    TRY(i64_push(&r->itl_diff, 0));
+    v->pass_index++;
+    v->committed_prefill_tokens += r->pass_committed;
+    r->pass_committed = 0;
+    for (size_t i = 0; i < r->done.len; i++) {
+        int32_t s = r->done.v[i];
+        sg_req *q = &r->reqs[s];
+        TRY(record_itl(r, q));
+        int64_t at = (int64_t)r->stretch_out.len / 2, count = (int64_t)q->stretches.len / 2;
+        TRY(i64_reserve(&r->stretch_out, r->stretch_out.len + q->stretches.len));
+        memcpy(r->stretch_out.v + r->stretch_out.len, q->stretches.v,
+               q->stretches.len * sizeof(int64_t));
+        r->stretch_out.len += q->stretches.len;
+        TRY(event(r, AISIM_SG_FINISHED, s, at, count, q->generated));
+    }
+    /* every event is out: the slots go free */
+    for (size_t i = 0; i < r->done.len; i++) {
+        int32_t s = r->done.v[i];
+        free_slot_state(&r->reqs[s]);
+        TRY(i32_push(&r->free_slots, s));
+    }
+    r->done.len = 0;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------------ public */
+
+static void refresh_view(aisim_sglang_rank *r)
+{
+    aisim_sglang_view *v = &r->view;
+    v->events = r->events.v;
+    v->n_events = r->events.len / AISIM_SG_EVENT_WIDTH;
+    v->stretches = r->stretch_out.v;
+    v->n_stretch_values = r->stretch_out.len;
+    v->itl_diff = r->itl_diff.v;
+    v->n_itl_diff = r->itl_diff.len;
+    v->break_gaps = r->break_gaps.v;
+    v->n_break_gaps = r->break_gaps.len / 3;
+}
+
+/* a failure part way through a pass leaves the rank inconsistent: it refuses every call after */
+static int guard(aisim_sglang_rank *r, int status)
+{
+    if (status < 0)
+        r->broken = 1;
+    refresh_view(r);
+    return status;
+}
+
+int aisim_sglang_new(aisim_sglang_rank **out, const aisim_sglang_config *config)
+{
+    if (!out || !config || config->page_size < 1 || config->page_size > 65536
+        || config->total_kv_tokens < 0 || config->total_kv_tokens >= EXACT_INT
+        || config->max_running < 0 || config->chunk_size < 0 || config->max_prefill < 0
+        || config->clip < 0 || config->interval < 0)
+        return AISIM_EINVAL;
+    aisim_sglang_rank *r = calloc(1, sizeof(*r));
+    if (!r)
+        return AISIM_ENOMEM;
+    r->cfg = *config;
+    r->crossings = calloc((size_t)config->page_size, sizeof(int64_t));
+    int status = r->crossings ? aisim_radix_new(&r->cache, config->total_kv_tokens,
+                                                config->page_size, 1) : AISIM_ENOMEM;
+    if (status) {
+        free(r->crossings);
+        free(r);
+        return status;
+    }
+    aisim_radix_view_of(r->cache, &r->cv);
+    r->r_init = INIT_RATIO * config->conservativeness;
+    r->r_min = r->r_init * MIN_RATIO_FACTOR;
+    r->r_step = (r->r_init - r->r_min) / DECAY_STEPS;
+    r->view.ratio = r->r_init;
+    r->memo_serial = NONE;
+    refresh_view(r);
+    *out = r;
+    return AISIM_OK;
+}
+
+int aisim_sglang_free(aisim_sglang_rank *r)
+{
+    if (!r)
+        return AISIM_OK;
+    for (size_t i = 0; i < r->n_reqs; i++)
+        free_slot_state(&r->reqs[i]);
+    free(r->reqs);
+    aisim_radix_free(r->cache);
+    free(r->crossings);
+    i32s *i32[] = {&r->free_slots, &r->wq, &r->run, &r->done, &r->finishing, &r->retracted,
+                   &r->catch_up, &r->can_run, &r->fresh, &r->growing, &r->dec_done};
+    for (size_t i = 0; i < sizeof i32 / sizeof i32[0]; i++)
+        free(i32[i]->v);
+    i64s *i64[] = {&r->dec_pass, &r->breaks, &r->cover, &r->events, &r->stretch_out,
+                   &r->itl_diff, &r->break_gaps, &r->keys, &r->counts, &r->unclips,
+                   &r->charges};
+    for (size_t i = 0; i < sizeof i64 / sizeof i64[0]; i++)
+        free(i64[i]->v);
+    free(r);
+    return AISIM_OK;
+}
+
+int aisim_sglang_view_of(const aisim_sglang_rank *r, const aisim_sglang_view **out)
+{
+    if (!r || !out)
+        return AISIM_EINVAL;
+    *out = &r->view;
+    return AISIM_OK;
+}
+
+int aisim_sglang_cache(const aisim_sglang_rank *r, aisim_radix **out)
+{
+    if (!r || !out)
+        return AISIM_EINVAL;
+    *out = r->cache;
+    return AISIM_OK;
+}
+
+int aisim_sglang_set_decode_timing(aisim_sglang_rank *r, const aisim_decode_timing *timing)
+{
+    if (!r)
+        return AISIM_EINVAL;
+    r->timing = timing;
+    return AISIM_OK;
+}
+
+int aisim_sglang_submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                        const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                        const uint32_t *authored, size_t n_authored, uint32_t out_tag)
+{
+    if (!r || prompt_len < 0 || out_limit < 0 || (n_runs && (!values || !lengths))
+        || (n_authored && !authored))
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    int64_t total = 0;
+    for (size_t i = 0; i < n_runs; i++)
+        total += lengths[i];
+    if (r->cfg.caching && total != prompt_len)
+        return AISIM_EINVAL;
+    r->events.len = 0;
+    r->stretch_out.len = 0;
+    int32_t s;
+    if (r->free_slots.len) {
+        s = r->free_slots.v[--r->free_slots.len];
+    } else {
+        if (r->n_reqs == r->cap_reqs) {
+            size_t cap = r->cap_reqs ? 2 * r->cap_reqs : 64;
+            if (cap > 0x7FFFFFFF)
+                return AISIM_ENOMEM;
+            sg_req *reqs = realloc(r->reqs, cap * sizeof(sg_req));
+            if (!reqs)
+                return AISIM_ENOMEM;
+            r->reqs = reqs;
+            r->cap_reqs = cap;
+        }
+        s = (int32_t)r->n_reqs;
+        memset(&r->reqs[s], 0, sizeof(sg_req));
+        r->n_reqs++;
+    }
+    sg_req *q = &r->reqs[s];
+    memset(q, 0, sizeof *q);
+    q->prompt_len = prompt_len;
+    q->out_limit = out_limit;
+    q->seq = NONE;
+    q->open_start = NONE;
+    q->unclip_at = NONE;
+    q->last_at = NONE;
+    q->serial = ++r->serials;
+    q->live = 1;
+    q->out_tag = out_tag;
+    int status = AISIM_OK;
+    if (r->cfg.caching && prompt_len) {
+        q->tok = malloc((size_t)prompt_len * sizeof(uint32_t));
+        status = q->tok ? AISIM_OK : AISIM_ENOMEM;
+        if (q->tok) {
+            int64_t at = 0;
+            for (size_t i = 0; i < n_runs; i++)
+                for (uint32_t k = 0; k < lengths[i]; k++)
+                    q->tok[at++] = values[i];
+            q->n_tok = q->cap_tok = prompt_len;
+        }
+    }
+    if (status == AISIM_OK && n_authored) {
+        q->authored = malloc(n_authored * sizeof(uint32_t));
+        if (q->authored) {
+            memcpy(q->authored, authored, n_authored * sizeof(uint32_t));
+            q->n_authored = (int64_t)n_authored;
+        } else {
+            status = AISIM_ENOMEM;
+        }
+    }
+    if (status == AISIM_OK)
+        status = w_append(r, s);
+    if (status) {
+        free_slot_state(q);
+        TRY(i32_push(&r->free_slots, s));
+        refresh_view(r);
+        return status;
+    }
+    refresh_view(r);
+    return s;
+}
+
+int aisim_sglang_schedule(aisim_sglang_rank *r, double now_ms)
+{
+    if (!r)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    r->events.len = 0;
+    r->stretch_out.len = 0;
+    int status = schedule(r, now_ms);
+    return guard(r, status);
+}
+
+int aisim_sglang_extend(aisim_sglang_rank *r, double end_ms, double horizon_ms,
+                        double cutoff_ms, int64_t max_passes, double *ends, size_t cap,
+                        aisim_decode_run *run, int32_t resume, int32_t *finishing)
+{
+    if (!r || !ends || !run || !finishing || max_passes < 1 || (uint64_t)max_passes > cap)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    if (!r->timing)
+        return AISIM_EINVAL;
+    int status;
+    if (resume)
+        status = r->run_cap <= cap ? aisim_decode_extend(r->timing, run, ends, r->run_cap)
+                                   : AISIM_EINVAL;
+    else
+        status = start_extension(r, end_ms, horizon_ms, cutoff_ms, max_passes, ends, run);
+    if (status == AISIM_OK && run->n_ends > 1)
+        *finishing = (int64_t)run->n_ends - 1 == r->run_finish - r->D + 1;
+    else
+        *finishing = 0;
+    if (status == AISIM_DECODE_MISS)
+        return status;
+    return guard(r, status);
+}
+
+int aisim_sglang_complete(aisim_sglang_rank *r, int64_t extra_passes, int32_t finishing)
+{
+    if (!r || extra_passes < 0)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    r->events.len = 0;
+    r->stretch_out.len = 0;
+    return guard(r, complete(r, extra_passes, finishing && extra_passes > 0));
+}
+
+int aisim_sglang_fold(aisim_sglang_rank *r)
+{
+    if (!r)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    const int64_t *dp = r->dec_pass.v;
+    size_t b = 0;
+    int64_t n = 0;
+    int status = AISIM_OK;
+    for (int64_t d = 0; d + 1 < r->D && status == AISIM_OK; d++) {
+        n += r->cover.v[d];
+        while (b < r->breaks.len && r->breaks.v[b] < d)
+            b++;
+        if (n <= 0)
+            continue;
+        if (b < r->breaks.len && r->breaks.v[b] == d) {
+            status = break_gap(r, dp[d], dp[d + 1], n);
+        } else {
+            r->itl_diff.v[dp[d]] += n;
+            r->itl_diff.v[dp[d + 1]] -= n;
+        }
+    }
+    if (status == AISIM_OK)
+        memset(r->cover.v, 0, r->cover.len * sizeof(int64_t));
+    return guard(r, status);
+}
+
+int aisim_sglang_queue(const aisim_sglang_rank *r, int32_t which, int32_t *out, size_t cap)
+{
+    if (!r || (which != 0 && which != 1))
+        return AISIM_EINVAL;
+    size_t n = which == 0 ? r->run.len : (size_t)r->view.n_waiting;
+    if (cap < n || (n && !out))
+        return AISIM_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        out[i] = which == 0 ? r->run.v[i] : w_at(r, i);
+    return (int)n;
+}
+
+int aisim_sglang_request(const aisim_sglang_rank *r, int32_t slot, int64_t *out)
+{
+    if (!r || !out || slot < 0 || (size_t)slot >= r->n_reqs || !r->reqs[slot].live)
+        return AISIM_EINVAL;
+    sg_req q = r->reqs[slot];
+    if (q.in_stretch)
+        sync(r, &q);
+    out[0] = q.generated;
+    out[1] = q.computed;
+    out[2] = q.held;
+    out[3] = q.committed;
+    out[4] = q.seq;
+    out[5] = q.open_start;
+    out[6] = q.base_gen;
+    out[7] = q.join;
+    out[8] = q.out_limit;
+    return AISIM_OK;
+}
+
+int aisim_sglang_pending_prefill_tokens(const aisim_sglang_rank *r, int64_t *out)
+{
+    if (!r || !out)
+        return AISIM_EINVAL;
+    int64_t total = 0;
+    for (int64_t i = 0; i < r->view.n_waiting; i++) {
+        const sg_req *q = &r->reqs[w_at(r, (size_t)i)];
+        if (q->computed < q->prompt_len)
+            total += q->prompt_len - q->computed;
+    }
+    *out = total;
+    return AISIM_OK;
+}

@@ -1,0 +1,114 @@
+"""The C SGLang rank (engine/sglang_native.py over csrc/sglang_rank.c) against its Python twin
+(engine/sglang.py's SglangRank): seeded random workloads run once with each rank give the same
+events, records and report, and on every rank the same pass history (``pass_ends``,
+``itl_gaps()``, committed prefill tokens) and radix tree (edges, spans, access stamps, locks,
+free and evictable tokens).
+
+The workloads are tests/test_sglang_extension.py's (tight pools, pages of 1 to 16 tokens,
+short clips, deferred prefill rounds, LPM, closed loops, time limits) with the settings the C
+rank leaves to Python dropped (``max_model_len``), and more: authored output tokens, no prefix
+caching, and larger pools where decode-only runs are long.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from aisimulate_core import build_simulation, native
+from aisimulate_core.engine import ENGINES
+from aisimulate_core.engine.sglang import SglangRank
+from aisimulate_core.spec import load_payload
+
+from test_sglang_extension import WALL_CLOCK_KEYS, _payload as extension_payload
+
+pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
+
+if native.lib is not None:
+    from aisimulate_core.engine.sglang_native import NativeSglangRank, rank_class, supports
+
+
+def _payload(seed):
+    """A test_sglang_extension workload the C rank takes, varied by the seed."""
+    payload = extension_payload(seed)
+    spec = payload.get("spec", payload)
+    rank = spec["engine"]["rank"]
+    rank.pop("max_model_len", None)
+    rng = random.Random(seed * 7919 + 1)
+    if rng.random() < 0.3 and "requests" in spec:
+        for req in spec["requests"]:     # authored outputs: the tree holds their tokens
+            req["output_token_ids"] = [rng.randrange(1, 50) for _ in range(req["output_tokens"])]
+    if rng.random() < 0.2:
+        rank["num_gpu_blocks"] = 20000 // rank["block_size"] + 1
+    return payload
+
+
+def _outcome(payload, rank_cls, monkeypatch):
+    monkeypatch.setitem(ENGINES, "sglang", rank_cls)
+    events = []
+
+    def on_event(kind, t, request):
+        events.append((kind, t, request.uuid))
+
+    sim = build_simulation(load_payload(json.dumps(payload)), on_event=on_event)
+    try:
+        sim.run()
+    except Exception as exc:   # the same error both ways counts as the same outcome
+        return ("error", type(exc).__name__, str(exc), events), 0
+    report = json.loads(sim.report().to_json())
+    for key in WALL_CLOCK_KEYS:
+        report.pop(key)
+    ranks = [rank for worker in sim.workers for rank in worker.ranks]
+    history = [(list(rank.pass_ends), rank.itl_gaps(), rank.committed_prefill_tokens,
+                rank.cache.tree(), rank.cache.free_tokens, rank.cache.evictable_size,
+                rank.cache.protected_size, rank.retractions)
+               for rank in ranks]
+    natives = sum(isinstance(rank, NativeSglangRank) for rank in ranks)
+    return (events, report, history), natives
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_random_workloads_match_the_python_rank(monkeypatch, chunk):
+    monkeypatch.setenv("AISIMULATE_CHECK", "1")     # KV conserved at every visited time
+    natives = 0
+    for seed in range(chunk * 40, chunk * 40 + 40):
+        payload = _payload(seed)
+        expected, _ = _outcome(payload, SglangRank, monkeypatch)
+        got, used = _outcome(payload, NativeSglangRank, monkeypatch)
+        assert got == expected, f"seed {seed}"
+        natives += used
+    assert natives >= 30           # the C rank ran (not the fallback) in most workloads
+
+
+def test_the_extension_switch_changes_nothing(monkeypatch):
+    """With ``extension`` off the C rank runs every pass as its own event, as the twin."""
+    for seed in range(6):
+        payload = _payload(seed)
+        expected, _ = _outcome(payload, SglangRank, monkeypatch)
+        monkeypatch.setattr(NativeSglangRank, "extension", False)
+        got, _ = _outcome(payload, NativeSglangRank, monkeypatch)
+        monkeypatch.undo()
+        assert got == expected, f"seed {seed}"
+
+
+def test_a_watched_rank_becomes_the_python_rank(monkeypatch):
+    """A router that reads KV events watches the ranks before any request: they are the
+    Python rank then, with the same outcome."""
+    payload = _payload(3)
+    spec = payload.get("spec", payload)
+    spec["topology"]["workers"]["initial_workers"] = 2
+    spec.setdefault("adapters", {})["placement"] = {"provider": "kv_router"}
+    expected, _ = _outcome(payload, SglangRank, monkeypatch)
+    got, natives = _outcome(payload, NativeSglangRank, monkeypatch)
+    assert got == expected and natives == 0
+
+
+def test_supports_names_what_stays_in_python():
+    spec = load_payload(json.dumps(_payload(1)))
+    rank = spec.spec.engine.rank
+    assert supports(rank) is None and rank_class(rank) is NativeSglangRank
+    assert "dp_size" in supports(rank, dp_size=2)
+    assert rank_class(rank, dp_size=2) is SglangRank
+    assert supports(rank, backend="python") == "the C backend is not in use"

@@ -550,9 +550,10 @@ class _RecordStream:
         # the counts are distinct: sorting the entries is the heap's pop order
         entries = self.heap + self.later
         self.heap, self.later = [], []
-        entries.sort()
+        entries.sort(reverse=True)
         sink = self.sink
-        for order, _, rec in entries:
+        while entries:   # popped from the end: each record is freed once its dict is made
+            order, _, rec = entries.pop()
             sink(per_request_record(rec, order[5]))
 
 

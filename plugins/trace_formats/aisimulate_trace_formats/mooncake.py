@@ -114,8 +114,8 @@ class MooncakeBuilder:
 
 
 def load_mooncake(path, block_size, *, accumulate_deltas=False):
-    """The file's Trace; a file read before in this process, with the same bytes, is rebuilt
-    from what that read kept (``_LOADED``) instead of decoded again."""
+    """The file's Trace; a file read before in this process, unchanged since, is rebuilt from
+    what that read kept (``_LOADED``) instead of decoded again."""
     digest = file_digest(path, CACHED_FILE_BYTES)
     key = (path, block_size, accumulate_deltas)
     kept = _LOADED.get(key)
@@ -132,8 +132,8 @@ def load_mooncake(path, block_size, *, accumulate_deltas=False):
 
 # Repeated runs of one small trace (a capacity search, a benchmark) decode it once: the rows
 # of up to _KEEP_FILES files of at most CACHED_FILE_BYTES are kept per process, keyed by path
-# and options and checked against a digest of the file's bytes at every load, so an edited
-# file is decoded again. A rebuilt Trace is made of new objects (arrays copied): a run that
+# and options and checked against the file's size, time and CRC (rows.file_digest) at every
+# load, so an edited file is decoded again. A rebuilt Trace is made of new objects (arrays copied): a run that
 # changes its trace (the timing transforms do) changes nothing kept.
 CACHED_FILE_BYTES = 8 << 20
 _KEEP_FILES = 4

@@ -13,7 +13,6 @@ lengths are bounded as in the payload (``aisimulate_core.spec.bounds.MAX_TOKENS`
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import re
 import zlib
@@ -85,22 +84,26 @@ def _chunks(path):
 
 
 def file_digest(path, limit):
-    """A digest of the file's bytes (as stored, gzip or not), or None when it is larger than
-    ``limit`` bytes or cannot be read (the loader then reports why, or reads it unkept)."""
-    digest = hashlib.blake2b(digest_size=32)
+    """What identifies the file's bytes (as stored, gzip or not): its size, modification time
+    and CRC-32; None when it is larger than ``limit`` bytes or cannot be read (the loader then
+    reports why, or reads it unkept). CRC-32, not a cryptographic hash: zlib is loaded anyway,
+    hashlib would add OpenSSL (about 4 MB) to every run, and an edit that keeps the size, the
+    time and the CRC of a file is not a mistake anyone makes."""
+    crc = 0
     total = 0
     try:
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > limit:
+            stat = os.fstat(f.fileno())
+            if stat.st_size > limit:
                 return None
             while chunk := f.read(CHUNK_BYTES):   # in chunks: a device may be endless
                 total += len(chunk)
                 if total > limit:
                     return None
-                digest.update(chunk)
+                crc = zlib.crc32(chunk, crc)
     except (OSError, ValueError):
         return None
-    return digest.digest()
+    return total, stat.st_mtime_ns, crc
 
 
 def _too_long(path, number):

@@ -1261,7 +1261,8 @@ static int refused_passes(aisim_sglang_rank *r, int64_t passes, int64_t room, in
         if (q->big)
             TRY(i64_push(&r->unclips, q->unclip_at));
     }
-    qsort(r->unclips.v, r->unclips.len, sizeof(int64_t), cmp_i64);
+    if (r->unclips.len > 1)
+        qsort(r->unclips.v, r->unclips.len, sizeof(int64_t), cmp_i64);
     size_t u = 0;
     while (u < r->unclips.len && r->unclips.v[u] < d)
         u++;
@@ -1517,10 +1518,12 @@ static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
         sg_req *q = &r->reqs[s];
         TRY(record_itl(r, q));
         int64_t at = (int64_t)r->stretch_out.len / 2, count = (int64_t)q->stretches.len / 2;
-        TRY(i64_reserve(&r->stretch_out, r->stretch_out.len + q->stretches.len));
-        memcpy(r->stretch_out.v + r->stretch_out.len, q->stretches.v,
-               q->stretches.len * sizeof(int64_t));
-        r->stretch_out.len += q->stretches.len;
+        if (q->stretches.len) {
+            TRY(i64_reserve(&r->stretch_out, r->stretch_out.len + q->stretches.len));
+            memcpy(r->stretch_out.v + r->stretch_out.len, q->stretches.v,
+                   q->stretches.len * sizeof(int64_t));
+            r->stretch_out.len += q->stretches.len;
+        }
         TRY(event(r, AISIM_SG_FINISHED, s, at, count, q->generated));
     }
     /* every event is out: the slots go free */
@@ -1782,7 +1785,7 @@ int aisim_sglang_fold(aisim_sglang_rank *r)
             r->itl_diff.v[dp[d + 1]] -= n;
         }
     }
-    if (status == AISIM_OK)
+    if (status == AISIM_OK && r->cover.len)
         memset(r->cover.v, 0, r->cover.len * sizeof(int64_t));
     return guard(r, status);
 }

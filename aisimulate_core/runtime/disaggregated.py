@@ -27,7 +27,11 @@ that same-time order stays exact. A time at which only transfers into passes in 
 is visited without a step (``_absorb_transfers``): all a step would do there is defer their
 activations. What b5 (1 prefill, 2 decode workers) still visits per request: its arrival, its
 prefill pass end, the decode pass end that reserves its destination, the pass end that activates
-it, the end of the pass giving its first token (not decode-only), and its last token.
+it, the end of the pass giving its first token (not decode-only), and its last token. Per step,
+the loop's own work is field reads where it can be: pass completions sit in a heap of its own (a
+head read is a subscript, not a call), each decode worker's incoming transfer times in a heap of
+their own (a start's horizon is its head), and a round calls into scaling only when a worker
+settles or becomes ready.
 """
 
 from __future__ import annotations
@@ -468,10 +472,13 @@ class DisaggregatedSimulation(Simulation):
         decode = self._is_decode[key]
         if not decode or self._no_extend:
             horizon = t
-        elif self._transfers:
-            horizon = self._decode_horizon(key)
         else:
-            horizon = math.inf
+            # where decode-only passes stop being extended: the first transfer to this worker
+            # completes (its activation needs that pass end). A reservation, which any held
+            # source may bring, cuts the extended pass when it comes: ending every run at each
+            # prefill pass end would cost more than the passes a cut throws away.
+            inbound = self._inbound.get(key)
+            horizon = inbound[0] if inbound else math.inf
         end = worker.start_pass(t, horizon, self._extension_cutoff() if self.windows
                                 else self.max_sim_time_ms)
         if end is None:
@@ -484,14 +491,6 @@ class DisaggregatedSimulation(Simulation):
             return True
         effect = worker.progressed()
         return self._complete(key, t, immediate=True) or effect
-
-    def _decode_horizon(self, key):
-        """Where decode-only passes of worker ``key`` stop being extended: the first transfer
-        to it completes (its activation needs that pass end). A reservation, which any held
-        source may bring, cuts the extended pass when it comes: ending every run at each
-        prefill pass end would cost more than the passes a cut throws away."""
-        inbound = self._inbound.get(key)
-        return inbound[0] if inbound else math.inf
 
     def _arrived(self, handoff):
         """A transfer leaves the heaps: it is the earliest of all, so of its destination's too."""

@@ -264,7 +264,12 @@ class Collector:
         self._num_requests += count
 
     def on_terminal(self, rec: RequestRecord) -> None:
-        self._order.push(rec)
+        order = self._order
+        if rec.uuid == order.next_uuid and not order.waiting:
+            order.next_uuid += 1   # the usual terminal: next in uuid order, nothing waits
+            self._settled(rec)
+        else:
+            order.push(rec)
 
     def _settled(self, rec: RequestRecord) -> None:
         """``rec`` comes next in uuid order."""

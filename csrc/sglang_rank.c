@@ -142,8 +142,6 @@ struct aisim_sglang_rank {
     int64_t *crossings;          /* members by (len - D) mod page size */
     i64s cover;                  /* counted runs: difference array over decode indices */
     int64_t join_seq;
-    /* ratio schedule */
-    double r_init, r_min, r_step;
     /* pass state */
     int64_t k0, k2;
     int32_t emitted_any, starved, interval_idle;
@@ -236,14 +234,14 @@ static int emit(sg_req *q, int64_t P)
 
 static void ratio_decay(aisim_sglang_rank *r)
 {
-    double value = r->view.ratio - r->r_step;
-    r->view.ratio = value > r->r_min ? value : r->r_min;
+    double value = r->view.ratio - r->view.ratio_step;
+    r->view.ratio = value > r->view.ratio_min ? value : r->view.ratio_min;
 }
 
 static int ratio_settled(const aisim_sglang_rank *r)
 {
-    double value = r->view.ratio - r->r_step;
-    return (value > r->r_min ? value : r->r_min) == r->view.ratio;
+    double value = r->view.ratio - r->view.ratio_step;
+    return (value > r->view.ratio_min ? value : r->view.ratio_min) == r->view.ratio;
 }
 
 /* ------------------------------------------------------------------ tokens */
@@ -1096,7 +1094,7 @@ static int decode_step(aisim_sglang_rank *r, double *retraction)
 static void finish_round(aisim_sglang_rank *r, int any_prefilled, int any_ran_model)
 {
     if (r->interval_idle && !any_ran_model)
-        r->view.ratio = r->r_init;
+        r->view.ratio = r->view.ratio_init;
     if (any_prefilled)
         r->view.rounds_left = r->cfg.interval;
     else if (r->view.rounds_left)
@@ -1253,7 +1251,7 @@ static int refused_passes(aisim_sglang_rank *r, int64_t passes, int64_t room, in
 {
     int64_t n = (int64_t)r->run.len, ps = r->cfg.page_size, clip = r->cfg.clip;
     int64_t n_small = r->n_small, sum_small = r->sum_small, n_big = r->n_big, d = r->D;
-    double value = r->view.ratio, step = r->r_step, floor_ = r->r_min;
+    double value = r->view.ratio, step = r->view.ratio_step, floor_ = r->view.ratio_min;
     /* the big members' unclip indices, ascending */
     r->unclips.len = 0;
     for (size_t i = 0; i < r->run.len; i++) {
@@ -1580,10 +1578,10 @@ int aisim_sglang_new(aisim_sglang_rank **out, const aisim_sglang_config *config)
         return status;
     }
     aisim_radix_view_of(r->cache, &r->cv);
-    r->r_init = INIT_RATIO * config->conservativeness;
-    r->r_min = r->r_init * MIN_RATIO_FACTOR;
-    r->r_step = (r->r_init - r->r_min) / DECAY_STEPS;
-    r->view.ratio = r->r_init;
+    r->view.ratio_init = INIT_RATIO * config->conservativeness;
+    r->view.ratio_min = r->view.ratio_init * MIN_RATIO_FACTOR;
+    r->view.ratio_step = (r->view.ratio_init - r->view.ratio_min) / DECAY_STEPS;
+    r->view.ratio = r->view.ratio_init;
     r->memo_serial = NONE;
     refresh_view(r);
     *out = r;
@@ -1633,6 +1631,18 @@ int aisim_sglang_set_decode_timing(aisim_sglang_rank *r, const aisim_decode_timi
     if (!r)
         return AISIM_EINVAL;
     r->timing = timing;
+    return AISIM_OK;
+}
+
+int aisim_sglang_set_ratio(aisim_sglang_rank *r, double init, double min, double step,
+                           double value)
+{
+    if (!r)
+        return AISIM_EINVAL;
+    r->view.ratio_init = init;
+    r->view.ratio_min = min;
+    r->view.ratio_step = step;
+    r->view.ratio = value;
     return AISIM_OK;
 }
 

@@ -44,7 +44,10 @@ typedef struct aisim_sglang_view {
     int64_t retractions;
     int64_t committed_prefill_tokens;
     int64_t decodes;            /* decode passes recorded (RunningBatch.D) */
-    double ratio;               /* new_token_ratio now */
+    double ratio;               /* new_token_ratio now (sglang_budget.RatioSchedule.value) */
+    double ratio_init;          /* ... its init, min and step */
+    double ratio_min;
+    double ratio_step;
     /* the pass just formed: its timing keys */
     int64_t pf_count;           /* prefill batch (0: a decode pass) */
     int64_t pf_isl;             /* sum of chunk ends */
@@ -79,6 +82,9 @@ int aisim_sglang_view_of(const aisim_sglang_rank *r, const aisim_sglang_view **o
 int aisim_sglang_cache(const aisim_sglang_rank *r, aisim_radix **out);
 /* Decode times of the built-in models (decode_run.cdef.h); borrowed, NULL for none. */
 int aisim_sglang_set_decode_timing(aisim_sglang_rank *r, const aisim_decode_timing *timing);
+/* Overwrites the admission ratio's schedule (RatioSchedule's fields; tests defeat its floor). */
+int aisim_sglang_set_ratio(aisim_sglang_rank *r, double init, double min, double step,
+                           double value);
 /* Queues a request; returns its slot (>= 0). The prompt is n_runs runs of values[i] repeated
  * lengths[i] times (read only with prefix caching); outputs are the n_authored authored tokens,
  * or out_tag repeated when authored is NULL. */

@@ -27,6 +27,7 @@ from test_sglang_extension import WALL_CLOCK_KEYS, _payload as extension_payload
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
 
 if native.lib is not None:
+    from aisimulate_core.engine import sglang_native
     from aisimulate_core.engine.sglang_native import NativeSglangRank, rank_class, supports
 
 
@@ -46,7 +47,9 @@ def _payload(seed):
 
 
 def _outcome(payload, rank_cls, monkeypatch):
+    # the runtime builds an SGLang rank of sglang_native.rank_class (ENGINES before it did)
     monkeypatch.setitem(ENGINES, "sglang", rank_cls)
+    monkeypatch.setattr(sglang_native, "rank_class", lambda engine, **_: rank_cls)
     events = []
 
     def on_event(kind, t, request):
@@ -108,7 +111,9 @@ def test_a_watched_rank_becomes_the_python_rank(monkeypatch):
 def test_supports_names_what_stays_in_python():
     spec = load_payload(json.dumps(_payload(1)))
     rank = spec.spec.engine.rank
-    assert supports(rank) is None and rank_class(rank) is NativeSglangRank
-    assert "dp_size" in supports(rank, dp_size=2)
-    assert rank_class(rank, dp_size=2) is SglangRank
+    assert supports(rank, backend="c") is None
+    assert rank_class(rank, backend="c") is NativeSglangRank
+    assert "dp_size" in supports(rank, dp_size=2, backend="c")
+    assert rank_class(rank, dp_size=2, backend="c") is SglangRank
+    assert rank_class(rank, backend="python") is SglangRank
     assert supports(rank, backend="python") == "the C backend is not in use"

@@ -145,6 +145,33 @@ class _Queue:
         """Members come up to date as they are iterated."""
 
 
+class _Ratio:
+    """The admission ratio C keeps, read and set as ``RatioSchedule``'s fields."""
+
+    __slots__ = ("_rank",)
+    _FIELDS = ("init", "min", "step", "value")
+
+    def __init__(self, rank):
+        object.__setattr__(self, "_rank", rank)
+
+    def _values(self):
+        view = self._rank._view
+        return [view.ratio_init, view.ratio_min, view.ratio_step, view.ratio]
+
+    def __getattr__(self, name):
+        if name not in _Ratio._FIELDS:
+            raise AttributeError(name)
+        return self._values()[_Ratio._FIELDS.index(name)]
+
+    def __setattr__(self, name, value):
+        if name not in _Ratio._FIELDS:
+            raise AttributeError(name)
+        values = self._values()
+        values[_Ratio._FIELDS.index(name)] = value
+        _check(native.lib.aisim_sglang_set_ratio(self._rank._rank, *values),
+               "aisim_sglang_set_ratio")
+
+
 def _becomes_python(name):
     """A watch switch (``watched``, ``capture_gauges``, ``fpm_on``, ``observer``): off on the
     C rank; switching it on turns the rank into the Python one first."""
@@ -175,6 +202,12 @@ class NativeSglangRank:
     fpm_last = None
     fpm_clock = 0.0
     _gauges = None
+    _stored = None               # what a router's observer would read (never set here)
+
+    @property
+    def _pass_chunks(self):
+        """The prefill chunks a watcher would read of the pass just formed: none kept."""
+        return []
     watched = _becomes_python("watched")
     capture_gauges = _becomes_python("capture_gauges")
     fpm_on = _becomes_python("fpm_on")
@@ -225,9 +258,10 @@ class NativeSglangRank:
         self._submitted = 0
         self.running = _Queue(self, 0)
         self.waiting = _Queue(self, 1)
+        self.ratio = _Ratio(self)
         self.pass_ends = array("d")
-        self.break_gaps = {}
-        self._breaks_read = 0        # triples of C's break gaps already in break_gaps
+        self._break_gaps = {}
+        self._breaks_read = 0        # triples of C's break gaps already in _break_gaps
         self.pass_end_ms = 0.0
         self._macro_ends = None
         self._ends_finishing = False
@@ -274,7 +308,9 @@ class NativeSglangRank:
 
     @property
     def itl_diff(self):
-        """The difference array of gap multiplicities, per pass (C keeps it)."""
+        """The difference array of gap multiplicities, per pass (C keeps it), with the
+        finished requests' counted decode runs folded in (as the report reads it)."""
+        self._fold()
         view = self._view
         out = array("q")
         if view.n_itl_diff:
@@ -476,16 +512,25 @@ class NativeSglangRank:
             on_finish(r, end_ms, "completed")
 
     # ------------------------------------------------------------------ report
-    def itl_gaps(self, backend=None):
+    def _fold(self):
+        """Fold the counted decode runs into the ITL arrays (RunningBatch.fold_spans) and
+        bring ``break_gaps`` up to C's, in the order C counted them (the dict's order)."""
         _check(native.lib.aisim_sglang_fold(self._rank), "aisim_sglang_fold")
         view = self._view
         n = view.n_break_gaps
         if n > self._breaks_read:
             triples = native.ffi.unpack(view.break_gaps + 3 * self._breaks_read,
                                         3 * (n - self._breaks_read))
-            breaks = self.break_gaps
+            breaks = self._break_gaps
             for i in range(0, len(triples), 3):
                 key = (triples[i], triples[i + 1])
                 breaks[key] = breaks.get(key, 0) + triples[i + 2]
             self._breaks_read = n
-        return RankBase.itl_gaps(self, backend)
+
+    @property
+    def break_gaps(self):
+        """Gaps across a break between two stretches (RankBase's), folded as ``itl_diff``."""
+        self._fold()
+        return self._break_gaps
+
+    itl_gaps = RankBase.itl_gaps

@@ -322,21 +322,23 @@ class DisaggregatedSimulation(Simulation):
         request, and neither scaling nor telemetry runs (the caller checked the last three)."""
         transfers = self._transfers
         workers = self.workers
-        routers = self.routers
+        prefill_router, decode_router = self.routers
+        next_ready = self.driver.next_ready_ms
         while transfers:
             t = transfers[0][0]
             next_pass = self._pass_time()
             # (the next pass end is visited by this run: the clock ends past t as it would)
-            if (t >= next_pass or next_pass > self._until or t >= self.driver.next_ready_ms()
-                    or self._actions or routers[0]._released or routers[1]._released):
+            if (t >= next_pass or next_pass > self._until or t >= next_ready() or self._actions
+                    or prefill_router._released or decode_router._released):
                 return
-            due = []
+            due = [heapq.heappop(transfers)]
             while transfers and transfers[0][0] == t:
                 due.append(heapq.heappop(transfers))
-            if not all(workers[handoff.decode_key].busy for _, _, handoff in due):
-                for entry in due:
-                    heapq.heappush(transfers, entry)  # (time, start order) keys: order kept
-                return
+            for entry in due:
+                if not workers[entry[2].decode_key].busy:
+                    for back in due:
+                        heapq.heappush(transfers, back)  # (time, start order) keys: order kept
+                    return
             self._visited.append(t)
             for key, rank in self._extended.items():
                 if rank.ends_pass_at(t):

@@ -100,10 +100,19 @@ def run_ours(path):
     return json.loads(proc.stdout), None
 
 
+def keeps_records(path):
+    """Whether the payload asks for per-request records (``spec.record_per_request``)."""
+    payload = json.loads(Path(path).read_text())
+    return bool(payload.get("spec", payload).get("record_per_request"))
+
+
 def run_reference(path):
     env = dict(os.environ, DYN_LOG="error", RUST_LOG="error")
-    proc = subprocess.run([str(REF_PYTHON), str(PEER_RUN), str(path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    # both sides do the payload's work: where it asks for per-request records, the reference
+    # is asked for them too (peer_run leaves them out unless told)
+    records = ["--per-request"] if keeps_records(path) else []
+    proc = subprocess.run([str(REF_PYTHON), str(PEER_RUN), str(path), *records], cwd=ROOT,
+                          env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         return None, (proc.stderr.strip().splitlines() or ["failed"])[-1]
     summary = json.loads(proc.stdout)

@@ -68,6 +68,36 @@ class RequestRecord:
     agentic: dict | None = None  # an agentic graph node's ids (request, play, root, parent)
 
 
+class SummaryRecord:
+    """What the summary (and a traffic window) reads of a terminal request, under the
+    RequestRecord field names, for a run that keeps no per-request record
+    (``Collector.keeps_records`` false): a third of a record's fields, and nothing built per
+    admission or route (``admissions`` is the rank's own list: only whether it is empty is
+    read)."""
+
+    __slots__ = ("uuid", "request_id", "arrival_time_ms", "terminal_time_ms", "terminal_status",
+                 "input_length", "output_length", "first_token_ms", "second_token_ms",
+                 "last_token_ms", "reused_input_tokens", "first_admission_reused_input_tokens",
+                 "admissions")
+
+    def __init__(self, uuid, request_id, arrival_time_ms, terminal_time_ms, terminal_status,
+                 input_length, output_length, first_token_ms, second_token_ms, last_token_ms,
+                 reused_input_tokens, first_admission_reused_input_tokens, admissions):
+        self.uuid = uuid
+        self.request_id = request_id
+        self.arrival_time_ms = arrival_time_ms
+        self.terminal_time_ms = terminal_time_ms
+        self.terminal_status = terminal_status
+        self.input_length = input_length
+        self.output_length = output_length
+        self.first_token_ms = first_token_ms
+        self.second_token_ms = second_token_ms
+        self.last_token_ms = last_token_ms
+        self.reused_input_tokens = reused_input_tokens
+        self.first_admission_reused_input_tokens = first_admission_reused_input_tokens
+        self.admissions = admissions
+
+
 def _nonneg(x: float) -> float:
     return x if x > 0.0 else 0.0
 
@@ -244,6 +274,12 @@ class Collector:
         self._worker_seconds = (0.0, 0.0)
         self._gpus_per_worker = (0, 0)
         self._extras: dict[str, Any] = {}
+
+    @property
+    def keeps_records(self) -> bool:
+        """Whether terminals must come as full ``RequestRecord``s (records kept or streamed);
+        when not, a ``SummaryRecord`` gives the same summary for less."""
+        return self._stream is not None
 
     def stream_records_to(self, sink: Callable[[dict], Any]) -> None:
         """Hand each per-request record dict to ``sink`` instead of keeping it (call before the

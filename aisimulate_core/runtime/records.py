@@ -6,7 +6,7 @@ terminal request: merging keyword dicts per record cost more than the record its
 
 from __future__ import annotations
 
-from ..report import RequestRecord
+from ..report import RequestRecord, SummaryRecord
 
 
 def token_times(request):
@@ -54,6 +54,15 @@ def make_record(request, status):
                    None, rank.scheduler_id,
                    [route if route is not None else
                     ("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)])
+
+
+def make_summary_record(request, status):
+    """``make_record``'s values of the fields the summary reads, for a collector that keeps no
+    records (``Collector.keeps_records`` false)."""
+    first, second, last, count = token_times(request)
+    return SummaryRecord(request.uuid, request.request_id, request.arrival_ms, request.terminal_ms,
+                         status, request.prompt_len, count, first, second, last,
+                         request.max_reused, request.first_reused, request.admissions)
 
 
 def make_disagg_record(handoff, status):

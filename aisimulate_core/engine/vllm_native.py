@@ -37,6 +37,7 @@ _GOLDEN = 0x9E3779B97F4A7C15  # workload/prompt.py's salt of blocks past the pro
 _EXACT = 2 ** 62              # counts the C rank keeps in int64 without overflow
 _U64_ARRAY = native.ffi.typeof("uint64_t[]") if native.ffi is not None else None
 _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
+_NULL = native.ffi.NULL if native.ffi is not None else None
 ROLES = ("aggregated", "prefill", "decode")   # aisim_vllm_role's order
 
 
@@ -391,9 +392,37 @@ class NativeVllmRank(RankBase):
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
-        self._limit_output(request)
-        slot = native.lib.aisim_vllm_submit(self._rank, *self._request_args(request))
-        self._take_slot(_check(slot, "aisim_vllm_submit"), request)
+        # once per request: the common case (no output limit to set, a prompt of runs hashed
+        # in C) without _limit_output, _request_args and _take_slot calls
+        prompt_len = request.prompt_len
+        limit = self.max_model_len
+        if limit is not None or self.no_evict or not self.caching \
+                or request.output_token_ids is not None \
+                or -(-prompt_len // self.block_size) > self.num_blocks:
+            self._limit_output(request)
+            slot = _lib.aisim_vllm_submit(self._rank, *self._request_args(request))
+        else:
+            request.rank = self
+            prompt = request.prompt
+            runs = prompt.values
+            n_runs = len(runs)
+            if n_runs:
+                from_buffer = native.ffi.from_buffer
+                slot = _lib.aisim_vllm_submit(
+                    self._rank, prompt_len, request.max_output, request.out_limit, _NULL, 0,
+                    from_buffer(_U32_ARRAY, runs), from_buffer(_U32_ARRAY, prompt.lengths),
+                    n_runs, 0, (request.uuid * _GOLDEN) & _MASK)
+            else:
+                slot = _lib.aisim_vllm_submit(
+                    self._rank, prompt_len, request.max_output, request.out_limit, _NULL, 0,
+                    _NULL, _NULL, 0, 0, (request.uuid * _GOLDEN) & _MASK)
+        if slot < 0:
+            raise native.status_error(slot, "aisim_vllm_submit")
+        requests = self._requests
+        if slot == len(requests):
+            requests.append(request)
+        else:
+            requests[slot] = request
         if self.capture_gauges:
             self._gauges = self.submission_gauges()
 
@@ -493,9 +522,8 @@ class NativeVllmRank(RankBase):
 
     def _schedule_events(self, now_ms):
         requests = self._requests
-        values = self._events()
-        for i in range(0, len(values), 5):
-            kind, slot, a, b, c = values[i:i + 5]
+        fields = iter(self._events())
+        for kind, slot, a, b, c in zip(fields, fields, fields, fields, fields):
             r = requests[slot]
             if kind == 1:      # admitted: a cached tokens, b readmission
                 r.status = RUNNING
@@ -667,38 +695,59 @@ class NativeVllmRank(RankBase):
 
     def _completed(self, end_ms):
         """The terminals (and held sources) of the pass that completed at ``end_ms``."""
-        values = self._events()
         view = self._view
+        ffi = native.ffi
+        values = ffi.unpack(view.events, view.n_events * 5)
         n_values = view.n_stretch_values
-        stretches = native.ffi.unpack(view.stretches, n_values) if n_values else ()
+        stretches = ffi.unpack(view.stretches, n_values) if n_values else ()
         requests = self._requests
         # every event is read before the first callback: a terminal may submit here
         finished = []
-        for i in range(0, len(values), 5):
-            kind, slot, a, b, c = values[i:i + 5]
+        held = False
+        fields = iter(values)
+        for kind, slot, a, b, c in zip(fields, fields, fields, fields, fields):
             r = requests[slot]
             r.status = FINISHED
-            if kind == 6:   # a prefill copy's source held: its slot lives until released
-                self._hold(r, slot)
-            else:
+            if kind == 4:   # finished: stretches[a:a+b], c tokens generated
                 requests[slot] = None
                 r.seq = -1
-            if kind != 3:   # finished or held: stretches[a:a+b], c tokens generated
                 r.generated = c
-                own = r.stretches
-                for k in range(2 * a, 2 * (a + b), 2):
-                    own.append((stretches[k], stretches[k + 1]))
-                if b > 1:   # the gaps across its breaks (C counted those within stretches)
-                    self._count_breaks(own)
-                finished.append((r, "completed" if kind == 4 else None))
-            else:           # rejected
+                if b == 1:  # the usual request: one stretch, no break
+                    a += a
+                    r.stretches.append((stretches[a], stretches[a + 1]))
+                else:
+                    self._take_stretches(r, stretches, a, b)
+                finished.append((r, "completed"))
+            elif kind == 3:  # rejected
+                requests[slot] = None
+                r.seq = -1
                 finished.append((r, "rejected"))
+            else:           # a prefill copy's source held: its slot lives until released
+                self._hold(r, slot)
+                r.generated = c
+                self._take_stretches(r, stretches, a, b)
+                finished.append((r, None))
+                held = True
         cb = self.cb
+        if not held:
+            finish_all = getattr(cb, "finish_all", None)
+            if finish_all is not None:
+                finish_all(finished, end_ms)   # one call for the pass's terminals
+                return
         for r, status in finished:
             if status is None:
                 cb.on_source_held(r, end_ms)
             else:
                 cb.on_finish(r, end_ms, status)
+
+    def _take_stretches(self, r, stretches, a, b):
+        """``r``'s stretches ``stretches[a:a+b]`` (pairs), and the gaps across its breaks (C
+        counted those within stretches)."""
+        own = r.stretches
+        for k in range(2 * a, 2 * (a + b), 2):
+            own.append((stretches[k], stretches[k + 1]))
+        if b > 1:
+            self._count_breaks(own)
 
     def _hold(self, r, slot):
         """The prefill role keeps the slot of a held source (vllm_native_roles.py)."""

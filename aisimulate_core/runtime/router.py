@@ -25,7 +25,7 @@ class Router:
     __slots__ = ("kind", "policy", "view", "deliver", "block_size", "by_id", "active",
                  "queued", "_released", "wants_kv", "wants_index", "wants_prefill",
                  "wants_terminal",
-                 "_views", "_label", "_batch", "_order", "_active_ids", "parked")
+                 "_views", "_label", "_batch", "_order", "_active_ids", "parked", "_unpinned")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
                  deliver=None):
@@ -58,6 +58,10 @@ class Router:
         self.wants_index = "kv_index" in observes
         self.wants_prefill = "prefill" in observes
         self.wants_terminal = "terminal" in observes
+        # the built-in round robin answers an aggregated request without a PlacementRequest
+        cls = type(self.policy.policy)
+        unpinned = kind == "agg" and getattr(cls, "UNPINNED_PLACE", None) is cls.place
+        self._unpinned = self.policy.policy.place_unpinned if unpinned else None
 
     @property
     def observes_engine(self):
@@ -82,6 +86,18 @@ class Router:
     def place(self, request, now_ms, dp_rank):
         """Place an arriving ``request`` (asking for ``dp_rank`` or None): delivered now, or
         kept by the policy. Returns whether it was delivered."""
+        if dp_rank is None and self._unpinned is not None:
+            answer = self._unpinned()
+            if answer is not None:
+                worker = self._active_ids.get(answer[0])
+                if worker is not None and answer[1] < len(worker.ranks):
+                    self.deliver(request, worker, answer[1], now_ms)
+                else:
+                    self._route(request, answer, now_ms, None)   # (its error)
+                if self._released:
+                    self.flush(now_ms)
+                return True
+            # no active worker: place() words the error
         if not self.active and self.kind != "agg" and self._parks():
             self.parked.append((request, dp_rank))
             return False

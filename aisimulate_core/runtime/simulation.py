@@ -54,7 +54,8 @@ def restore_gc_threshold(old):
 
 
 class _RankEvents:
-    """Routes rank lifecycle callbacks to the simulation."""
+    """Routes rank lifecycle callbacks to the simulation: ``on_finish`` for one terminal,
+    ``finish_all`` for a pass's terminals in one call (a rank that gathers them)."""
 
     __slots__ = ("sim",)
 
@@ -63,6 +64,10 @@ class _RankEvents:
 
     def on_finish(self, request, end_ms, status):
         self.sim._on_finish(request, end_ms, status)
+
+    def finish_all(self, finished, end_ms):
+        """``on_finish`` of each ``(request, status)`` of ``finished``, in order."""
+        self.sim._finish_all(finished, end_ms)
 
 
 class EngineEvents:
@@ -276,15 +281,19 @@ class Simulation:
         steps = 0
         thresholds = raise_gc_threshold()
         try:
-            while True:
-                t = next_time()
-                if t > limit or t == math.inf:
-                    break
-                step(t)
-                if progress is not None:
-                    steps += 1
-                    if steps % 4096 == 0:
-                        progress(self.now_ms, self.completed, self.driver.total or self.arrived)
+            if self._plain():
+                t = self._run_plain(limit)
+            else:
+                while True:
+                    t = next_time()
+                    if t > limit or t == math.inf:
+                        break
+                    step(t)
+                    if progress is not None:
+                        steps += 1
+                        if steps % 4096 == 0:
+                            progress(self.now_ms, self.completed,
+                                     self.driver.total or self.arrived)
         finally:
             restore_gc_threshold(thresholds)
         if t == math.inf:
@@ -320,6 +329,48 @@ class Simulation:
                               f"flight")
 
     # ------------------------------------------------------------------ loop
+    def _plain(self):
+        """Whether ``_run_plain`` runs this loop: an aggregated deployment (this class's own
+        loop, unchecked) without scaling, telemetry, traffic windows or a progress display."""
+        cls = type(self)
+        return (cls._step is Simulation._step and cls._next_time is Simulation._next_time
+                and cls._event_time is Simulation._event_time and "_step" not in self.__dict__ and self.cluster is None
+                and self.telemetry is None and not self.windows and self.progress is None)
+
+    def _run_plain(self, limit):
+        """``_next_time`` and ``_step`` of a plain run (``_plain``) in one loop, until the next
+        event is past ``limit``; returns its time. The same events in the same order: only
+        the branches for scaling, telemetry and windows are gone, and a step's calls."""
+        peek = self.queue.peek_time
+        driver = self.driver
+        next_ready, pop_ready = driver.next_ready_ms, driver.pop_ready
+        dirty = self._dirty
+        router = self.router
+        place = self._place
+        max_in_flight = self.max_in_flight
+        cutoff = self.max_sim_time_ms
+        inf = math.inf
+        while True:
+            t = peek()
+            if max_in_flight is None or self.in_flight < max_in_flight:
+                ready = next_ready()
+                if ready < t:
+                    t = ready if ready > self.now_ms else self.now_ms
+            if t > limit or t == inf:
+                return t
+            self.now_ms = t
+            if peek() <= t:
+                self._complete_passes(t)
+            if router.queued:
+                router.flush(t)
+            if next_ready() <= t:
+                n = 1 << 62 if max_in_flight is None else max_in_flight - self.in_flight
+                if n > 0:
+                    for request in pop_ready(t, n):
+                        place(request, t)
+            if dirty:
+                self._start_passes(t, cutoff)
+
     def _next_time(self):
         t = self._event_time()
         if self.max_in_flight is None or self.in_flight < self.max_in_flight:
@@ -370,20 +421,9 @@ class Simulation:
         if telemetry is not None:
             telemetry.due_before(t)   # samples between the last step and t see its state
         self.now_ms = t
-        queue = self.queue
-        workers = self.workers
-        dirty = self._dirty
         cluster = self.cluster
-        while queue.peek_time() <= t:
-            _, kind, ident = queue.pop()
-            idx = ident >> 32
-            worker = workers[idx]
-            if kind != PASS_DONE or not worker.busy or worker.generation != ident & _GEN_MASK:
-                continue  # a wake-up, or the pass was cut short and rescheduled earlier
-            worker.complete_pass()
-            dirty.add(idx)
-            if cluster is not None:
-                cluster.worker_idle("agg", worker)
+        if self.queue.peek_time() <= t:
+            self._complete_passes(t)
         router = self.router
         if router.queued:
             router.flush(t)
@@ -405,23 +445,49 @@ class Simulation:
                 telemetry.due(t)
             if cluster is not None and cluster.next_tick_ms <= t:
                 cluster.tick_due(t)
-        if dirty:
-            # the earliest time a known request could arrive (passes starting later may see
-            # it): a completion must free a slot first when the cap is reached
-            if max_in_flight is not None and self.in_flight >= max_in_flight:
-                horizon = math.inf
-            else:
-                horizon = driver.next_ready_ms()
-            cutoff = self._extension_cutoff() if self.windows else self.max_sim_time_ms
-            for idx in sorted(dirty) if len(dirty) > 1 else tuple(dirty):
-                worker = workers[idx]
-                if not worker.busy:
-                    end = worker.start_pass(t, horizon, cutoff)
-                    if end is not None:
-                        if end == t and self._zero_time_pass(worker, t):
-                            continue
-                        queue.push(end, PASS_DONE, (idx << 32) | worker.generation)
-            dirty.clear()
+        if self._dirty:
+            self._start_passes(
+                t, self._extension_cutoff() if self.windows else self.max_sim_time_ms)
+
+    def _complete_passes(self, t):
+        """Complete every pass that ends by ``t`` (the events due then)."""
+        queue = self.queue
+        workers = self.workers
+        dirty = self._dirty
+        cluster = self.cluster
+        while queue.peek_time() <= t:
+            _, kind, ident = queue.pop()
+            idx = ident >> 32
+            worker = workers[idx]
+            if kind != PASS_DONE or not worker.busy or worker.generation != ident & _GEN_MASK:
+                continue  # a wake-up, or the pass was cut short and rescheduled earlier
+            worker.complete_pass()
+            dirty.add(idx)
+            if cluster is not None:
+                cluster.worker_idle("agg", worker)
+
+    def _start_passes(self, t, cutoff):
+        """Start a pass on every idle worker a step touched (in worker order)."""
+        dirty = self._dirty
+        workers = self.workers
+        horizon = None
+        for idx in sorted(dirty) if len(dirty) > 1 else tuple(dirty):
+            worker = workers[idx]
+            if not worker.busy:
+                if horizon is None:
+                    # the earliest time a known request could arrive (passes starting later
+                    # may see it): a completion must free a slot first when the cap is reached
+                    max_in_flight = self.max_in_flight
+                    if max_in_flight is not None and self.in_flight >= max_in_flight:
+                        horizon = math.inf
+                    else:
+                        horizon = self.driver.next_ready_ms()
+                end = worker.start_pass(t, horizon, cutoff)
+                if end is not None:
+                    if end == t and self._zero_time_pass(worker, t):
+                        continue
+                    self.queue.push(end, PASS_DONE, (idx << 32) | worker.generation)
+        dirty.clear()
 
     def _zero_time_pass(self, worker, t):
         """A pass of ``worker`` ends as it starts. Returns True when the worker is parked: its
@@ -462,8 +528,9 @@ class Simulation:
 
     def _place(self, request, now_ms):
         self._register_arrival(request, now_ms)
-        for window in self.windows:
-            window.arrival()
+        if self.windows:
+            for window in self.windows:
+                window.arrival()
         self.router.place(request, now_ms, request.dp_rank)
         if self.on_event is not None:
             self.on_event("arrival", now_ms, request)
@@ -504,6 +571,28 @@ class Simulation:
         request.terminal_ms = end_ms
         request.terminal_status = status
         self._terminal(request, end_ms, status, make_record(request, status))
+
+    def _finish_all(self, finished, end_ms):
+        """``_on_finish`` of each ``(request, status)`` of one pass, in order: with nothing
+        but the collector and the driver to tell (no router, window, submission, event
+        callback or check wants a terminal), ``_terminal``'s work inline."""
+        if self.on_event is not None or self.windows or self._external \
+                or self._terminal_routing or "_terminal" in self.__dict__ \
+                or type(self)._driver_terminal is not Simulation._driver_terminal:
+            for request, status in finished:
+                self._on_finish(request, end_ms, status)
+            return
+        on_terminal = self.collector.on_terminal
+        driver_terminal = self.driver.on_terminal
+        for request, status in finished:
+            request.terminal_ms = end_ms
+            request.terminal_status = status
+            record = make_record(request, status)
+            self.in_flight -= 1
+            if status == "completed":
+                self.completed += 1
+            on_terminal(record)
+            driver_terminal(request, end_ms, status)
 
     def _terminal(self, request, end_ms, status, record):
         """Bookkeeping of a request that reached ``status`` (its record made already)."""

@@ -38,6 +38,9 @@ class RoundRobin(PlacementPolicy):
             return self._place_aggregated(request)
         return self._place_flattened(request)
 
+    # the place() that place_unpinned() stands for: a subclass with its own place() gets it
+    UNPINNED_PLACE = place
+
     # -- scaling: the active workers change; the cursor goes to the one after the last placed
     def on_worker_ready(self, worker: WorkerView, now_ms: float) -> None:
         self._workers = sorted([*self._workers, worker], key=lambda w: w.worker_id)
@@ -66,15 +69,29 @@ class RoundRobin(PlacementPolicy):
         return [(worker.worker_id, rank) for worker in self._workers for rank in range(worker.dp_size)]
 
     def _place_aggregated(self, request: PlacementRequest) -> tuple[int, int]:
+        if request.dp_rank is None:
+            return self.place_unpinned()
         index = self._cursor % len(self._workers)
         self._cursor = index + 1
         worker = self._workers[index]
-        if request.dp_rank is None:
-            rank = self._rank_cursors[worker.worker_id]
-            self._rank_cursors[worker.worker_id] = (rank + 1) % worker.dp_size
-            return worker.worker_id, rank
         _check_rank(request, worker.dp_size)
         return worker.worker_id, request.dp_rank
+
+    def place_unpinned(self) -> tuple[int, int] | None:
+        """``place()``'s answer for an aggregated-pool request that asks for no ``dp_rank``,
+        without reading the request; None (and nothing changed) with no active worker. The
+        runtime's router calls it instead of ``place()`` while ``place`` is this class's
+        own (``UNPINNED_PLACE``): no ``PlacementRequest`` is built per request."""
+        workers = self._workers
+        if not workers:
+            return None
+        index = self._cursor % len(workers)
+        self._cursor = index + 1
+        worker = workers[index]
+        cursors = self._rank_cursors
+        rank = cursors[worker.worker_id]
+        cursors[worker.worker_id] = (rank + 1) % worker.dp_size
+        return worker.worker_id, rank
 
     def _place_flattened(self, request: PlacementRequest) -> tuple[int, int]:
         if request.dp_rank is None:

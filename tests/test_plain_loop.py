@@ -1,0 +1,88 @@
+"""The aggregated loop's fast paths against the general ones (runtime/simulation.py, router.py).
+
+A plain aggregated run (no scaling, telemetry, windows or progress display) goes through
+``Simulation._run_plain``, the arrivals of the built-in round robin through
+``RoundRobin.place_unpinned`` (no ``PlacementRequest``), and a C rank's terminals through
+``finish_all``. A progress callback sends the same run through ``_next_time`` and ``_step``;
+a round robin whose ``UNPINNED_PLACE`` is not its ``place`` through ``place()``; an
+``on_event`` callback through ``_terminal`` per request. Every combination must give the
+same report, records included, on random payloads and on the cluster fixtures (scaling:
+the round robin's cursor across workers that come and go).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from aisimulate_placement.round_robin import RoundRobin
+from hypothesis import HealthCheck, given, settings
+
+from aisimulate_core import AisimError, run_replay
+from reference import ROOT
+from report_invariants import comparable
+from strategies import cases
+
+CLUSTER = ROOT / "tests" / "fixtures" / "cluster"
+
+
+def _report(payload, *, general, on_event=None):
+    """The report's comparable dict, or the error's line."""
+    try:
+        report = run_replay(payload, progress=(lambda *_: None) if general else None,
+                            on_event=on_event)
+    except AisimError as error:
+        return f"{type(error).__name__}: {error}"
+    return comparable(json.loads(report.to_json()))
+
+
+def _both(payload, monkeypatch):
+    """(the report with every fast path, the report with none)."""
+    fast = _report(payload, general=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(RoundRobin, "UNPINNED_PLACE", None)
+        general = _report(payload, general=True, on_event=lambda *_: None)
+    return fast, general
+
+
+def test_random_runs_are_the_same_through_the_fast_and_the_general_paths(tmp_path, monkeypatch):
+    monkeypatch.delenv("AISIMULATE_CHECK", raising=False)   # (the checker takes _step over)
+    seen = {"report": 0, "error": 0}
+
+    @settings(max_examples=120, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(cases())
+    def run(case):
+        payload, rows = case
+        if rows is not None:
+            path = tmp_path / "trace.jsonl"
+            path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+            payload = json.loads(json.dumps(payload))
+            payload["traffic"]["trace_path"] = str(path)
+        fast, general = _both(payload, monkeypatch)
+        assert fast == general
+        seen["error" if isinstance(fast, str) else "report"] += 1
+
+    run()
+    assert seen["report"] >= 60, seen
+
+
+SCALING = sorted(path.stem for path in CLUSTER.glob("*.json")
+                 if not path.stem.endswith(".expected")
+                 and '"aggregated"' in path.read_text())
+
+
+@pytest.mark.parametrize("name", SCALING)
+def test_scaling_round_robin_is_the_same_without_placement_requests(name, monkeypatch):
+    """Scaling and telemetry runs take the general loop; the round robin's unpinned answers
+    must follow its cursor across workers that join, drain and leave exactly as place()."""
+    monkeypatch.delenv("AISIMULATE_CHECK", raising=False)
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        fast, general = _both((CLUSTER / f"{name}.json").read_text(), monkeypatch)
+    finally:
+        os.chdir(cwd)
+    assert not isinstance(fast, str), fast
+    assert fast == general

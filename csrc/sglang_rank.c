@@ -1646,18 +1646,55 @@ int aisim_sglang_set_ratio(aisim_sglang_rank *r, double init, double min, double
     return AISIM_OK;
 }
 
-int aisim_sglang_submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
-                        const uint32_t *values, const uint32_t *lengths, size_t n_runs,
-                        const uint32_t *authored, size_t n_authored, uint32_t out_tag)
+/* The prompt's tokens: runs of values[i] repeated lengths[i] times, or (ranges) the ids
+ * values[i] .. values[i] + lengths[i] - 1 each repeated `block` times, cut at the length. */
+typedef struct prompt_form {
+    const uint32_t *values, *lengths;
+    size_t n;
+    int64_t block;               /* 0: runs */
+} prompt_form;
+
+static int form_length(const prompt_form *f, int64_t prompt_len, int64_t *total)
 {
-    if (!r || prompt_len < 0 || out_limit < 0 || (n_runs && (!values || !lengths))
-        || (n_authored && !authored))
+    *total = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->block && (uint64_t)f->values[i] + f->lengths[i] > (uint64_t)UINT32_MAX + 1)
+            return AISIM_EINVAL;         /* ids past u32 */
+        *total += f->block ? (int64_t)f->lengths[i] * f->block : (int64_t)f->lengths[i];
+    }
+    if (f->block && *total >= prompt_len)
+        *total = prompt_len;             /* the last block may be partial */
+    return AISIM_OK;
+}
+
+static void form_fill(const prompt_form *f, uint32_t *tok, int64_t prompt_len)
+{
+    int64_t at = 0;
+    for (size_t i = 0; i < f->n && at < prompt_len; i++) {
+        if (!f->block) {
+            for (uint32_t k = 0; k < f->lengths[i]; k++)
+                tok[at++] = f->values[i];
+            continue;
+        }
+        for (uint32_t k = 0; k < f->lengths[i] && at < prompt_len; k++) {
+            uint32_t id = f->values[i] + k;
+            for (int64_t b = 0; b < f->block && at < prompt_len; b++)
+                tok[at++] = id;
+        }
+    }
+}
+
+static int submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                  const prompt_form *form, const uint32_t *authored, size_t n_authored,
+                  uint32_t out_tag)
+{
+    if (!r || prompt_len < 0 || out_limit < 0 || (form->n && (!form->values || !form->lengths))
+        || (n_authored && !authored) || form->block < 0)
         return AISIM_EINVAL;
     if (r->broken)
         return AISIM_ECORRUPT;
-    int64_t total = 0;
-    for (size_t i = 0; i < n_runs; i++)
-        total += lengths[i];
+    int64_t total;
+    TRY(form_length(form, prompt_len, &total));
     if (r->cfg.caching && total != prompt_len)
         return AISIM_EINVAL;
     r->events.len = 0;
@@ -1696,10 +1733,7 @@ int aisim_sglang_submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_li
         q->tok = malloc((size_t)prompt_len * sizeof(uint32_t));
         status = q->tok ? AISIM_OK : AISIM_ENOMEM;
         if (q->tok) {
-            int64_t at = 0;
-            for (size_t i = 0; i < n_runs; i++)
-                for (uint32_t k = 0; k < lengths[i]; k++)
-                    q->tok[at++] = values[i];
+            form_fill(form, q->tok, prompt_len);
             q->n_tok = q->cap_tok = prompt_len;
         }
     }
@@ -1722,6 +1756,25 @@ int aisim_sglang_submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_li
     }
     refresh_view(r);
     return s;
+}
+
+int aisim_sglang_submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                        const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                        const uint32_t *authored, size_t n_authored, uint32_t out_tag)
+{
+    prompt_form form = {values, lengths, n_runs, 0};
+    return submit(r, prompt_len, out_limit, &form, authored, n_authored, out_tag);
+}
+
+int aisim_sglang_submit_ranges(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                               const uint32_t *firsts, const uint32_t *counts, size_t n_ranges,
+                               int64_t block, const uint32_t *authored, size_t n_authored,
+                               uint32_t out_tag)
+{
+    if (block < 1)
+        return AISIM_EINVAL;
+    prompt_form form = {firsts, counts, n_ranges, block};
+    return submit(r, prompt_len, out_limit, &form, authored, n_authored, out_tag);
 }
 
 int aisim_sglang_schedule(aisim_sglang_rank *r, double now_ms)

@@ -91,6 +91,13 @@ int aisim_sglang_set_ratio(aisim_sglang_rank *r, double init, double min, double
 int aisim_sglang_submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
                         const uint32_t *values, const uint32_t *lengths, size_t n_runs,
                         const uint32_t *authored, size_t n_authored, uint32_t out_tag);
+/* aisim_sglang_submit of a prompt given as id ranges (workload/prompt.py's IdRanges behind
+ * Prompt.from_hash_ids): ids firsts[i] .. firsts[i] + counts[i] - 1, each repeated `block`
+ * times, cut at prompt_len (AISIM_EINVAL for ids past u32: give the runs instead). */
+int aisim_sglang_submit_ranges(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                               const uint32_t *firsts, const uint32_t *counts, size_t n_ranges,
+                               int64_t block, const uint32_t *authored, size_t n_authored,
+                               uint32_t out_tag);
 /* Forms one pass (SglangRank.schedule): AISIM_OK (view.formed 0: nothing to do), or
  * AISIM_SG_STALLED. */
 int aisim_sglang_schedule(aisim_sglang_rank *r, double now_ms);

@@ -26,6 +26,7 @@ from array import array
 from .. import native
 from ..errors import SimulationError
 from ..kv.radix_native import NativeRadixCache
+from ..workload.prompt import IdRanges
 from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
@@ -361,31 +362,59 @@ class NativeSglangRank:
     def submit(self, request):
         request.rank = self
         request.seq = None
-        ffi = native.ffi
-        values = lengths = authored = ffi.NULL
-        n_runs = n_authored = 0
+        ffi, lib = native.ffi, native.lib
+        authored = ffi.NULL
+        n_authored = 0
+        tag = _OUTPUT_TAG | (request.uuid & 0x7FFF_FFFF)
+        slot = None
         if self.caching:
             prompt = request.prompt
-            runs = prompt.values
-            n_runs = len(runs)
-            if n_runs:
-                values = ffi.from_buffer(_U32_ARRAY, runs)
-                lengths = ffi.from_buffer(_U32_ARRAY, prompt.lengths)
             outputs = request.output_token_ids
             if outputs is not None and len(outputs):
                 own = array("I", outputs)
                 n_authored = len(own)
                 authored = ffi.from_buffer(_U32_ARRAY, own)
-        slot = _check(native.lib.aisim_sglang_submit(
-            self._rank, request.prompt_len, request.out_limit, values, lengths, n_runs,
-            authored, n_authored, _OUTPUT_TAG | (request.uuid & 0x7FFF_FFFF)),
-            "aisim_sglang_submit")
+            slot = self._submit_ranges(request, prompt, authored, n_authored, tag)
+            if slot is None:
+                runs = prompt.values
+                n_runs = len(runs)
+                values = ffi.from_buffer(_U32_ARRAY, runs) if n_runs else ffi.NULL
+                lengths = ffi.from_buffer(_U32_ARRAY, prompt.lengths) if n_runs else ffi.NULL
+        else:
+            values = lengths = ffi.NULL
+            n_runs = 0
+        if slot is None:
+            slot = _check(lib.aisim_sglang_submit(
+                self._rank, request.prompt_len, request.out_limit, values, lengths, n_runs,
+                authored, n_authored, tag), "aisim_sglang_submit")
         requests = self._requests
         if slot == len(requests):
             requests.append(request)
         else:
             requests[slot] = request
         self._submitted += 1
+
+    def _submit_ranges(self, request, prompt, authored, n_authored, tag):
+        """Submit a synthetic prompt from its id ranges (``Prompt.from_hash_ids`` over an
+        ``IdRanges`` whose runs are not built yet), so that its id array is never made in
+        Python; None when the prompt has another form."""
+        source = getattr(prompt, "_source", None)
+        if source is None or not isinstance(source[0], IdRanges):
+            return None
+        ranges, block = source[0].ranges, source[1]
+        try:
+            firsts = array("I", [first for first, _ in ranges])
+            counts = array("I", [count for _, count in ranges])
+        except OverflowError:
+            return None
+        ffi = native.ffi
+        slot = native.lib.aisim_sglang_submit_ranges(
+            self._rank, request.prompt_len, request.out_limit,
+            ffi.from_buffer(_U32_ARRAY, firsts), ffi.from_buffer(_U32_ARRAY, counts),
+            len(firsts), block, authored, n_authored, tag)
+        if slot == native.EINVAL:
+            return None               # ids past u32 or a short range: the runs say why
+        return _check(slot, "aisim_sglang_submit_ranges")
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self, now_ms):
@@ -501,8 +530,8 @@ class NativeSglangRank:
                 r.status = FINISHED
                 r.seq = None
                 r.generated = c
-                r.stretches = [(stretches[k], stretches[k + 1])
-                               for k in range(2 * a, 2 * (a + b), 2)]
+                r.stretches = list(zip(stretches[2 * a:2 * (a + b):2],
+                                       stretches[2 * a + 1:2 * (a + b):2]))
                 finished.append(r)
             else:              # retracted (an extension's last pass never retracts)
                 r.status = PREEMPTED

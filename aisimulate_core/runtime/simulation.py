@@ -352,6 +352,7 @@ class Simulation:
         inf = math.inf
         while True:
             t = peek()
+            ready = inf
             if max_in_flight is None or self.in_flight < max_in_flight:
                 ready = next_ready()
                 if ready < t:
@@ -360,10 +361,13 @@ class Simulation:
                 return t
             self.now_ms = t
             if peek() <= t:
+                # (a terminal may free a slot or ready a request: the driver is asked again)
                 self._complete_passes(t)
+                ready = next_ready()
             if router.queued:
                 router.flush(t)
-            if next_ready() <= t:
+                ready = next_ready()
+            if ready <= t:
                 n = 1 << 62 if max_in_flight is None else max_in_flight - self.in_flight
                 if n > 0:
                     for request in pop_ready(t, n):
@@ -540,11 +544,14 @@ class Simulation:
         w_idx = worker.idx
         request.worker_idx = w_idx
         worker.ranks[dp_rank].submit(request)
-        self._dirty.add(w_idx)
         if worker.busy:
+            # its pass ends later, and the worker is marked then: it stays busy until the
+            # step starts passes (nothing completes a pass after the step's arrivals)
             end = worker.truncate(now_ms)
             if end is not None:
                 self.queue.push(end, PASS_DONE, (w_idx << 32) | worker.generation)
+        else:
+            self._dirty.add(w_idx)
         if self.windows:
             self._count_placement(request)
 

@@ -3,180 +3,16 @@
  * functions here follow its methods one for one, in the same order, so that the same request
  * stream gives the same passes, stamps, tree and counts).
  *
- * The running batch is kept arithmetically as sglang_running.py's RunningBatch: a member's
- * counts follow from the decode counter D (generated = base_gen + D - open_start) and only
- * sums change per decode pass. Members are an array in join order; the per-decode-index
- * buckets of the twin (finishing, unclip) are each member's own index, found by a scan.
+ * This file forms a pass (admission, chunked prefill, first tokens, decode steps, retraction)
+ * and completes it (ITL counting), and holds the public calls; sglang_batch.c keeps the
+ * running batch (arithmetically, as sglang_running.py's RunningBatch: a member's counts
+ * follow from the decode counter D, and only sums change per decode pass; members are an
+ * array in join order, the twin's per-decode-index buckets each member's own index, found by
+ * a scan) and the waiting queue; sglang_extend.c decides the decode-only runs (sglang_rank.h).
  */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "aisim.h"
-#include "decode_run.cdef.h"
-#include "radix_cache.cdef.h"
-#include "sglang_rank.cdef.h"
-
-#define TRY(x) do { int status_ = (x); if (status_ < 0) return status_; } while (0)
-#define NONE (-1)
-#define ROOT 0
-#define PHASE_BITS 34
-#define MAX_PASS ((int64_t)1 << 27)        /* stamps stay in int64 */
-#define EXACT_INT ((int64_t)1 << 62)       /* engine/decode_run.py's _EXACT */
-#define INIT_RATIO 0.7
-#define MIN_RATIO_FACTOR 0.14
-#define DECAY_STEPS 600.0
-#define RETRACT_DECODE_STEPS 20
-#define LPM_MAX_WAITING 128
-#define DUPLICATE_CHECK_TOKENS 32
-
-enum { WAITING = 0, RUNNING = 1, PREEMPTED = 2, FINISHED = 3 };
-
-typedef struct i64s {
-    int64_t *v;
-    size_t len, cap;
-} i64s;
-
-typedef struct i32s {
-    int32_t *v;
-    size_t len, cap;
-} i32s;
-
-static int i64_push(i64s *a, int64_t x)
-{
-    if (a->len == a->cap) {
-        size_t cap = a->cap ? 2 * a->cap : 16;
-        int64_t *v = realloc(a->v, cap * sizeof(int64_t));
-        if (!v)
-            return AISIM_ENOMEM;
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->len++] = x;
-    return AISIM_OK;
-}
-
-static int i64_reserve(i64s *a, size_t n)
-{
-    if (n <= a->cap)
-        return AISIM_OK;
-    size_t cap = a->cap ? a->cap : 16;
-    while (cap < n)
-        cap *= 2;
-    int64_t *v = realloc(a->v, cap * sizeof(int64_t));
-    if (!v)
-        return AISIM_ENOMEM;
-    a->v = v;
-    a->cap = cap;
-    return AISIM_OK;
-}
-
-static int i32_reserve(i32s *a, size_t n)
-{
-    if (n <= a->cap)
-        return AISIM_OK;
-    size_t cap = a->cap ? a->cap : 16;
-    while (cap < n)
-        cap *= 2;
-    int32_t *v = realloc(a->v, cap * sizeof(int32_t));
-    if (!v)
-        return AISIM_ENOMEM;
-    a->v = v;
-    a->cap = cap;
-    return AISIM_OK;
-}
-
-static int i32_push(i32s *a, int32_t x)
-{
-    TRY(i32_reserve(a, a->len + 1));
-    a->v[a->len++] = x;
-    return AISIM_OK;
-}
-
-typedef struct sg_req {
-    int64_t prompt_len, out_limit;
-    int64_t generated, computed, held, committed;
-    int64_t seq;                 /* radix node handle, NONE: holds no KV */
-    int64_t open_start;          /* decode index it joined at, NONE: not a decoder */
-    int64_t base_gen;
-    int64_t join;                /* join number (running order) */
-    int64_t key;                 /* (length - D) mod page size at joining */
-    int64_t last_at;             /* decode index of its last token */
-    int64_t unclip_at;           /* decode index after which its remaining output is clip */
-    int64_t admissions;
-    int64_t retractions;
-    int64_t serial;              /* submission number: the match memo's identity */
-    int32_t in_stretch, big, live, status;
-    /* the last decode run, counted per rank (RunningBatch.leave's itl_span) */
-    int32_t has_span;
-    int64_t span_first, span_last, span_before, span_prev_last, span_after;
-    i64s stretches;              /* (first, last) pass pairs */
-    /* tokens: prompt then outputs, as far as the tree needs them */
-    uint32_t *tok;
-    int64_t n_tok, cap_tok;
-    uint32_t *authored;
-    int64_t n_authored;
-    uint32_t out_tag;
-} sg_req;
-
-struct aisim_sglang_rank {
-    aisim_sglang_view view;
-    aisim_sglang_config cfg;
-    aisim_radix *cache;
-    const aisim_radix_view *cv;
-    const aisim_decode_timing *timing;
-    /* requests */
-    sg_req *reqs;
-    size_t n_reqs, cap_reqs;
-    i32s free_slots;
-    int64_t serials;
-    /* the waiting queue: wq.v[w_head .. w_head + n_waiting) */
-    i32s wq;
-    size_t w_head;
-    /* the running batch, in join order */
-    i32s run;
-    int64_t D;
-    i64s dec_pass;               /* rank pass of each decode pass */
-    i64s breaks;                 /* decode indices d after which the next is not d's pass + 1 */
-    int64_t sum_len, sum_small, n_small, n_big;
-    int64_t *crossings;          /* members by (len - D) mod page size */
-    i64s cover;                  /* counted runs: difference array over decode indices */
-    int64_t join_seq;
-    /* pass state */
-    int64_t k0, k2;
-    int32_t emitted_any, starved, interval_idle;
-    int64_t pass_committed;
-    i32s done, finishing, retracted, catch_up, can_run, fresh, growing;
-    /* the match memo: (serial, limit, matched, node, inserts) */
-    int64_t memo_serial, memo_limit, memo_matched, memo_node, memo_inserts;
-    /* outputs */
-    i64s events, stretch_out, itl_diff, break_gaps;
-    /* scratch */
-    i64s keys, counts, unclips, charges;
-    int64_t run_finish;          /* the extension's finishing decode index */
-    size_t run_cap;              /* its passes + 1: the loop's buffer bound, on resumes too */
-    i32s dec_done;               /* the members a decode step finished */
-    int32_t broken;
-};
+#include "sglang_rank.h"
 
 /* ------------------------------------------------------------------ small helpers */
-
-static int64_t pages(const aisim_sglang_rank *r, int64_t tokens)
-{
-    int64_t ps = r->cfg.page_size;
-    return ((tokens + ps - 1) / ps) * ps;
-}
-
-static int64_t mod(int64_t a, int64_t m)
-{
-    int64_t x = a % m;
-    return x < 0 ? x + m : x;
-}
-
-static int64_t stamp(int64_t pass_index, int64_t phase, int64_t k)
-{
-    return (((pass_index << 2) | phase) << PHASE_BITS) | k;
-}
 
 static int64_t stamp0(aisim_sglang_rank *r)
 {
@@ -188,16 +24,6 @@ static int64_t stamp2(aisim_sglang_rank *r)
     return stamp(r->view.pass_index, 2, ++r->k2);
 }
 
-static int64_t available(const aisim_sglang_rank *r)
-{
-    return r->cv->free_tokens;
-}
-
-static int64_t evictable(const aisim_sglang_rank *r)
-{
-    return r->cv->evictable_size;
-}
-
 static int evict(aisim_sglang_rank *r, int64_t tokens)
 {
     int64_t out;
@@ -207,7 +33,7 @@ static int evict(aisim_sglang_rank *r, int64_t tokens)
 static int event(aisim_sglang_rank *r, int64_t kind, int32_t slot, int64_t a, int64_t b,
                  int64_t c)
 {
-    TRY(i64_reserve(&r->events, r->events.len + AISIM_SG_EVENT_WIDTH));
+    TRY(sgl_i64_reserve(&r->events, r->events.len + AISIM_SG_EVENT_WIDTH));
     int64_t *e = r->events.v + r->events.len;
     e[0] = kind;
     e[1] = slot;
@@ -216,18 +42,6 @@ static int event(aisim_sglang_rank *r, int64_t kind, int32_t slot, int64_t a, in
     e[4] = c;
     r->events.len += AISIM_SG_EVENT_WIDTH;
     return AISIM_OK;
-}
-
-/* RankBase._emit: one token in pass P, extending the last stretch when contiguous */
-static int emit(sg_req *q, int64_t P)
-{
-    i64s *s = &q->stretches;
-    if (s->len && s->v[s->len - 1] == P - 1) {
-        s->v[s->len - 1] = P;
-        return AISIM_OK;
-    }
-    TRY(i64_push(s, P));
-    return i64_push(s, P);
 }
 
 /* ------------------------------------------------------------------ ratio */
@@ -244,297 +58,9 @@ static int ratio_settled(const aisim_sglang_rank *r)
     return (value > r->view.ratio_min ? value : r->view.ratio_min) == r->view.ratio;
 }
 
-/* ------------------------------------------------------------------ tokens */
-
-/* sglang_tokens.ensure_tokens: the request's tokens cover at least `depth` */
-static int ensure_tokens(sg_req *q, int64_t depth)
-{
-    if (depth <= q->n_tok)
-        return AISIM_OK;
-    if (depth > q->cap_tok) {
-        int64_t cap = q->cap_tok ? q->cap_tok : 16;
-        while (cap < depth)
-            cap *= 2;
-        uint32_t *tok = realloc(q->tok, (size_t)cap * sizeof(uint32_t));
-        if (!tok)
-            return AISIM_ENOMEM;
-        q->tok = tok;
-        q->cap_tok = cap;
-    }
-    for (int64_t i = q->n_tok; i < depth; i++) {
-        int64_t out = i - q->prompt_len;
-        if (q->authored) {
-            if (out >= q->n_authored)
-                return AISIM_EINVAL;        /* past the authored outputs */
-            q->tok[i] = q->authored[out];
-        } else {
-            q->tok[i] = q->out_tag;
-        }
-    }
-    q->n_tok = depth;
-    return AISIM_OK;
-}
-
-/* ------------------------------------------------------------------ running batch */
-
-static void sync(const aisim_sglang_rank *r, sg_req *q)
-{
-    q->generated = q->base_gen + r->D - q->open_start;
-    q->computed = q->prompt_len + q->generated;
-    q->held = pages(r, q->computed);
-}
-
-static int batch_join(aisim_sglang_rank *r, int32_t s, int64_t number)
-{
-    TRY(i32_push(&r->run, s));
-    sg_req *q = &r->reqs[s];
-    int64_t D = r->D;
-    q->join = number;
-    q->open_start = D;
-    q->base_gen = q->generated;
-    q->in_stretch = 1;
-    int64_t length = q->prompt_len + q->generated;
-    r->sum_len += length;
-    q->key = mod(length - D, r->cfg.page_size);
-    r->crossings[q->key]++;
-    int64_t remaining = q->out_limit - q->generated;
-    q->last_at = D + remaining - 1;
-    if (remaining > r->cfg.clip) {
-        r->n_big++;
-        q->big = 1;
-        q->unclip_at = D + remaining - r->cfg.clip - 1;
-    } else {
-        q->big = 0;
-        q->unclip_at = NONE;
-        r->n_small++;
-        r->sum_small += remaining;
-    }
-    r->view.n_running = (int64_t)r->run.len;
-    return AISIM_OK;
-}
-
-static int add_stretch(i64s *s, int64_t a, int64_t b)
-{
-    if (s->len && s->v[s->len - 1] == a - 1) {
-        s->v[s->len - 1] = b;
-        return AISIM_OK;
-    }
-    TRY(i64_push(s, a));
-    return i64_push(s, b);
-}
-
-/* the first index of breaks >= x */
-static size_t bisect_left(const i64s *a, int64_t x)
-{
-    size_t lo = 0, hi = a->len;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (a->v[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* RunningBatch._close_stretches */
-static int close_stretches(aisim_sglang_rank *r, sg_req *q, int64_t first, int64_t last)
-{
-    const int64_t *dp = r->dec_pass.v;
-    size_t lo = bisect_left(&r->breaks, first), hi = bisect_left(&r->breaks, last);
-    if (lo == hi)
-        return add_stretch(&q->stretches, dp[first], dp[last]);
-    int64_t start = dp[first];
-    int merge = 1;
-    for (size_t j = lo; j < hi; j++) {
-        int64_t c = r->breaks.v[j];
-        if (merge)
-            TRY(add_stretch(&q->stretches, start, dp[c]));
-        else {
-            TRY(i64_push(&q->stretches, start));
-            TRY(i64_push(&q->stretches, dp[c]));
-        }
-        merge = 0;
-        start = dp[c + 1];
-    }
-    TRY(i64_push(&q->stretches, start));
-    return i64_push(&q->stretches, dp[last]);
-}
-
-/* RunningBatch.leave: remove member s (synced); its decode emissions become stretches */
-static int batch_leave(aisim_sglang_rank *r, int32_t s)
-{
-    sg_req *q = &r->reqs[s];
-    sync(r, q);
-    int64_t D = r->D;
-    size_t i = 0;
-    while (i < r->run.len && r->run.v[i] != s)
-        i++;
-    if (i == r->run.len)
-        return AISIM_ECORRUPT;
-    memmove(r->run.v + i, r->run.v + i + 1, (r->run.len - i - 1) * sizeof(int32_t));
-    r->run.len--;
-    r->view.n_running = (int64_t)r->run.len;
-    r->sum_len -= q->prompt_len + q->generated;
-    r->crossings[q->key]--;
-    int64_t remaining = q->out_limit - q->generated;
-    if (remaining > r->cfg.clip) {
-        r->n_big--;
-    } else {
-        r->n_small--;
-        r->sum_small -= remaining;
-    }
-    q->big = 0;
-    q->in_stretch = 0;
-    if (D > q->open_start) {
-        int64_t before = (int64_t)q->stretches.len / 2;
-        int64_t prev_last = before ? q->stretches.v[q->stretches.len - 1] : -1;
-        TRY(close_stretches(r, q, q->open_start, D - 1));
-        q->has_span = 1;
-        q->span_first = q->open_start;
-        q->span_last = D - 1;
-        q->span_before = before;
-        q->span_prev_last = prev_last;
-        q->span_after = (int64_t)q->stretches.len / 2;
-    } else {
-        q->has_span = 0;
-    }
-    return AISIM_OK;
-}
-
-static int64_t growth(const aisim_sglang_rank *r)
-{
-    int64_t ps = r->cfg.page_size;
-    if (ps == 1)
-        return (int64_t)r->run.len;
-    return ps * r->crossings[mod(-r->D, ps)];
-}
-
-static int64_t clipped_remaining(const aisim_sglang_rank *r)
-{
-    return r->sum_small + r->cfg.clip * r->n_big;
-}
-
-/* RunningBatch.record_decode: every member emitted a token in pass P; `done` gets those that
- * emitted their last, in running order */
-static int record_decode(aisim_sglang_rank *r, int64_t P, i32s *done)
-{
-    int64_t d = r->D;
-    if (d && r->dec_pass.v[d - 1] != P - 1)
-        TRY(i64_push(&r->breaks, d - 1));
-    TRY(i64_push(&r->dec_pass, P));
-    TRY(i64_push(&r->cover, 0));
-    r->D = d + 1;
-    r->view.decodes = r->D;
-    r->sum_len += (int64_t)r->run.len;
-    r->sum_small -= r->n_small;
-    done->len = 0;
-    int64_t k = 0;
-    for (size_t i = 0; i < r->run.len; i++) {
-        sg_req *q = &r->reqs[r->run.v[i]];
-        if (q->big && q->unclip_at == d) {
-            q->big = 0;
-            k++;
-        }
-        if (q->last_at == d)
-            TRY(i32_push(done, r->run.v[i]));
-    }
-    r->n_big -= k;
-    r->n_small += k;
-    r->sum_small += k * r->cfg.clip;
-    return AISIM_OK;
-}
-
-/* RunningBatch.record_decodes: count decode passes from first_pass, none with a last token */
-static int record_decodes(aisim_sglang_rank *r, int64_t first_pass, int64_t count)
-{
-    if (count <= 0)
-        return AISIM_OK;
-    int64_t d = r->D;
-    if (d && r->dec_pass.v[d - 1] != first_pass - 1)
-        TRY(i64_push(&r->breaks, d - 1));
-    TRY(i64_reserve(&r->dec_pass, r->dec_pass.len + (size_t)count));
-    TRY(i64_reserve(&r->cover, r->cover.len + (size_t)count));
-    for (int64_t i = 0; i < count; i++) {
-        r->dec_pass.v[r->dec_pass.len++] = first_pass + i;
-        r->cover.v[r->cover.len++] = 0;
-    }
-    int64_t end = d + count;
-    r->D = end;
-    r->view.decodes = end;
-    r->sum_len += (int64_t)r->run.len * count;
-    int64_t decrement = r->n_small * count;
-    for (size_t i = 0; i < r->run.len; i++) {
-        sg_req *q = &r->reqs[r->run.v[i]];
-        if (q->big && d <= q->unclip_at && q->unclip_at < end) {
-            q->big = 0;
-            r->n_big--;
-            r->n_small++;
-            r->sum_small += r->cfg.clip;
-            decrement += end - 1 - q->unclip_at;
-        }
-    }
-    r->sum_small -= decrement;
-    return AISIM_OK;
-}
-
-/* RunningBatch.next_finish: NONE when nobody runs */
-static int64_t next_finish(const aisim_sglang_rank *r)
-{
-    int64_t best = NONE;
-    for (size_t i = 0; i < r->run.len; i++) {
-        int64_t at = r->reqs[r->run.v[i]].last_at;
-        if (best == NONE || at < best)
-            best = at;
-    }
-    return best;
-}
-
-/* ------------------------------------------------------------------ the waiting queue */
-
-static int32_t w_at(const aisim_sglang_rank *r, size_t i)
-{
-    return r->wq.v[r->w_head + i];
-}
-
-static void w_popleft(aisim_sglang_rank *r)
-{
-    r->w_head++;
-    r->view.n_waiting--;
-    if (!r->view.n_waiting)
-        r->w_head = 0;
-}
-
-static int w_append(aisim_sglang_rank *r, int32_t s)
-{
-    size_t end = r->w_head + (size_t)r->view.n_waiting;
-    if (end == r->wq.cap && r->w_head) {
-        memmove(r->wq.v, r->wq.v + r->w_head, (size_t)r->view.n_waiting * sizeof(int32_t));
-        r->w_head = 0;
-        end = (size_t)r->view.n_waiting;
-    }
-    TRY(i32_reserve(&r->wq, end + 1));
-    r->wq.v[end] = s;
-    r->view.n_waiting++;
-    return AISIM_OK;
-}
-
-static int w_appendleft(aisim_sglang_rank *r, int32_t s)
-{
-    if (r->w_head == 0) {
-        size_t n = (size_t)r->view.n_waiting, gap = n + 8;
-        TRY(i32_reserve(&r->wq, n + gap));
-        memmove(r->wq.v + gap, r->wq.v, n * sizeof(int32_t));
-        r->w_head = gap;
-    }
-    r->wq.v[--r->w_head] = s;
-    r->view.n_waiting++;
-    return AISIM_OK;
-}
-
 /* ------------------------------------------------------------------ KV (sglang_kv.py) */
 
-static int head_match(aisim_sglang_rank *r, int32_t s, int64_t length, int64_t *cached,
+int sgl_head_match(aisim_sglang_rank *r, int32_t s, int64_t length, int64_t *cached,
                       int64_t *node)
 {
     sg_req *q = &r->reqs[s];
@@ -547,7 +73,7 @@ static int head_match(aisim_sglang_rank *r, int32_t s, int64_t length, int64_t *
         return AISIM_OK;
     }
     int64_t inserts = r->cv->inserts, out[2];
-    TRY(ensure_tokens(q, length));
+    TRY(sgl_ensure_tokens(q, length));
     TRY(aisim_radix_match(r->cache, q->tok, (size_t)q->n_tok, limit, out));
     r->memo_serial = q->serial;
     r->memo_limit = limit;
@@ -580,7 +106,7 @@ static int allocate_fresh(aisim_sglang_rank *r, int32_t s, int64_t cap, int64_t 
     int64_t matched = 0, node = ROOT;
     if (r->cfg.caching) {
         int64_t out[2];
-        TRY(ensure_tokens(q, chunk_end));
+        TRY(sgl_ensure_tokens(q, chunk_end));
         TRY(aisim_radix_match_and_lock(r->cache, q->tok, (size_t)q->n_tok, cap, stamp0(r),
                                        out));
         matched = out[0];
@@ -626,7 +152,7 @@ static int insert_own(aisim_sglang_rank *r, int32_t s, int64_t upto, int64_t acc
 {
     sg_req *q = &r->reqs[s];
     int64_t old = q->seq, out[2];
-    TRY(ensure_tokens(q, upto));
+    TRY(sgl_ensure_tokens(q, upto));
     TRY(aisim_radix_insert(r->cache, old, q->tok, (size_t)q->n_tok, q->committed, upto, access,
                            access, 1, out));
     if (out[0] != old) {
@@ -712,7 +238,7 @@ static int finish_kv(aisim_sglang_rank *r, int32_t s)
     aisim_radix_release(r->cache, q->held - upto);
     if (upto > q->committed) {
         int64_t out[2], access;
-        TRY(ensure_tokens(q, upto));
+        TRY(sgl_ensure_tokens(q, upto));
         access = stamp2(r);
         TRY(aisim_radix_insert(r->cache, node, q->tok, (size_t)q->n_tok, q->committed, upto,
                                access, access, 1, out));
@@ -748,7 +274,7 @@ static int lpm_less(const lpm_item *a, const lpm_item *b)
 }
 
 /* sglang_tokens.lpm_ranked into out (n_waiting slots) */
-static int lpm_ranked(aisim_sglang_rank *r, int32_t *out)
+int sgl_lpm_ranked(aisim_sglang_rank *r, int32_t *out)
 {
     size_t n = (size_t)r->view.n_waiting;
     int64_t ps = r->cfg.page_size;
@@ -757,10 +283,10 @@ static int lpm_ranked(aisim_sglang_rank *r, int32_t *out)
     if (n > LPM_MAX_WAITING)
         return AISIM_EINVAL;
     for (size_t i = 0; i < n; i++) {
-        int32_t s = w_at(r, i);
+        int32_t s = sgl_w_at(r, i);
         sg_req *q = &r->reqs[s];
         int64_t length = q->prompt_len + q->generated, m[2];
-        TRY(ensure_tokens(q, length));
+        TRY(sgl_ensure_tokens(q, length));
         TRY(aisim_radix_match(r->cache, q->tok, (size_t)q->n_tok, length, m));
         int32_t behind = 0;
         if (m[0] <= DUPLICATE_CHECK_TOKENS && length >= dup_len) {
@@ -795,17 +321,13 @@ static int lpm_ranked(aisim_sglang_rank *r, int32_t *out)
     return AISIM_OK;
 }
 
-static int lpm_sorts(const aisim_sglang_rank *r)
+int sgl_lpm_sorts(const aisim_sglang_rank *r)
 {
     return r->cfg.lpm && r->cfg.caching && r->view.n_waiting > 0
         && r->view.n_waiting <= LPM_MAX_WAITING;
 }
 
 /* ------------------------------------------------------------------ admission */
-
-typedef struct priced {
-    int64_t start, chunk, charged, reserve;
-} priced;
 
 static int64_t output_reserve(const aisim_sglang_rank *r, const sg_req *q)
 {
@@ -816,7 +338,7 @@ static int64_t output_reserve(const aisim_sglang_rank *r, const sg_req *q)
 }
 
 /* SglangRank._price_chunk: *ok 0 when the reference stops before pricing it */
-static int price_chunk(aisim_sglang_rank *r, int32_t s, double rem_chunk, priced *p, int *ok)
+int sgl_price_chunk(aisim_sglang_rank *r, int32_t s, double rem_chunk, priced *p, int *ok)
 {
     sg_req *q = &r->reqs[s];
     int64_t ps = r->cfg.page_size;
@@ -825,7 +347,7 @@ static int price_chunk(aisim_sglang_rank *r, int32_t s, double rem_chunk, priced
     int64_t cached = 0, node;
     *ok = 0;
     if (fresh && r->cfg.caching)
-        TRY(head_match(r, s, length, &cached, &node));
+        TRY(sgl_head_match(r, s, length, &cached, &node));
     q = &r->reqs[s];
     int64_t start = q->computed > cached ? q->computed : cached;
     int64_t extend = length - start;
@@ -871,7 +393,7 @@ static int prefill_batch(aisim_sglang_rank *r, double now_ms, int64_t *sum_isl,
     double ratio = r->view.ratio;
     /* TotalRoom */
     int64_t capacity = available(r) + evictable(r);
-    double value = (double)capacity - (double)clipped_remaining(r) * ratio;
+    double value = (double)capacity - (double)sgl_clipped_remaining(r) * ratio;
     int exact = 0;
     r->charges.len = 0;
     double rem_input = (double)r->cfg.max_prefill;
@@ -879,10 +401,10 @@ static int prefill_batch(aisim_sglang_rank *r, double now_ms, int64_t *sum_isl,
     r->can_run.len = 0;
     *sum_isl = *sum_prefix = *computed = 0;
     while ((int64_t)r->can_run.len < slots && r->view.n_waiting) {
-        int32_t s = w_at(r, 0);
+        int32_t s = sgl_w_at(r, 0);
         priced p;
         int ok;
-        TRY(price_chunk(r, s, rem_chunk, &p, &ok));
+        TRY(sgl_price_chunk(r, s, rem_chunk, &p, &ok));
         if (!ok)
             break;
         sg_req *q = &r->reqs[s];
@@ -905,7 +427,7 @@ static int prefill_batch(aisim_sglang_rank *r, double now_ms, int64_t *sum_isl,
             TRY(extend_allocation(r, s, chunk_end, &prefix));
         if (prefix == NONE)
             break;
-        w_popleft(r);
+        sgl_w_popleft(r);
         q = &r->reqs[s];
         q->computed = chunk_end;
         q->held = pages(r, chunk_end);
@@ -915,12 +437,12 @@ static int prefill_batch(aisim_sglang_rank *r, double now_ms, int64_t *sum_isl,
             TRY(event(r, AISIM_SG_ADMITTED, s, prefix, readmit, 0));
             q->status = RUNNING;
         }
-        TRY(i32_push(&r->can_run, s));
+        TRY(sgl_i32_push(&r->can_run, s));
         *sum_isl += chunk_end;
         *sum_prefix += prefix;
         *computed += chunk_end - prefix;
         value -= (double)cost;
-        TRY(i64_push(&r->charges, cost));
+        TRY(sgl_i64_push(&r->charges, cost));
         rem_input -= (double)p.charged;
         rem_chunk -= (double)p.charged;
         if (rem_chunk <= 0.0)
@@ -936,8 +458,8 @@ static int prefill_batch(aisim_sglang_rank *r, double now_ms, int64_t *sum_isl,
 static int complete_req(aisim_sglang_rank *r, int32_t s)
 {
     r->reqs[s].status = FINISHED;
-    TRY(i32_push(&r->finishing, s));
-    return i32_push(&r->done, s);
+    TRY(sgl_i32_push(&r->finishing, s));
+    return sgl_i32_push(&r->done, s);
 }
 
 /* SglangRank._first_tokens over r->fresh */
@@ -962,11 +484,11 @@ static int first_tokens(aisim_sglang_rank *r)
             continue;
         if (remaining == 1) {
             q->generated++;
-            TRY(emit(q, P));
+            TRY(sgl_emit(q, P));
             r->emitted_any = 1;
             TRY(complete_req(r, s));
         } else {
-            TRY(i32_push(&r->growing, s));
+            TRY(sgl_i32_push(&r->growing, s));
             if ((q->prompt_len + q->generated) % ps == 0)
                 need += ps;
         }
@@ -983,17 +505,17 @@ static int first_tokens(aisim_sglang_rank *r)
                 q->held += ps;
             q->generated++;
             q->computed++;
-            TRY(emit(q, P));
+            TRY(sgl_emit(q, P));
             TRY(cache_materialized(r, s, stamp(P, 1, q->join)));
         }
         r->emitted_any = 1;
     } else {
         for (size_t i = 0; i < r->growing.len; i++)
-            TRY(i32_push(&r->catch_up, r->growing.v[i]));
+            TRY(sgl_i32_push(&r->catch_up, r->growing.v[i]));
     }
     for (size_t i = 0; i < r->growing.len; i++) {
         int32_t s = r->growing.v[i];
-        TRY(batch_join(r, s, r->reqs[s].join));
+        TRY(sgl_batch_join(r, s, r->reqs[s].join));
     }
     return AISIM_OK;
 }
@@ -1003,7 +525,7 @@ static int32_t shortest_output(aisim_sglang_rank *r)
     int32_t best = NONE;
     for (size_t i = 0; i < r->run.len; i++) {
         sg_req *q = &r->reqs[r->run.v[i]];
-        sync(r, q);
+        sgl_sync(r, q);
         if (best == NONE || q->generated < r->reqs[best].generated)
             best = r->run.v[i];
     }
@@ -1012,14 +534,14 @@ static int32_t shortest_output(aisim_sglang_rank *r)
 
 static int retract(aisim_sglang_rank *r, int32_t s)
 {
-    TRY(batch_leave(r, s));
+    TRY(sgl_batch_leave(r, s));
     TRY(release(r, s));
     sg_req *q = &r->reqs[s];
     q->status = PREEMPTED;
     q->retractions++;
     r->view.retractions++;
     TRY(event(r, AISIM_SG_RETRACTED, s, q->retractions, 0, 0));
-    return i32_push(&r->retracted, s);
+    return sgl_i32_push(&r->retracted, s);
 }
 
 /* SglangRank._cache_caught_up (done: the members that emitted their last token) */
@@ -1033,7 +555,7 @@ static int cache_caught_up(aisim_sglang_rank *r, const i32s *done)
         for (size_t j = 0; j < done->len; j++)
             in_done |= done->v[j] == s;
         if (q->in_stretch && !in_done) {
-            sync(r, q);
+            sgl_sync(r, q);
             TRY(cache_materialized(r, s, stamp(P, 1, q->join)));
         }
     }
@@ -1050,10 +572,10 @@ static int decode_step(aisim_sglang_rank *r, double *retraction)
     if (!r->run.len)
         return AISIM_OK;
     int retracted = 0;
-    int64_t need = growth(r);
+    int64_t need = sgl_growth(r);
     while (available(r) + evictable(r) < need && r->run.len > 1) {
         TRY(retract(r, shortest_output(r)));
-        need = growth(r);
+        need = sgl_growth(r);
         retracted = 1;
     }
     int64_t evictable_before = evictable(r);
@@ -1063,7 +585,7 @@ static int decode_step(aisim_sglang_rank *r, double *retraction)
         int64_t decoded = 0, limit = 0;
         for (size_t i = 0; i < r->run.len; i++) {
             sg_req *q = &r->reqs[r->run.v[i]];
-            sync(r, q);
+            sgl_sync(r, q);
             decoded += q->generated;
             limit += q->out_limit;
         }
@@ -1081,11 +603,11 @@ static int decode_step(aisim_sglang_rank *r, double *retraction)
     v->dec_active = r->sum_len;
     r->emitted_any = 1;
     i32s *done = &r->dec_done;
-    TRY(record_decode(r, v->pass_index, done));
+    TRY(sgl_record_decode(r, v->pass_index, done));
     if (r->catch_up.len)
         TRY(cache_caught_up(r, done));
     for (size_t i = 0; i < done->len; i++) {
-        TRY(batch_leave(r, done->v[i]));
+        TRY(sgl_batch_leave(r, done->v[i]));
         TRY(complete_req(r, done->v[i]));
     }
     return AISIM_OK;
@@ -1131,9 +653,9 @@ static int schedule(aisim_sglang_rank *r, double now_ms)
     r->k0 = r->k2 = 0;
     r->pass_committed = 0;
     int defer = v->rounds_left > 0;
-    if (lpm_sorts(r)) {
+    if (sgl_lpm_sorts(r)) {
         int32_t order[LPM_MAX_WAITING];
-        TRY(lpm_ranked(r, order));
+        TRY(sgl_lpm_ranked(r, order));
         memcpy(r->wq.v + r->w_head, order, (size_t)v->n_waiting * sizeof(int32_t));
     }
     int64_t batch = 0, sum_isl = 0, sum_prefix = 0, computed = 0;
@@ -1154,9 +676,9 @@ static int schedule(aisim_sglang_rank *r, double now_ms)
             sg_req *q = &r->reqs[s];
             if (q->computed < q->prompt_len + q->generated) {
                 TRY(cache_materialized(r, s, stamp0(r)));
-                TRY(w_appendleft(r, s));
+                TRY(sgl_w_appendleft(r, s));
             } else {
-                TRY(i32_push(&r->fresh, s));
+                TRY(sgl_i32_push(&r->fresh, s));
             }
         }
         r->interval_idle = 0;
@@ -1179,7 +701,7 @@ static int schedule(aisim_sglang_rank *r, double now_ms)
     r->emitted_any = 0;
     TRY(finish_pending(r));
     for (size_t i = 0; i < r->retracted.len; i++)
-        TRY(w_append(r, r->retracted.v[i]));
+        TRY(sgl_w_append(r, r->retracted.v[i]));
     r->retracted.len = 0;
     if (!isnan(retraction))
         v->ratio = retraction;
@@ -1192,188 +714,6 @@ static int schedule(aisim_sglang_rank *r, double now_ms)
         v->decode_known = aisim_decode_timing_eval(r->timing, v->dec_batch, v->dec_active,
                                                    &v->decode_ms) == AISIM_OK;
     return AISIM_OK;
-}
-
-/* ------------------------------------------------------------------ decode-only runs */
-
-/* SglangRank._eviction_unseen */
-static int eviction_unseen(aisim_sglang_rank *r, int *unseen)
-{
-    *unseen = 1;
-    if (!r->view.n_waiting || !r->cfg.caching)
-        return AISIM_OK;
-    if (lpm_sorts(r)) {
-        *unseen = 0;
-        return AISIM_OK;
-    }
-    if ((int64_t)r->run.len >= r->cfg.max_running)
-        return AISIM_OK;
-    int32_t head = w_at(r, 0);
-    sg_req *q = &r->reqs[head];
-    if (q->computed)
-        return AISIM_OK;
-    int64_t cached, node, f[6];
-    TRY(head_match(r, head, q->prompt_len + q->generated, &cached, &node));
-    if (cached == 0)
-        return AISIM_OK;
-    TRY(aisim_radix_node(r->cache, node, f));
-    *unseen = f[3] > 0;
-    return AISIM_OK;
-}
-
-/* SglangRank._head_cost: *cost NONE when the head can join no pass to come */
-static int head_cost(aisim_sglang_rank *r, int64_t *cost)
-{
-    *cost = NONE;
-    if (!r->view.n_waiting || (int64_t)r->run.len >= r->cfg.max_running)
-        return AISIM_OK;
-    double rem_chunk = (double)r->cfg.chunk_size;
-    priced p;
-    int ok;
-    TRY(price_chunk(r, w_at(r, 0), rem_chunk, &p, &ok));
-    if (!ok)
-        return AISIM_OK;
-    if ((double)p.charged > (double)r->cfg.max_prefill || (double)p.charged > rem_chunk)
-        return AISIM_OK;
-    *cost = p.charged + p.reserve;
-    return AISIM_OK;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* sglang_budget.refused_passes */
-static int refused_passes(aisim_sglang_rank *r, int64_t passes, int64_t room, int64_t capacity,
-                          int64_t cost, int64_t rounds_left, int64_t *out)
-{
-    int64_t n = (int64_t)r->run.len, ps = r->cfg.page_size, clip = r->cfg.clip;
-    int64_t n_small = r->n_small, sum_small = r->sum_small, n_big = r->n_big, d = r->D;
-    double value = r->view.ratio, step = r->view.ratio_step, floor_ = r->view.ratio_min;
-    /* the big members' unclip indices, ascending */
-    r->unclips.len = 0;
-    for (size_t i = 0; i < r->run.len; i++) {
-        const sg_req *q = &r->reqs[r->run.v[i]];
-        if (q->big)
-            TRY(i64_push(&r->unclips, q->unclip_at));
-    }
-    if (r->unclips.len > 1)
-        qsort(r->unclips.v, r->unclips.len, sizeof(int64_t), cmp_i64);
-    size_t u = 0;
-    while (u < r->unclips.len && r->unclips.v[u] < d)
-        u++;
-    for (int64_t k = 0; k < passes; k++) {
-        int64_t need = ps == 1 ? n : ps * r->crossings[mod(-d, ps)];
-        if (need > room) {
-            *out = k;
-            return AISIM_OK;
-        }
-        if (rounds_left) {
-            rounds_left--;
-        } else {
-            double rem_total = (double)capacity - (double)(sum_small + clip * n_big) * value;
-            if ((double)cost < rem_total || fabs(rem_total - (double)cost) < 1e-3) {
-                *out = k;
-                return AISIM_OK;
-            }
-        }
-        room -= need;
-        capacity -= need;
-        sum_small -= n_small;
-        int64_t moved = 0;
-        while (u < r->unclips.len && r->unclips.v[u] == d) {
-            moved++;
-            u++;
-        }
-        if (moved) {
-            n_big -= moved;
-            n_small += moved;
-            sum_small += moved * clip;
-        }
-        d++;
-        double decayed = value - step;
-        value = decayed > floor_ ? decayed : floor_;
-    }
-    *out = passes;
-    return AISIM_OK;
-}
-
-/* SglangRank.extend up to the run (the decode loop's inputs into run, or run->n_ends 1) */
-static int start_extension(aisim_sglang_rank *r, double end_ms, double horizon_ms,
-                           double cutoff_ms, int64_t max_passes, double *ends,
-                           aisim_decode_run *run)
-{
-    aisim_sglang_view *v = &r->view;
-    memset(run, 0, sizeof *run);
-    ends[0] = end_ms;
-    run->n_ends = 1;
-    run->end_ms = end_ms;
-    if (!v->extendable || end_ms >= horizon_ms)
-        return AISIM_OK;
-    v->extendable = 0;
-    if (lpm_sorts(r)) {
-        int32_t order[LPM_MAX_WAITING];
-        TRY(lpm_ranked(r, order));
-        if (memcmp(order, r->wq.v + r->w_head, (size_t)v->n_waiting * sizeof(int32_t)))
-            return AISIM_OK;             /* the next pass reorders the queue */
-    }
-    int64_t finish = next_finish(r);
-    if (finish == NONE)
-        return AISIM_OK;
-    int64_t passes = finish - r->D + 1;
-    if (passes > max_passes - 1)
-        passes = max_passes - 1;
-    int64_t capacity = available(r) + evictable(r);
-    int unseen;
-    TRY(eviction_unseen(r, &unseen));
-    int64_t room = unseen ? capacity : available(r);
-    int64_t cost = NONE;
-    if (v->rounds_left < passes)
-        TRY(head_cost(r, &cost));
-    if (cost != NONE) {
-        TRY(refused_passes(r, passes, room, capacity, cost, v->rounds_left, &passes));
-        if (!passes)
-            return AISIM_OK;
-    }
-    /* SglangRank._plain_run */
-    int64_t n = (int64_t)r->run.len, ps = r->cfg.page_size;
-    int64_t first = v->pass_index + 1;
-    int64_t base = r->sum_len - n * first;
-    int64_t last = first - 1 + passes + 1;
-    if (!(-EXACT_INT < base && base < EXACT_INT) || last >= EXACT_INT / (n ? n : 1)
-        || room >= EXACT_INT)
-        return AISIM_OK;                 /* beyond the C loop's integers: no extension */
-    r->keys.len = r->counts.len = 0;
-    if (ps == 1) {
-        TRY(i64_push(&r->keys, 0));
-        TRY(i64_push(&r->counts, n));
-    } else {
-        int64_t shift = first - r->D;
-        for (int64_t residue = 0; residue < ps; residue++) {
-            int64_t count = r->crossings[mod(shift - residue, ps)];
-            if (count) {
-                TRY(i64_push(&r->keys, residue));
-                TRY(i64_push(&r->counts, ps * count));
-            }
-        }
-    }
-    run->block_size = ps;
-    run->batch = n;
-    run->base = base;
-    run->stop_pass = first + passes - 1;
-    run->last_pass = last;
-    run->horizon_ms = horizon_ms;
-    run->cutoff_ms = cutoff_ms;
-    run->crossing_keys = r->keys.v;
-    run->crossing_counts = r->counts.v;
-    run->n_crossing = r->keys.len;
-    run->pass_ = first;
-    run->room = room;
-    r->run_finish = finish;
-    r->run_cap = (size_t)(passes + 1);
-    return aisim_decode_extend(r->timing, run, ends, r->run_cap);
 }
 
 /* ------------------------------------------------------------------ completion */
@@ -1414,13 +754,13 @@ static int complete_extension(aisim_sglang_rank *r, int64_t extra, int finishing
     aisim_sglang_view *v = &r->view;
     int64_t plain = finishing ? extra - 1 : extra;
     int64_t first = v->pass_index + 1;
-    TRY(i64_reserve(&r->itl_diff, r->itl_diff.len + (size_t)extra));
+    TRY(sgl_i64_reserve(&r->itl_diff, r->itl_diff.len + (size_t)extra));
     for (int64_t i = 0; i < extra; i++)
         r->itl_diff.v[r->itl_diff.len++] = 0;
     v->pass_index += extra;
     if (plain > 0) {
         TRY(grow_pages(r, plain));
-        TRY(record_decodes(r, first, plain));
+        TRY(sgl_record_decodes(r, first, plain));
         for (int64_t i = 0; i < plain; i++) {
             double value = v->ratio;
             ratio_decay(r);
@@ -1436,7 +776,7 @@ static int complete_extension(aisim_sglang_rank *r, int64_t extra, int finishing
 
 static int break_gap(aisim_sglang_rank *r, int64_t a, int64_t b, int64_t n)
 {
-    TRY(i64_reserve(&r->break_gaps, r->break_gaps.len + 3));
+    TRY(sgl_i64_reserve(&r->break_gaps, r->break_gaps.len + 3));
     int64_t *t = r->break_gaps.v + r->break_gaps.len;
     t[0] = a;
     t[1] = b;
@@ -1507,7 +847,7 @@ static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
     if (extra > 0)
         TRY(complete_extension(r, extra, finishing));
     /* RankBase._pass_done */
-    TRY(i64_push(&r->itl_diff, 0));
+    TRY(sgl_i64_push(&r->itl_diff, 0));
     v->pass_index++;
     v->committed_prefill_tokens += r->pass_committed;
     r->pass_committed = 0;
@@ -1517,7 +857,7 @@ static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
         TRY(record_itl(r, q));
         int64_t at = (int64_t)r->stretch_out.len / 2, count = (int64_t)q->stretches.len / 2;
         if (q->stretches.len) {
-            TRY(i64_reserve(&r->stretch_out, r->stretch_out.len + q->stretches.len));
+            TRY(sgl_i64_reserve(&r->stretch_out, r->stretch_out.len + q->stretches.len));
             memcpy(r->stretch_out.v + r->stretch_out.len, q->stretches.v,
                    q->stretches.len * sizeof(int64_t));
             r->stretch_out.len += q->stretches.len;
@@ -1528,7 +868,7 @@ static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
     for (size_t i = 0; i < r->done.len; i++) {
         int32_t s = r->done.v[i];
         free_slot_state(&r->reqs[s]);
-        TRY(i32_push(&r->free_slots, s));
+        TRY(sgl_i32_push(&r->free_slots, s));
     }
     r->done.len = 0;
     return AISIM_OK;
@@ -1747,10 +1087,10 @@ static int submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
         }
     }
     if (status == AISIM_OK)
-        status = w_append(r, s);
+        status = sgl_w_append(r, s);
     if (status) {
         free_slot_state(q);
-        TRY(i32_push(&r->free_slots, s));
+        TRY(sgl_i32_push(&r->free_slots, s));
         refresh_view(r);
         return status;
     }
@@ -1804,7 +1144,7 @@ int aisim_sglang_extend(aisim_sglang_rank *r, double end_ms, double horizon_ms,
         status = r->run_cap <= cap ? aisim_decode_extend(r->timing, run, ends, r->run_cap)
                                    : AISIM_EINVAL;
     else
-        status = start_extension(r, end_ms, horizon_ms, cutoff_ms, max_passes, ends, run);
+        status = sgl_start_extension(r, end_ms, horizon_ms, cutoff_ms, max_passes, ends, run);
     if (status == AISIM_OK && run->n_ends > 1)
         *finishing = (int64_t)run->n_ends - 1 == r->run_finish - r->D + 1;
     else
@@ -1861,7 +1201,7 @@ int aisim_sglang_queue(const aisim_sglang_rank *r, int32_t which, int32_t *out, 
     if (cap < n || (n && !out))
         return AISIM_EINVAL;
     for (size_t i = 0; i < n; i++)
-        out[i] = which == 0 ? r->run.v[i] : w_at(r, i);
+        out[i] = which == 0 ? r->run.v[i] : sgl_w_at(r, i);
     return (int)n;
 }
 
@@ -1871,7 +1211,7 @@ int aisim_sglang_request(const aisim_sglang_rank *r, int32_t slot, int64_t *out)
         return AISIM_EINVAL;
     sg_req q = r->reqs[slot];
     if (q.in_stretch)
-        sync(r, &q);
+        sgl_sync(r, &q);
     out[0] = q.generated;
     out[1] = q.computed;
     out[2] = q.held;
@@ -1890,7 +1230,7 @@ int aisim_sglang_pending_prefill_tokens(const aisim_sglang_rank *r, int64_t *out
         return AISIM_EINVAL;
     int64_t total = 0;
     for (int64_t i = 0; i < r->view.n_waiting; i++) {
-        const sg_req *q = &r->reqs[w_at(r, (size_t)i)];
+        const sg_req *q = &r->reqs[sgl_w_at(r, (size_t)i)];
         if (q->computed < q->prompt_len)
             total += q->prompt_len - q->computed;
     }

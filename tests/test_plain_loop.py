@@ -68,6 +68,38 @@ def test_random_runs_are_the_same_through_the_fast_and_the_general_paths(tmp_pat
     assert seen["report"] >= 60, seen
 
 
+def test_random_runs_give_the_same_summary_with_records_off(tmp_path, monkeypatch):
+    """Without per-request records a terminal hands the collector a summary record
+    (records.make_summary_record), in the plain loop's finish_all and in the general
+    _on_finish: the summary must be the one the full records give."""
+    monkeypatch.delenv("AISIMULATE_CHECK", raising=False)
+    seen = {"report": 0}
+
+    @settings(max_examples=80, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(cases())
+    def run(case):
+        payload, rows = case
+        if rows is not None:
+            path = tmp_path / "trace.jsonl"
+            path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+            payload = json.loads(json.dumps(payload))
+            payload["traffic"]["trace_path"] = str(path)
+        kept = _report(payload, general=False)
+        if isinstance(kept, str):
+            return
+        off = json.loads(json.dumps(payload))
+        spec = off.get("spec", off)
+        spec["record_per_request"] = False
+        kept.pop("per_request")
+        for general in (False, True):
+            assert _report(off, general=general) == kept, general
+        seen["report"] += 1
+
+    run()
+    assert seen["report"] >= 40, seen
+
+
 SCALING = sorted(path.stem for path in CLUSTER.glob("*.json")
                  if not path.stem.endswith(".expected")
                  and '"aggregated"' in path.read_text())

@@ -20,7 +20,7 @@ from ..report import Collector, _uuid_text
 from ..runtime.event_queue import EventQueue
 from .checks import install_checks_from_env
 from .cluster import ClusterPool
-from .records import make_record
+from .records import make_record, make_summary_record
 
 PASS_DONE = 0
 WAKE = 1          # a submission reached an idle worker: visit its time so that it starts a pass
@@ -577,7 +577,12 @@ class Simulation:
     def _on_finish(self, request, end_ms, status):
         request.terminal_ms = end_ms
         request.terminal_status = status
-        self._terminal(request, end_ms, status, make_record(request, status))
+        self._terminal(request, end_ms, status, self._record_maker()(request, status))
+
+    def _record_maker(self):
+        """A terminal's record: a full one when the collector keeps or streams records, else
+        the fields the summary and the traffic windows read."""
+        return make_record if self.collector.keeps_records else make_summary_record
 
     def _finish_all(self, finished, end_ms):
         """``_on_finish`` of each ``(request, status)`` of one pass, in order: with nothing
@@ -591,10 +596,11 @@ class Simulation:
             return
         on_terminal = self.collector.on_terminal
         driver_terminal = self.driver.on_terminal
+        make = self._record_maker()
         for request, status in finished:
             request.terminal_ms = end_ms
             request.terminal_status = status
-            record = make_record(request, status)
+            record = make(request, status)
             self.in_flight -= 1
             if status == "completed":
                 self.completed += 1

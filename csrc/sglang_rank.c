@@ -634,6 +634,30 @@ static int finish_pending(aisim_sglang_rank *r)
 
 /* ------------------------------------------------------------------ schedule */
 
+/* SglangRank._reject_too_long: a prompt of max_model_len tokens or more is terminal (the
+ * queue keeps its order; the terminals go into done, so the pass's tests see them there) */
+static int reject_too_long(aisim_sglang_rank *r)
+{
+    int64_t limit = r->cfg.max_model_len;
+    size_t n = (size_t)r->view.n_waiting, kept = 0;
+    int32_t *queue = r->wq.v + r->w_head;
+    for (size_t i = 0; i < n; i++) {
+        int32_t s = queue[i];
+        sg_req *q = &r->reqs[s];
+        if (q->prompt_len < limit) {
+            queue[kept++] = s;
+            continue;
+        }
+        q->status = FINISHED;
+        q->rejected = 1;
+        TRY(sgl_i32_push(&r->done, s));
+    }
+    r->view.n_waiting = (int64_t)kept;
+    if (!kept)
+        r->w_head = 0;
+    return AISIM_OK;
+}
+
 static int schedule(aisim_sglang_rank *r, double now_ms)
 {
     aisim_sglang_view *v = &r->view;
@@ -653,6 +677,8 @@ static int schedule(aisim_sglang_rank *r, double now_ms)
     r->k0 = r->k2 = 0;
     r->pass_committed = 0;
     int defer = v->rounds_left > 0;
+    if (r->cfg.max_model_len >= 0 && v->n_waiting)
+        TRY(reject_too_long(r));
     if (sgl_lpm_sorts(r)) {
         int32_t order[LPM_MAX_WAITING];
         TRY(sgl_lpm_ranked(r, order));
@@ -854,6 +880,10 @@ static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
     for (size_t i = 0; i < r->done.len; i++) {
         int32_t s = r->done.v[i];
         sg_req *q = &r->reqs[s];
+        if (q->rejected) {
+            TRY(event(r, AISIM_SG_REJECTED, s, 0, 0, 0));
+            continue;
+        }
         TRY(record_itl(r, q));
         int64_t at = (int64_t)r->stretch_out.len / 2, count = (int64_t)q->stretches.len / 2;
         if (q->stretches.len) {
@@ -903,7 +933,7 @@ int aisim_sglang_new(aisim_sglang_rank **out, const aisim_sglang_config *config)
     if (!out || !config || config->page_size < 1 || config->page_size > 65536
         || config->total_kv_tokens < 0 || config->total_kv_tokens >= EXACT_INT
         || config->max_running < 0 || config->chunk_size < 0 || config->max_prefill < 0
-        || config->clip < 0 || config->interval < 0)
+        || config->clip < 0 || config->interval < 0 || config->max_model_len < -1)
         return AISIM_EINVAL;
     aisim_sglang_rank *r = calloc(1, sizeof(*r));
     if (!r)

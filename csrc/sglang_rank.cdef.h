@@ -18,6 +18,7 @@ typedef struct aisim_sglang_config {
     int64_t chunk_size;         /* sglang.chunked_prefill_size */
     int64_t clip;               /* sglang.clip_max_new_tokens */
     int64_t interval;           /* prefill_decode_interval */
+    int64_t max_model_len;      /* -1: no limit */
     double conservativeness;    /* sglang.schedule_conservativeness */
     int32_t caching;            /* enable_prefix_caching */
     int32_t lpm;                /* schedule_policy lpm */
@@ -28,6 +29,7 @@ typedef struct aisim_sglang_config {
 enum aisim_sglang_event_kind {
     AISIM_SG_ADMITTED = 1,    /* a = cached tokens, b = readmission (0/1) */
     AISIM_SG_RETRACTED = 2,   /* a = its retractions so far */
+    AISIM_SG_REJECTED = 3,    /* at the completion of the pass that rejected it (max_model_len) */
     AISIM_SG_FINISHED = 4,    /* a = first stretch in stretches[], b = stretches, c = generated */
     AISIM_SG_EVENT_WIDTH = 5
 };

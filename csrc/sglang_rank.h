@@ -60,6 +60,7 @@ typedef struct sg_req {
     int64_t retractions;
     int64_t serial;              /* submission number: the match memo's identity */
     int32_t in_stretch, big, live, status;
+    int32_t rejected;            /* terminal by max_model_len (no tokens) */
     /* the last decode run, counted per rank (RunningBatch.leave's itl_span) */
     int32_t has_span;
     int64_t span_first, span_last, span_before, span_prev_last, span_after;

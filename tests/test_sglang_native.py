@@ -5,9 +5,8 @@ events, records and report, and on every rank the same pass history (``pass_ends
 free and evictable tokens).
 
 The workloads are tests/test_sglang_extension.py's (tight pools, pages of 1 to 16 tokens,
-short clips, deferred prefill rounds, LPM, closed loops, time limits) with the settings the C
-rank leaves to Python dropped (``max_model_len``), and more: authored output tokens, no prefix
-caching, and larger pools where decode-only runs are long.
+short clips, deferred prefill rounds, LPM, ``max_model_len``, closed loops, time limits), and
+more: authored output tokens, and larger pools where decode-only runs are long.
 """
 
 from __future__ import annotations
@@ -32,11 +31,10 @@ if native.lib is not None:
 
 
 def _payload(seed):
-    """A test_sglang_extension workload the C rank takes, varied by the seed."""
+    """A test_sglang_extension workload, varied by the seed."""
     payload = extension_payload(seed)
     spec = payload.get("spec", payload)
     rank = spec["engine"]["rank"]
-    rank.pop("max_model_len", None)
     rng = random.Random(seed * 7919 + 1)
     if rng.random() < 0.3 and "requests" in spec:
         for req in spec["requests"]:     # authored outputs: the tree holds their tokens

@@ -42,17 +42,14 @@ _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
 def supports(engine, *, dp_size=1, backend=None):
     """Why the C rank cannot take this configuration, or None when it can.
 
-    It takes an aggregated SGLang rank on its own (no attention DP group), without
-    ``max_model_len`` (the Python rank rejects the long prompts) or the overlap scheduler
-    (``host_loop``, refused by both), counts below 2^62."""
+    It takes an aggregated SGLang rank on its own (no attention DP group), without the overlap
+    scheduler (``host_loop``, refused by both), counts below 2^62."""
     if native.resolve_backend(backend) != "c":
         return "the C backend is not in use"
     if engine.backend != "sglang":
         return f"backend {engine.backend!r} (only 'sglang')"
     if dp_size != 1:
         return f"dp_size {dp_size} (attention DP groups keep the Python rank)"
-    if engine.max_model_len is not None:
-        return "max_model_len (the Python rank rejects the prompts it cannot hold)"
     sg = engine.sglang
     if sg.host_loop:
         return "sglang.host_loop"
@@ -63,8 +60,10 @@ def supports(engine, *, dp_size=1, backend=None):
                         ("sglang.max_prefill_tokens", sg.max_prefill_tokens),
                         ("sglang.chunked_prefill_size", sg.chunked_prefill_size),
                         ("sglang.clip_max_new_tokens", sg.clip_max_new_tokens),
-                        ("prefill_decode_interval", engine.prefill_decode_interval)):
-        if not 0 <= value < _EXACT:
+                        ("prefill_decode_interval", engine.prefill_decode_interval),
+                        ("max_model_len", -1 if engine.max_model_len is None
+                         else engine.max_model_len)):
+        if not (name == "max_model_len" and value == -1) and not 0 <= value < _EXACT:
             return f"{name} {value} (the C rank counts in int64: below 2^62)"
     if engine.num_gpu_blocks * engine.block_size >= _EXACT:
         return "num_gpu_blocks x block_size beyond 2^62 tokens"
@@ -235,6 +234,7 @@ class NativeSglangRank:
         config.chunk_size = sg.chunked_prefill_size
         config.clip = sg.clip_max_new_tokens
         config.interval = self.interval
+        config.max_model_len = -1 if self.max_model_len is None else self.max_model_len
         config.conservativeness = sg.schedule_conservativeness
         config.caching = self.caching
         config.lpm = self.lpm
@@ -362,6 +362,10 @@ class NativeSglangRank:
     def submit(self, request):
         request.rank = self
         request.seq = None
+        limit = self.max_model_len
+        if limit is not None:
+            room = limit - request.prompt_len
+            request.out_limit = min(request.max_output, room if room > 0 else 0)
         ffi, lib = native.ffi, native.lib
         authored = ffi.NULL
         n_authored = 0
@@ -532,13 +536,17 @@ class NativeSglangRank:
                 r.generated = c
                 r.stretches = list(zip(stretches[2 * a:2 * (a + b):2],
                                        stretches[2 * a + 1:2 * (a + b):2]))
-                finished.append(r)
+                finished.append((r, "completed"))
+            elif kind == 3:    # rejected by max_model_len
+                requests[slot] = None
+                r.status = FINISHED
+                finished.append((r, "rejected"))
             else:              # retracted (an extension's last pass never retracts)
                 r.status = PREEMPTED
                 r.preemptions = a
         on_finish = self.cb.on_finish
-        for r in finished:
-            on_finish(r, end_ms, "completed")
+        for r, status in finished:
+            on_finish(r, end_ms, status)
 
     # ------------------------------------------------------------------ report
     def _fold(self):

@@ -116,13 +116,18 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         self.chunk_setting = sg.chunked_prefill_size   # before a DP group splits it
 
     # ------------------------------------------------------------------ queue entry
-    def submit(self, request):
+    def _take_request(self, request):
+        """A submitted request is this rank's, holding no KV, its output limited by
+        ``max_model_len`` (the C rank's submission too)."""
         request.rank = self
         request.seq = None
         limit = self.max_model_len
         if limit is not None:
             room = limit - request.prompt_len
             request.out_limit = min(request.max_output, room if room > 0 else 0)
+
+    def submit(self, request):
+        self._take_request(request)
         self.waiting.append(request)
         if self.watched and self.capture_gauges:
             self._gauges = self.submission_gauges()

@@ -360,12 +360,7 @@ class NativeSglangRank:
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
-        request.rank = self
-        request.seq = None
-        limit = self.max_model_len
-        if limit is not None:
-            room = limit - request.prompt_len
-            request.out_limit = min(request.max_output, room if room > 0 else 0)
+        SglangRank._take_request(self, request)
         ffi, lib = native.ffi, native.lib
         authored = ffi.NULL
         n_authored = 0

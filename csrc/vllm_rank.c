@@ -151,6 +151,8 @@ struct aisim_vllm_rank {
     size_t n_stretch_out, stretch_out_cap;
     int64_t *itl_diff;
     size_t n_itl_diff, itl_diff_cap;
+    uint32_t *run_values, *run_lengths;     /* aisim_vllm_submit_ranges' runs */
+    size_t run_values_cap, run_lengths_cap;
     /* a router's observer (aisim_vllm_observe) */
     int observed;
     uint64_t *stored, *report_stored, *report_evicted;
@@ -471,6 +473,8 @@ static void destroy(aisim_vllm_rank *r)
     free(r->events);
     free(r->stretch_out);
     free(r->itl_diff);
+    free(r->run_values);
+    free(r->run_lengths);
     free(r->stored);
     free(r->report_stored);
     free(r->report_evicted);
@@ -640,6 +644,49 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
     int32_t s;
     int status = add_request(r, prompt_len, max_output, out_limit, hashes, n_hashes, values,
                              lengths, n_runs, authored, salt, &s);
+    if (status < 0)
+        return status;
+    wait_push_back(r, s);   /* room reserved by add_request */
+    refresh_view(r);
+    return s;
+}
+
+int aisim_vllm_submit_ranges(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                             int64_t out_limit, const uint32_t *ranges, size_t n_ranges,
+                             int64_t block, uint64_t salt)
+{
+    int64_t n, k = 0;
+    size_t i;
+    int32_t s;
+    int status;
+    if (!r || (n_ranges && !ranges) || block < 1 || block > UINT32_MAX || prompt_len < 0 ||
+        prompt_len > INT64_MAX / 4)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    /* workload/prompt.py's _build_runs: the first n ids of the ranges, each a run of `block`
+     * tokens, the last run cut at the prompt's length */
+    n = ceildiv(prompt_len, block);
+    if ((uint64_t)n > SIZE_MAX / sizeof(uint32_t))
+        return AISIM_ENOMEM;
+    TRY(grow((void **)&r->run_values, &r->run_values_cap, (size_t)n, sizeof *r->run_values));
+    TRY(grow((void **)&r->run_lengths, &r->run_lengths_cap, (size_t)n,
+             sizeof *r->run_lengths));
+    for (i = 0; i < n_ranges && k < n; i++) {
+        uint64_t id = ranges[2 * i], count = ranges[2 * i + 1], j;
+        for (j = 0; j < count && k < n; j++, k++) {
+            if (id + j > UINT32_MAX)
+                return AISIM_EINVAL;
+            r->run_values[k] = (uint32_t)(id + j);
+            r->run_lengths[k] = (uint32_t)block;
+        }
+    }
+    if (k < n)
+        return AISIM_EINVAL;   /* ranges shorter than the prompt: the caller's runs say why */
+    if (n)
+        r->run_lengths[n - 1] = (uint32_t)(prompt_len - (n - 1) * block);
+    status = add_request(r, prompt_len, max_output, out_limit, NULL, 0, r->run_values,
+                         r->run_lengths, (size_t)n, 0, salt, &s);
     if (status < 0)
         return status;
     wait_push_back(r, s);   /* room reserved by add_request */

@@ -134,6 +134,14 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
                       int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
                       const uint32_t *values, const uint32_t *lengths, size_t n_runs,
                       int32_t authored, uint64_t salt);
+/* aisim_vllm_submit of a prompt given as id ranges (workload/prompt.py's IdRanges behind
+ * Prompt.from_hash_ids), with prefix caching and no authored outputs: ranges holds n_ranges
+ * (first id, count) pairs; the prompt is their first ceil(prompt_len / block) ids, each
+ * repeated `block` times, cut at prompt_len. AISIM_EINVAL (nothing queued) when the ranges
+ * are shorter or an id passes u32: give the runs instead. */
+int aisim_vllm_submit_ranges(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                             int64_t out_limit, const uint32_t *ranges, size_t n_ranges,
+                             int64_t block, uint64_t salt);
 /* Decode role: takes a destination as aisim_vllm_submit takes a request, into the pending
  * FIFO instead of the waiting queue (the caller checked that it can ever fit); its slot. */
 int aisim_vllm_accept(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,

@@ -37,6 +37,18 @@ def _report(payload, *, general, on_event=None):
     return comparable(json.loads(report.to_json()))
 
 
+def _with_trace(case, directory):
+    """The case's payload, reading its trace rows (if any) from a file in ``directory``."""
+    payload, rows = case
+    if rows is None:
+        return payload
+    path = directory / "trace.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    payload = json.loads(json.dumps(payload))
+    payload["traffic"]["trace_path"] = str(path)
+    return payload
+
+
 def _both(payload, monkeypatch):
     """(the report with every fast path, the report with none)."""
     fast = _report(payload, general=False)
@@ -54,12 +66,7 @@ def test_random_runs_are_the_same_through_the_fast_and_the_general_paths(tmp_pat
               suppress_health_check=list(HealthCheck))
     @given(cases())
     def run(case):
-        payload, rows = case
-        if rows is not None:
-            path = tmp_path / "trace.jsonl"
-            path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-            payload = json.loads(json.dumps(payload))
-            payload["traffic"]["trace_path"] = str(path)
+        payload = _with_trace(case, tmp_path)
         fast, general = _both(payload, monkeypatch)
         assert fast == general
         seen["error" if isinstance(fast, str) else "report"] += 1
@@ -79,12 +86,7 @@ def test_random_runs_give_the_same_summary_with_records_off(tmp_path, monkeypatc
               suppress_health_check=list(HealthCheck))
     @given(cases())
     def run(case):
-        payload, rows = case
-        if rows is not None:
-            path = tmp_path / "trace.jsonl"
-            path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-            payload = json.loads(json.dumps(payload))
-            payload["traffic"]["trace_path"] = str(path)
+        payload = _with_trace(case, tmp_path)
         kept = _report(payload, general=False)
         if isinstance(kept, str):
             return

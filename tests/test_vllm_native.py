@@ -25,10 +25,10 @@ from aisimulate_core.engine.timing import FixedTiming, PolynomialTiming, StepTim
 from aisimulate_core.engine.vllm import VllmRank
 from aisimulate_core import engine as engines
 from aisimulate_core.engine.vllm_native import NativeVllmRank, rank_class, supports
-from aisimulate_core.errors import SimulationError
+from aisimulate_core.errors import NativeArgumentError, SimulationError
 from aisimulate_core.kv.block_pool import BlockPool
 from aisimulate_core.spec.engine import EngineConfig
-from aisimulate_core.workload.prompt import Prompt
+from aisimulate_core.workload.prompt import IdRanges, Prompt
 from reference import record_mismatches, run_fixture, summary_mismatches
 from test_reference_parity import SYNTHETIC_CASES
 
@@ -140,8 +140,34 @@ def random_timer(rng):
     return StepTimer(model, speedup_ratio=rng.choice([1.0, 1.0, 1.7]))
 
 
+def ranged_stream(rng, n):
+    """``random_stream``'s items for synthetic prompts: ids in one or two consecutive ranges
+    (a group prefix, then fresh ids), the prompt no longer than its ids' runs."""
+    groups = [(rng.randrange(1 << 20), rng.randint(1, 12)) for _ in range(rng.randint(1, 3))]
+    run = rng.choice([1, 4, 16, 64])
+    t, stream = 0.0, []
+    for _ in range(n):
+        t += rng.choice([0.0, rng.expovariate(0.05), rng.expovariate(0.5)])
+        ranges = [rng.choice(groups)] if rng.random() < 0.6 else []
+        ranges.append((rng.randrange(1 << 31), rng.randint(1, 10)))
+        ids = [first + i for first, count in ranges for i in range(count)]
+        length = rng.randint(1, len(ids) * run)
+        max_output = rng.choice([0, 1, 2, 5, rng.randint(1, 60)])
+        stream.append((t, ids, run, length, max_output, None, ranges))
+    return stream
+
+
+def ranged_request(uuid, item):
+    """The request of a ``ranged_stream`` item, its prompt as the synthetic workload makes it
+    (``Prompt.from_hash_ids`` over ``IdRanges``: the C rank takes the ranges, the Python rank
+    builds the runs)."""
+    t, _, run, length, max_output, _, ranges = item
+    return SimRequest(uuid, Prompt.from_hash_ids(IdRanges(ranges), length, run), max_output, t)
+
+
 def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, timing=None,
-          run_passes=MAX_PASSES, gauges=False, observer=None, fpm_rows=False):
+          run_passes=MAX_PASSES, gauges=False, observer=None, fpm_rows=False,
+          make=make_request, index=True):
     """Run ``stream`` through one rank; returns everything observable, pass by pass, and the
     CPU time of the loop (requests are made before it). ``timing="b1"``: the benchmark's fixed
     10/5 ms (bench/vllm_native_ab.py); ``gauges``: telemetry's gauges on."""
@@ -164,14 +190,14 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         rank.capture_gauges = True
         rank.watched = True
         rank._gauges = rank.live_gauges()
-    requests = [make_request(i + 1, item) for i, item in enumerate(stream)]
+    requests = [make(i + 1, item) for i, item in enumerate(stream)]
     trace = []
     nxt = 0
     t = 0.0
     started = time.process_time()
     for _ in range(max_passes):
         while nxt < len(requests) and requests[nxt].arrival_ms <= t:
-            if observer is not None:   # a kv_index router asks before placing
+            if observer is not None and index:   # a kv_index router asks before placing
                 seen.append(rank.indexed_prefix(requests[nxt].prompt.block_hashes(
                     engine.block_size)))
             rank.submit(requests[nxt])
@@ -188,7 +214,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         end = rank.extend(horizon, 1e12, run_passes)
         # requests arriving while the pass is in flight join the queue then
         while nxt < len(requests) and requests[nxt].arrival_ms < end:
-            if observer is not None:
+            if observer is not None and index:
                 seen.append(rank.indexed_prefix(requests[nxt].prompt.block_hashes(
                     engine.block_size)))
             rank.submit(requests[nxt])
@@ -249,6 +275,39 @@ def assert_same(seed, n_requests):
 def test_random_streams_match_the_python_rank(block):
     for seed in range(block * 40, block * 40 + 40):
         assert_same(seed, 30)
+
+
+def test_id_range_prompts_match_the_python_rank():
+    """A synthetic prompt's runs are made and hashed in C from its id ranges
+    (aisim_vllm_submit_ranges): the same hashes, so the same prefix hits, as the runs the
+    Python rank builds."""
+    for seed in range(60):
+        rng = random.Random(seed)
+        stream = ranged_stream(rng, 30)
+        engine = random_engine(rng, stream)
+        timer_seed = rng.randrange(1 << 30)
+        # a router's KV events show the hashes themselves (a router asking the index first
+        # would build the runs: it does not here)
+        kwargs = dict(make=ranged_request, observer=(False, True), index=False)
+        expected, _ = drive(VllmRank, engine, timer_seed, stream, False, **kwargs)
+        got, _ = drive(NativeVllmRank, engine, timer_seed, stream, False, **kwargs)
+        for key in expected:
+            assert got[key] == expected[key], (seed, key, engine)
+
+
+def test_an_id_range_prompt_is_never_built_in_python():
+    engine = EngineConfig(block_size=4, num_gpu_blocks=64)
+    rank = NativeVllmRank(engine, StepTimer(FixedTiming(10.0, 5.0)),
+                          BlockPool(64, backend="c"), callbacks=Terminals())
+    ranged = SimRequest(1, Prompt.from_hash_ids(IdRanges([(7, 3), (1 << 31, 5)]), 30, 4), 2, 0.0)
+    rank.submit(ranged)
+    assert ranged.prompt._source is not None     # no runs made
+    # ranges shorter than the prompt (or ids past u32): the runs decide, here refused
+    short = SimRequest(2, Prompt.from_hash_ids(IdRanges([(7, 2)]), 30, 4), 2, 0.0)
+    with pytest.raises(NativeArgumentError):
+        rank.submit(short)
+    assert short.prompt._source is None
+    assert len(rank.waiting) == 1
 
 
 def test_long_streams_match_the_python_rank():

@@ -30,6 +30,7 @@ from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind, decode_runner
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
 from .vllm import VllmRank
+from ..workload.prompt import IdRanges
 
 MAX_BLOCK_SIZE = 65536       # the rank keeps one bucket per block offset
 _MASK = (1 << 64) - 1
@@ -85,7 +86,7 @@ class _Scratch:
     """C buffers every rank uses only within one call (one process, one thread): made once,
     not per rank, so that 65,536 idle ranks of a DP group cost nothing for them."""
 
-    __slots__ = ("run", "ends", "gauges", "count")
+    __slots__ = ("run", "ends", "gauges", "count", "ranges")
 
     def __init__(self):
         ffi = native.ffi
@@ -93,6 +94,7 @@ class _Scratch:
         self.ends = ffi.new("double[]", MAX_PASSES)  # its end times
         self.gauges = ffi.new("int64_t[3]")          # finishing_gauges' answer
         self.count = ffi.new("int64_t *")
+        self.ranges = ffi.new("uint32_t[]", 8)       # a synthetic prompt's (first, count) pairs
 
 
 _SCRATCH = []
@@ -392,8 +394,8 @@ class NativeVllmRank(RankBase):
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
-        # once per request: the common case (no output limit to set, a prompt of runs hashed
-        # in C) without _limit_output, _request_args and _take_slot calls
+        # once per request: the common case (no output limit to set, a prompt of id ranges or
+        # runs hashed in C) without _limit_output, _request_args and _take_slot calls
         prompt_len = request.prompt_len
         limit = self.max_model_len
         if limit is not None or self.no_evict or not self.caching \
@@ -404,18 +406,19 @@ class NativeVllmRank(RankBase):
         else:
             request.rank = self
             prompt = request.prompt
-            runs = prompt.values
-            n_runs = len(runs)
-            if n_runs:
+            source = getattr(prompt, "_source", None)
+            slot = None
+            if source is not None and type(source[0]) is IdRanges:
+                slot = self._submit_ranges(request, prompt_len, source)
+            if slot is None:
+                runs = prompt.values
+                n_runs = len(runs)
                 from_buffer = native.ffi.from_buffer
                 slot = _lib.aisim_vllm_submit(
                     self._rank, prompt_len, request.max_output, request.out_limit, _NULL, 0,
-                    from_buffer(_U32_ARRAY, runs), from_buffer(_U32_ARRAY, prompt.lengths),
+                    from_buffer(_U32_ARRAY, runs) if n_runs else _NULL,
+                    from_buffer(_U32_ARRAY, prompt.lengths) if n_runs else _NULL,
                     n_runs, 0, (request.uuid * _GOLDEN) & _MASK)
-            else:
-                slot = _lib.aisim_vllm_submit(
-                    self._rank, prompt_len, request.max_output, request.out_limit, _NULL, 0,
-                    _NULL, _NULL, 0, 0, (request.uuid * _GOLDEN) & _MASK)
         if slot < 0:
             raise native.status_error(slot, "aisim_vllm_submit")
         requests = self._requests
@@ -425,6 +428,28 @@ class NativeVllmRank(RankBase):
             requests[slot] = request
         if self.capture_gauges:
             self._gauges = self.submission_gauges()
+
+    def _submit_ranges(self, request, prompt_len, source):
+        """Submit a synthetic prompt from its id ranges (``Prompt.from_hash_ids`` over an
+        ``IdRanges`` whose runs are not built yet): its runs are made and hashed in C, never
+        in Python. The slot, or None (nothing queued) when the runs must say it."""
+        ranges, block = source[0].ranges, source[1]
+        scratch = _scratch()
+        buffer = scratch.ranges
+        if 2 * len(ranges) > len(buffer):
+            buffer = scratch.ranges = native.ffi.new("uint32_t[]", 2 * len(ranges))
+        i = 0
+        try:
+            for first, count in ranges:
+                buffer[i] = first
+                buffer[i + 1] = count
+                i += 2
+        except OverflowError:
+            return None
+        slot = _lib.aisim_vllm_submit_ranges(self._rank, prompt_len, request.max_output,
+                                             request.out_limit, buffer, len(ranges), block,
+                                             (request.uuid * _GOLDEN) & _MASK)
+        return None if slot == native.EINVAL else slot
 
     def _take_slot(self, slot, request):
         requests = self._requests

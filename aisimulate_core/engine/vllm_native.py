@@ -235,6 +235,7 @@ class NativeVllmRank(RankBase):
         if reason is not None:
             raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
+        _scratch()   # (the buffers every rank shares)
         VllmRank._take_settings(self, engine, timer, pool, callbacks, worker_idx, dp_rank,
                                 scheduler_id)
         config = ffi.new("aisim_vllm_config *")
@@ -433,21 +434,25 @@ class NativeVllmRank(RankBase):
         """Submit a synthetic prompt from its id ranges (``Prompt.from_hash_ids`` over an
         ``IdRanges`` whose runs are not built yet): its runs are made and hashed in C, never
         in Python. The slot, or None (nothing queued) when the runs must say it."""
-        ranges, block = source[0].ranges, source[1]
-        scratch = _scratch()
+        ranges = source[0].ranges
+        n = len(ranges)
+        scratch = _SCRATCH[0]   # (made with the rank)
         buffer = scratch.ranges
-        if 2 * len(ranges) > len(buffer):
-            buffer = scratch.ranges = native.ffi.new("uint32_t[]", 2 * len(ranges))
-        i = 0
         try:
-            for first, count in ranges:
-                buffer[i] = first
-                buffer[i + 1] = count
-                i += 2
+            if n == 1:          # an ungrouped synthetic prompt: its fresh range
+                buffer[0], buffer[1] = ranges[0]
+            else:
+                if 2 * n > len(buffer):
+                    buffer = scratch.ranges = native.ffi.new("uint32_t[]", 2 * n)
+                i = 0
+                for first, count in ranges:
+                    buffer[i] = first
+                    buffer[i + 1] = count
+                    i += 2
         except OverflowError:
             return None
         slot = _lib.aisim_vllm_submit_ranges(self._rank, prompt_len, request.max_output,
-                                             request.out_limit, buffer, len(ranges), block,
+                                             request.out_limit, buffer, n, source[1],
                                              (request.uuid * _GOLDEN) & _MASK)
         return None if slot == native.EINVAL else slot
 

@@ -346,7 +346,7 @@ class Simulation:
         next_ready, pop_ready = driver.next_ready_ms, driver.pop_ready
         dirty = self._dirty
         router = self.router
-        place = self._place
+        place, register, route = self._place, self._register_arrival, router.place
         max_in_flight = self.max_in_flight
         cutoff = self.max_sim_time_ms
         inf = math.inf
@@ -370,8 +370,13 @@ class Simulation:
             if ready <= t:
                 n = 1 << 62 if max_in_flight is None else max_in_flight - self.in_flight
                 if n > 0:
-                    for request in pop_ready(t, n):
-                        place(request, t)
+                    if self.on_event is None:   # _place's work (no windows here) inline
+                        for request in pop_ready(t, n):
+                            register(request, t)
+                            route(request, t, request.dp_rank)
+                    else:
+                        for request in pop_ready(t, n):
+                            place(request, t)
             if dirty:
                 self._start_passes(t, cutoff)
 

@@ -10,12 +10,13 @@ a grouped pass every rank, idle ones included, hears whether any rank prefilled 
 from __future__ import annotations
 
 from ..engine import fpm
+from ..engine.rank_base import RankBase
 from ..engine.request import request_name
 
 
 class Worker:
     __slots__ = ("idx", "worker_id", "ranks", "busy", "_active", "pass_end_ms", "generation",
-                 "extendable", "_round_ranks", "_pass_start", "_lone")
+                 "extendable", "_round_ranks", "_pass_start", "_lone", "_plain_truncate")
 
     def __init__(self, idx, ranks, worker_id=None):
         self.idx = idx                # the simulation's key for this worker
@@ -30,6 +31,7 @@ class Worker:
         self._lone = ranks[0] if len(ranks) == 1 else None
         # a lone rank that can run decode-only passes as one event
         self.extendable = len(ranks) == 1 and hasattr(ranks[0], "extend")
+        self._plain_truncate = self.extendable and type(ranks[0]).truncate is RankBase.truncate
         # ranks that take the group's round signal (a lone rank signals itself)
         self._round_ranks = [r for r in ranks if hasattr(r, "join_group")] if len(ranks) > 1 else []
         for rank in self._round_ranks:
@@ -124,7 +126,11 @@ class Worker:
         new end of the pass in flight, or None when it did not change."""
         if not self.extendable:
             return None
-        end = self.ranks[0].truncate(arrival_ms)
+        rank = self._lone
+        # RankBase.truncate's answer without the call when no extended pass runs (an arrival
+        # per request meets a pass in flight)
+        end = rank.pass_end_ms if rank._macro_ends is None and self._plain_truncate \
+            else rank.truncate(arrival_ms)
         if end < self.pass_end_ms:
             self.pass_end_ms = end
             self.generation = (self.generation + 1) & 0xFFFF_FFFF

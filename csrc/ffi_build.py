@@ -17,6 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # a new module adds its two files and touches nothing shared.
 SOURCES = sorted(name for name in os.listdir(HERE) if name.endswith(".c"))
 MODULE_CDEFS = sorted(name for name in os.listdir(HERE) if name.endswith(".cdef.h"))
+# every header, the internal ones a module's C files share included: editing one rebuilds
+HEADERS = sorted(name for name in os.listdir(HERE) if name.endswith(".h"))
 
 
 def _relative(path):
@@ -44,7 +46,7 @@ ffibuilder.set_source(
     '#include "aisim.h"\n' + "".join(f'#include "{name}"\n' for name in MODULE_CDEFS),
     sources=[_relative(os.path.join(HERE, name)) for name in SOURCES],
     include_dirs=[_relative(HERE)],
-    depends=[_relative(os.path.join(HERE, name)) for name in ("aisim.h",) + tuple(MODULE_CDEFS)],
+    depends=[_relative(os.path.join(HERE, name)) for name in HEADERS],
     extra_compile_args=_compile_args(),
     libraries=[] if sys.platform == "win32" else ["m"],
 )

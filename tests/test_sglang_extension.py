@@ -18,6 +18,7 @@ import random
 import pytest
 
 from aisimulate_core import build_simulation
+from aisimulate_core.engine import sglang_native
 from aisimulate_core.engine.sglang import SglangRank
 from aisimulate_core.spec import load_payload
 
@@ -104,6 +105,8 @@ class Spy:
 
     def __init__(self, monkeypatch):
         self.extra = self.truncated = 0
+        # the Python rank's runs are counted: the runtime builds it, not the C one
+        monkeypatch.setattr(sglang_native, "rank_class", lambda engine, **_: SglangRank)
         extend, truncate = SglangRank.extend, SglangRank.truncate
         spy = self
 

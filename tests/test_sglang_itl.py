@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from aisimulate_core import build_simulation
+from aisimulate_core.engine import sglang_native
 from aisimulate_core.engine.rank_base import RankBase
 from aisimulate_core.engine.sglang import SglangRank
 from aisimulate_core.engine.sglang_running import RunningBatch
@@ -38,6 +41,16 @@ def _gaps_and_report(payload):
 
 
 def test_runs_counted_per_rank_give_the_gaps_of_their_stretches(monkeypatch):
+    # the Python rank's counting is compared: the runtime builds it, not the C one
+    python_rank = pytest.MonkeyPatch()
+    python_rank.setattr(sglang_native, "rank_class", lambda engine, **_: SglangRank)
+    try:
+        _compare_counted_and_walked(monkeypatch)
+    finally:
+        python_rank.undo()
+
+
+def _compare_counted_and_walked(monkeypatch):
     counted = 0
     for seed in SEEDS:
         payload = _payload(seed)

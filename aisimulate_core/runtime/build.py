@@ -6,7 +6,7 @@ import attrs
 
 from ..engine.request import SimRequest
 from ..engine.timing import StepTimer, TimingContext
-from ..engine import ENGINES
+from ..engine import ENGINES, sglang_native
 from ..engine.vllm_native import supports
 from ..engine.vllm_native_roles import RANK_CLASSES
 from ..errors import ConfigError
@@ -68,6 +68,10 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
     if engine_cls is None:
         native, python = RANK_CLASSES[role]
         engine_cls = ENGINES[rank_cfg.backend] if role == "aggregated" else python
+        if role == "aggregated" and rank_cfg.backend == "sglang":
+            # the SGLang rank's pass in C where it covers the configuration
+            # (engine/sglang_native.py); the Python SglangRank stays for the rest
+            engine_cls = sglang_native.rank_class(rank_cfg, dp_size=dp)
         # the rank's pass in C where it covers the configuration (engine/vllm_native.py,
         # the roles' in vllm_native_roles.py), watched or not
         if supports(rank_cfg, dp_size=dp, role=role) is None:

@@ -593,9 +593,12 @@ class Simulation:
         """``_on_finish`` of each ``(request, status)`` of one pass, in order: with nothing
         but the collector and the driver to tell (no router, window, submission, event
         callback or check wants a terminal), ``_terminal``'s work inline."""
+        cls = type(self)
         if self.on_event is not None or self.windows or self._external \
                 or self._terminal_routing or "_terminal" in self.__dict__ \
-                or type(self)._driver_terminal is not Simulation._driver_terminal:
+                or cls._terminal is not Simulation._terminal \
+                or cls._on_finish is not Simulation._on_finish \
+                or cls._driver_terminal is not Simulation._driver_terminal:
             for request, status in finished:
                 self._on_finish(request, end_ms, status)
             return

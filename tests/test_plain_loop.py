@@ -1,13 +1,13 @@
 """The aggregated loop's fast paths against the general ones (runtime/simulation.py, router.py).
 
-A plain aggregated run (no scaling, telemetry, windows or progress display) goes through
+A plain aggregated run (no scaling, telemetry or windows) goes through
 ``Simulation._run_plain``, the arrivals of the built-in round robin through
 ``RoundRobin.place_unpinned`` (no ``PlacementRequest``), and a C rank's terminals through
-``finish_all``. A progress callback sends the same run through ``_next_time`` and ``_step``;
-a round robin whose ``UNPINNED_PLACE`` is not its ``place`` through ``place()``; an
-``on_event`` callback through ``_terminal`` per request. Every combination must give the
-same report, records included, on random payloads and on the cluster fixtures (scaling:
-the round robin's cursor across workers that come and go).
+``finish_all``. With ``Simulation._plain`` false the same run goes through ``_next_time`` and
+``_step``; a round robin whose ``UNPINNED_PLACE`` is not its ``place`` through ``place()``;
+an ``on_event`` callback sends terminals through ``_terminal`` one by one. Every combination
+must give the same report, records included, on random payloads and on the cluster fixtures
+(scaling: the round robin's cursor across workers that come and go).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from aisimulate_placement.round_robin import RoundRobin
 from hypothesis import HealthCheck, given, settings
 
 from aisimulate_core import AisimError, run_replay
+from aisimulate_core.runtime.simulation import Simulation
 from reference import ROOT
 from report_invariants import comparable
 from strategies import cases
@@ -28,10 +29,13 @@ CLUSTER = ROOT / "tests" / "fixtures" / "cluster"
 
 
 def _report(payload, *, general, on_event=None):
-    """The report's comparable dict, or the error's line."""
+    """The report's comparable dict, or the error's line; ``general``: through ``_next_time``
+    and ``_step`` (a progress display listening either way)."""
     try:
-        report = run_replay(payload, progress=(lambda *_: None) if general else None,
-                            on_event=on_event)
+        with pytest.MonkeyPatch.context() as patch:
+            if general:
+                patch.setattr(Simulation, "_plain", lambda self: False)
+            report = run_replay(payload, progress=lambda *_: None, on_event=on_event)
     except AisimError as error:
         return f"{type(error).__name__}: {error}"
     return comparable(json.loads(report.to_json()))

@@ -331,11 +331,11 @@ class Simulation:
     # ------------------------------------------------------------------ loop
     def _plain(self):
         """Whether ``_run_plain`` runs this loop: an aggregated deployment (this class's own
-        loop, unchecked) without scaling, telemetry, traffic windows or a progress display."""
+        loop, unchecked) without scaling, telemetry or traffic windows."""
         cls = type(self)
         return (cls._step is Simulation._step and cls._next_time is Simulation._next_time
-                and cls._event_time is Simulation._event_time and "_step" not in self.__dict__ and self.cluster is None
-                and self.telemetry is None and not self.windows and self.progress is None)
+                and cls._event_time is Simulation._event_time and "_step" not in self.__dict__
+                and self.cluster is None and self.telemetry is None and not self.windows)
 
     def _run_plain(self, limit):
         """``_next_time`` and ``_step`` of a plain run (``_plain``) in one loop, until the next
@@ -350,6 +350,8 @@ class Simulation:
         max_in_flight = self.max_in_flight
         cutoff = self.max_sim_time_ms
         inf = math.inf
+        progress = self.progress
+        steps = 0
         while True:
             t = peek()
             ready = inf
@@ -379,6 +381,10 @@ class Simulation:
                             place(request, t)
             if dirty:
                 self._start_passes(t, cutoff)
+            if progress is not None:
+                steps += 1
+                if steps % 4096 == 0:
+                    progress(self.now_ms, self.completed, driver.total or self.arrived)
 
     def _next_time(self):
         t = self._event_time()

@@ -196,3 +196,21 @@ def test_a_run_needing_more_samples_than_the_bound_stops_with_one_line(tmp_path)
         telemetry.MAX_SAMPLES = bound
     assert str(error.value) == ("telemetry: sampling every 0.5 ms takes more than 50 samples; "
                                 "use a larger --telemetry-interval-ms")
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_sampling_asked_for_once_the_run_is_under_way_is_one_clear_error(backend):
+    from aisimulate_core import build_simulation
+    from aisimulate_core.errors import SimulationError
+    from aisimulate_core.spec import load_payload
+
+    doc = payload(THREE)
+    doc["spec"]["engine"]["rank"]["backend"] = backend
+    sim = build_simulation(load_payload(json.dumps(doc)))
+    sim.run_until(50.0)
+    with pytest.raises(SimulationError, match=r"^sample_telemetry\(\): call it before the run "
+                                              r"starts \(the simulation is at 50.0 ms with 2 "
+                                              r"requests arrived\)$"):
+        sim.sample_telemetry(10.0, lambda sample: None)
+    sim.run()            # the run goes on unsampled
+    assert sim.completed == 3

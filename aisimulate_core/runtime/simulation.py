@@ -172,6 +172,12 @@ class Simulation:
     def sample_telemetry(self, interval_ms, on_sample):
         """Take telemetry samples every ``interval_ms`` of virtual time, each passed to
         ``on_sample(sample)`` (runtime/telemetry.py); call before ``run``."""
+        if self.arrived or self.now_ms > 0:
+            # samples start at 0 and watched ranks keep what unwatched ones never did: a run
+            # already under way cannot be sampled from its start (nor an SGLang C rank watched)
+            raise SimulationError(
+                f"sample_telemetry(): call it before the run starts (the simulation is at "
+                f"{self.now_ms} ms with {self.arrived} requests arrived)")
         from .telemetry import Telemetry
         self.telemetry = Telemetry(self, interval_ms, on_sample)
         self._feed_windows()

@@ -130,6 +130,12 @@ class SyntheticSessions:
         """(start_ms, index) of every session, in ready order (starts never decrease)."""
         return zip(first_arrivals(self.resolved), range(self.count))
 
+    def draw_prefix(self):
+        """The next session's group prefix range ``(first id, blocks)``: one draw of the shape
+        generator, so sessions must ask in session order."""
+        shared = self._shared
+        return (self._rng.gen_range(0, self.resolved.num_prefix_groups) * shared, shared)
+
     def _fresh_ranges(self, offset, count):
         """The ids of ``count`` fresh blocks from the ``offset``-th fresh block on (wrapped)."""
         base = self._fresh_base
@@ -143,11 +149,7 @@ class SyntheticSessions:
     def _make(self, index):
         own = self._own
         first = index * self.turns * own      # offset of the session's first fresh id
-        if self.grouped:
-            prefix = (self._rng.gen_range(0, self.resolved.num_prefix_groups) * self._shared,
-                      self._shared)
-        else:
-            prefix = None
+        prefix = self.draw_prefix() if self.grouped else None
         isl, osl = self._isl, self._osl
         turns = []
         for t in range(self.turns):
@@ -173,9 +175,19 @@ class SyntheticTrace:
         return self.sessions.count * self.sessions.turns
 
 
-def synthetic_driver(resolved):
+def synthetic_driver(resolved, *, general=False):
+    """The driver of synthetic traffic: one-turn sessions without prefix groups take
+    ``one_turn.OneTurnDriver``, which makes each request straight from its index
+    (``general``: the session driver for them too, which gives the same requests; the tests
+    compare the two, with and without groups)."""
     # the reference's records name the session unless every session is one turn without a
     # prefix group
     trace = SyntheticTrace(resolved)
-    return SessionDriver(trace, max_sessions=resolved.max_in_flight,
-                         session_metadata=trace.sessions.grouped or resolved.turns > 1)
+    named = trace.sessions.grouped or resolved.turns > 1
+    # grouped one-turn traffic stays on the session driver for now: OneTurnDriver makes it
+    # the same, but tests/test_lazy_workload.py watches that driver's live sessions on it
+    if resolved.turns == 1 and not trace.sessions.grouped and not general:
+        from .one_turn import OneTurnDriver
+        return OneTurnDriver(trace.sessions, max_sessions=resolved.max_in_flight,
+                             session_metadata=named)
+    return SessionDriver(trace, max_sessions=resolved.max_in_flight, session_metadata=named)

@@ -131,6 +131,9 @@ struct aisim_vllm_rank {
     slot_list pending, activated;
     size_t pending_head;
     int64_t accepted;
+    /* the pass just formed leaves nothing outside an open stretch but requests it readies
+     * (VllmRank._plain_after_ready) */
+    int plain_after_ready;
     /* open stretches */
     bucket *buckets;                        /* block_size of them */
     int64_t *active_keys;
@@ -1397,8 +1400,10 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
         if (r->computed[s] >= r->prompt_len[s] + r->generated[s])
             TRY(list_push(&r->ready, s));
     }
-    v->plain_decode = fast && !r->partial.len && !r->rejected.len && !v->pf_count &&
-                      !(r->heap_len && r->heap[0].pass == P);
+    r->plain_after_ready = fast && !r->rejected.len && !v->pf_count &&
+                           !(r->heap_len && r->heap[0].pass == P) &&
+                           r->ready.len == r->partial.len;
+    v->plain_decode = r->plain_after_ready && !r->partial.len;
     n = v->n_dec;
     v->pass_effect = preempted || admitted || r->ready.len || n || r->rejected.len;
     active = v->sum_base + n * P;
@@ -1518,6 +1523,51 @@ int aisim_vllm_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, doub
     ends[0] = end_ms;
     run->n_ends = 1;
     return aisim_decode_extend(r->decode_timing, run, ends, (size_t)max_passes);
+}
+
+/* Decode role (VllmDecodeRank._activations_decode_next and _open_activated): when the only
+ * requests outside an open stretch are activations taking their first token with the pass
+ * just formed (a decode step, not the last token), the next pass would only decode (nothing
+ * it could start waits, the larger batch fits the budget) and that pass end runs no retry
+ * that can succeed, their stretches open now, as complete() would open them, and the pass
+ * becomes plain decode. Returns 1 when it did, 0 when not. */
+int aisim_vllm_open_activated(aisim_vllm_rank *r)
+{
+    aisim_vllm_view *v;
+    size_t i;
+    int status;
+    if (!r)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    v = &r->view;
+    if (r->cfg.role != AISIM_VLLM_DECODE || !r->plain_after_ready || !r->ready.len)
+        return 0;
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        if (r->generated[s] || r->chunk_isl[s] >= 0 || r->out_limit[s] < 2)
+            return 0;
+    }
+    if (v->n_dec + (int64_t)r->ready.len > r->cfg.max_batched)
+        return 0;
+    if (r->wait_len && (int64_t)r->running.len < r->cfg.max_seqs) {
+        /* while a destination waits, only an activated request could start */
+        if (r->pending.len <= r->pending_head)
+            return 0;
+        for (i = 0; i < r->wait_len; i++)
+            if (r->seq[*wait_at(r, i)] >= 0)
+                return 0;
+    }
+    for (i = 0; i < r->ready.len; i++) {
+        status = open_stretch(r, r->ready.v[i], v->pass_index);
+        if (status < 0)
+            return fail(r, status);
+    }
+    r->ready.len = 0;
+    r->partial.len = 0;
+    v->plain_decode = 1;
+    refresh_view(r);
+    return 1;
 }
 
 /* ------------------------------------------------------------ pass completion */

@@ -181,6 +181,10 @@ enum aisim_vllm_extend_status { AISIM_VLLM_EXTEND_IN_PYTHON = 3 };
 int aisim_vllm_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, double cutoff_ms,
                       int64_t max_passes, double *ends, size_t cap, aisim_decode_run *run,
                       int32_t resume);
+/* Decode role: opens the stretches of the activations whose first token the pass
+ * just formed computes when that pass may then be extended (VllmDecodeRank's
+ * _activations_decode_next, _open_activated); 1 when it did, 0 when not. */
+int aisim_vllm_open_activated(aisim_vllm_rank *r);
 /* Completes the pass formed, lengthened by extra_passes decode-only passes.
  * report (a router observes the rank, VllmRank._report_pass): 0 none;
  * AISIM_VLLM_REPORT_KV takes the pool's eviction log of hashes not resident

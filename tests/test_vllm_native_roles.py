@@ -251,7 +251,10 @@ def drive_roles(classes, setup, max_steps=6000):
               list(rank.pass_ends), list(rank.itl_diff), rank.break_gaps) for rank in ranks]
     for rank in ranks:
         rank.pool.check()
-    return dict(trace=trace, log=log, records=records, stalls=stalls, state=state)
+    # extended passes that began with activations' first tokens (VllmDecodeRank.extend)
+    activation_runs = [rank.activation_runs for rank in decodes]
+    return dict(trace=trace, log=log, records=records, stalls=stalls, state=state,
+                activation_runs=activation_runs)
 
 
 def random_setup(seed, n_requests):
@@ -298,9 +301,10 @@ def test_long_handoffs_match_the_python_roles():
 
 def test_the_handoffs_reach_every_path():
     """The differential cases hold and release sources, reserve after waiting, preempt and
-    reject destinations, fail handoffs, cut extended passes, pass in DP groups and finish."""
+    reject destinations, fail handoffs, cut extended passes, pass in DP groups, extend a
+    pass that gives activations their first token, and finish."""
     counts = dict(held=0, failed=0, finish=0, rejected=0, waited=0, preempted=0, hits=0,
-                  cut=0, grouped=0)
+                  cut=0, grouped=0, activation_runs=0)
     for seed in range(0, 120):
         out = assert_same(seed, 30)
         for entry in out["log"]:
@@ -315,6 +319,7 @@ def test_the_handoffs_reach_every_path():
         counts["cut"] += sum(1 for row in out["trace"] if row[0] == "cut")
         counts["grouped"] += sum(1 for row in out["trace"] if row[0] == "pass"
                                  and len(row[5]) > 1)
+        counts["activation_runs"] += sum(out["activation_runs"])
     assert min(counts.values()) > 0, counts
 
 
@@ -406,3 +411,29 @@ def test_whole_disaggregated_runs_match_the_python_roles(monkeypatch, name):
     built.clear()
     assert _report(name) == got
     assert built == []
+
+
+@pytest.mark.parametrize("name", ["b5_disagg_1p2d", "disagg_activation_order",
+                                  "disagg_poisson_pressure", "disagg_decode_preemption_poly"])
+@pytest.mark.parametrize("classes", [C, PYTHON], ids=["c", "python"])
+def test_a_pass_after_activations_extends_and_changes_nothing(monkeypatch, name, classes):
+    """A decode pass whose only requests outside a stretch are activations taking their first
+    token starts a decode-only run (``open_activations``); with it off, the same report."""
+    decode_cls = classes[1]
+    monkeypatch.setitem(vllm_native_roles.RANK_CLASSES, "prefill", (classes[0], classes[0]))
+    monkeypatch.setitem(vllm_native_roles.RANK_CLASSES, "decode", (decode_cls, decode_cls))
+    built = []
+    init = decode_cls.__init__
+
+    def kept(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+    monkeypatch.setattr(decode_cls, "__init__", kept)
+    got = _report(name)
+    runs = sum(rank.activation_runs for rank in built)
+    monkeypatch.setattr(decode_cls, "open_activations", False)
+    built.clear()
+    assert _report(name) == got
+    assert sum(rank.activation_runs for rank in built) == 0
+    if name == "b5_disagg_1p2d":
+        assert runs > 0

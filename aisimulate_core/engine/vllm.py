@@ -58,6 +58,7 @@ class VllmRank(RankBase):
         self._macro_ends = None      # end times of a pass extended by decode-only passes
         self._decode_run = None      # the loop that extends it (engine/decode_run.py), made once
         self._plain_decode = False   # the pass just formed only decodes open stretches
+        self._plain_after_ready = False  # ... once the requests it readies open stretches
         self._rejected = []          # rejected while forming the pass; terminal at its end
         self.pass_effect = False     # the pass just formed admits, preempts, emits or rejects
         self.pass_end_ms = 0.0
@@ -174,8 +175,12 @@ class VllmRank(RankBase):
             admitted = self._admit_waiting(now_ms, budget)
         ready = [r for r in self.partial if r.computed >= r.prompt_len + r.generated]
         self._ready = ready
-        self._plain_decode = (fast and not self.partial and not self._rejected
-                              and not self._pf_count and P not in self.finishing)
+        plain = (fast and not self._rejected and not self._pf_count
+                 and P not in self.finishing)
+        self._plain_decode = plain and not self.partial
+        # every request outside a stretch gets its token with this pass: the decode role
+        # may open their stretches now and extend the pass (VllmDecodeRank.extend)
+        self._plain_after_ready = plain and len(ready) == len(self.partial)
         n = self.n_dec
         # anything a zero-duration pass would make visible: the disaggregated runtime parks a
         # worker whose zero-duration pass has no effect

@@ -69,11 +69,13 @@ class NativeVllmDecodeRank(NativeVllmRank):
 
     role = "decode"
     charges_prefill = False
+    open_activations = True      # as VllmDecodeRank.open_activations
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.pending = deque()       # accepted destinations waiting for their reservation
         self._accepted = 0
+        self.activation_runs = 0     # extended passes that began with activations' first tokens
         self._reserved = {}          # id(destination) -> its slot, until activated
         self._retry_out = (native.ffi.new("int32_t *"), native.ffi.new("int64_t *"),
                            native.ffi.new("int32_t *"))
@@ -139,6 +141,18 @@ class NativeVllmDecodeRank(NativeVllmRank):
     def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
         if self._view.retry_due:
             return self.pass_end_ms  # the next pass end may reserve the head
+        # (as VllmDecodeRank.extend: activations' first tokens may open stretches now)
+        if (self.open_activations and self._view.n_ready and self._observer is None
+                and not self._fpm_on
+                and self.pass_end_ms < horizon_ms):
+            status = native.lib.aisim_vllm_open_activated(self._rank)
+            if status < 0:
+                raise native.status_error(status, "aisim_vllm_open_activated")
+            if status:
+                ends = super().extend(horizon_ms, cutoff_ms, max_passes)
+                if self._macro_ends is not None:
+                    self.activation_runs += 1
+                return ends
         return super().extend(horizon_ms, cutoff_ms, max_passes)
 
 

@@ -71,6 +71,8 @@ class VllmPrefillRank(VllmRank):
 
 class VllmDecodeRank(VllmRank):
     charges_prefill = False
+    # a pass that gives activations their first token may start a decode-only run (extend)
+    open_activations = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -78,6 +80,7 @@ class VllmDecodeRank(VllmRank):
         self.holds = 0              # reserved destinations waiting for their KV
         self.generation = 0         # capacity generation: gates retries of a failed head
         self._accepted = 0
+        self.activation_runs = 0    # extended passes that began with activations' first tokens
 
     def accept(self, r):
         """Take destination ``r`` (a copy with the full output); False when it can never fit
@@ -235,7 +238,45 @@ class VllmDecodeRank(VllmRank):
         if (pending and pending[0].last_attempt != self.generation
                 and len(self.running) < self.max_seqs):
             return self.pass_end_ms  # the next pass end may reserve the head
+        # (a router or forward-pass metrics hear of the first tokens at that pass end)
+        if (self.open_activations and self._plain_after_ready and self._ready
+                and self.observer is None and not self.fpm_on
+                and self.pass_end_ms < horizon_ms and self._activations_decode_next()):
+            self._open_activated()
+            ends = super().extend(horizon_ms, cutoff_ms, max_passes)
+            if self._macro_ends is not None:
+                self.activation_runs += 1
+            return ends
         return super().extend(horizon_ms, cutoff_ms, max_passes)
+
+    def _activations_decode_next(self):
+        """Whether the pass just formed is one whose only requests outside a stretch are
+        activations taking their first token with it (a decode step, not the last token), and
+        the next pass would only decode: it leaves nothing that the next pass could start,
+        and the batch, one larger per activation, fits the token budget. Then opening their
+        stretches now, not at the pass end, changes nothing: that pass end would run no
+        retry that can succeed (no release) and the next pass is decode-only."""
+        ready = self._ready
+        for r in ready:
+            if r.generated or r.pass_chunk[1] >= 0 or r.out_limit < 2:
+                return False
+        if self.n_dec + len(ready) > self.max_batched:
+            return False
+        waiting = self.waiting
+        if not waiting or len(self.running) >= self.max_seqs:
+            return True
+        # while a destination waits, only an activated request could start
+        return bool(self.pending) and all(r.seq < 0 for r in waiting)
+
+    def _open_activated(self):
+        """Open the stretches ``complete`` would open at this pass end (as VllmRank.complete,
+        in ready order)."""
+        P = self.pass_index
+        for r in self._ready:
+            self._open_stretch(r, P)
+        self._ready = []
+        self.partial.clear()
+        self._plain_decode = True
 
 
 ROLE_RANKS = {"prefill": VllmPrefillRank, "decode": VllmDecodeRank}

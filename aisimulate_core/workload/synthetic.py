@@ -184,9 +184,7 @@ def synthetic_driver(resolved, *, general=False):
     # prefix group
     trace = SyntheticTrace(resolved)
     named = trace.sessions.grouped or resolved.turns > 1
-    # grouped one-turn traffic stays on the session driver for now: OneTurnDriver makes it
-    # the same, but tests/test_lazy_workload.py watches that driver's live sessions on it
-    if resolved.turns == 1 and not trace.sessions.grouped and not general:
+    if resolved.turns == 1 and not general:
         from .one_turn import OneTurnDriver
         return OneTurnDriver(trace.sessions, max_sessions=resolved.max_in_flight,
                              session_metadata=named)

@@ -1,4 +1,4 @@
-"""The aggregated loop's fast paths against the general ones (runtime/simulation.py, router.py).
+"""The loop's fast paths against the general ones (runtime/simulation.py, router.py).
 
 A plain aggregated run (no scaling, telemetry or windows) goes through
 ``Simulation._run_plain``, the arrivals of the built-in round robin through
@@ -107,14 +107,14 @@ def test_random_runs_give_the_same_summary_with_records_off(tmp_path, monkeypatc
 
 
 SCALING = sorted(path.stem for path in CLUSTER.glob("*.json")
-                 if not path.stem.endswith(".expected")
-                 and '"aggregated"' in path.read_text())
+                 if not path.stem.endswith(".expected"))
 
 
 @pytest.mark.parametrize("name", SCALING)
 def test_scaling_round_robin_is_the_same_without_placement_requests(name, monkeypatch):
     """Scaling and telemetry runs take the general loop; the round robin's unpinned answers
-    must follow its cursor across workers that join, drain and leave exactly as place()."""
+    must follow its cursor across workers that join, drain and leave exactly as place(), in
+    aggregated pools and in prefill and decode pools."""
     monkeypatch.delenv("AISIMULATE_CHECK", raising=False)
     cwd = os.getcwd()
     os.chdir(ROOT)

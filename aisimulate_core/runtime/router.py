@@ -58,9 +58,9 @@ class Router:
         self.wants_index = "kv_index" in observes
         self.wants_prefill = "prefill" in observes
         self.wants_terminal = "terminal" in observes
-        # the built-in round robin answers an aggregated request without a PlacementRequest
+        # the built-in round robin answers a request without a PlacementRequest
         cls = type(self.policy.policy)
-        unpinned = kind == "agg" and getattr(cls, "UNPINNED_PLACE", None) is cls.place
+        unpinned = getattr(cls, "UNPINNED_PLACE", None) is cls.place
         self._unpinned = self.policy.policy.place_unpinned if unpinned else None
 
     @property

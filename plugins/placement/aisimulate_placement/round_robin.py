@@ -78,13 +78,19 @@ class RoundRobin(PlacementPolicy):
         return worker.worker_id, request.dp_rank
 
     def place_unpinned(self) -> tuple[int, int] | None:
-        """``place()``'s answer for an aggregated-pool request that asks for no ``dp_rank``,
-        without reading the request; None (and nothing changed) with no active worker. The
-        runtime's router calls it instead of ``place()`` while ``place`` is this class's
-        own (``UNPINNED_PLACE``): no ``PlacementRequest`` is built per request."""
+        """``place()``'s answer for a request that asks for no ``dp_rank``, without reading
+        the request; None (and nothing changed) with no active worker. The runtime's router
+        calls it instead of ``place()`` while ``place`` is this class's own
+        (``UNPINNED_PLACE``): no ``PlacementRequest`` is built per request."""
         workers = self._workers
         if not workers:
             return None
+        if self.pool.kind != "agg":
+            # prefill and decode pools: the next of all (worker, rank) schedulers
+            schedulers = self._schedulers
+            index = self._cursor % len(schedulers)
+            self._cursor = index + 1
+            return schedulers[index]
         index = self._cursor % len(workers)
         self._cursor = index + 1
         worker = workers[index]

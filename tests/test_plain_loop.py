@@ -20,6 +20,8 @@ from aisimulate_placement.round_robin import RoundRobin
 from hypothesis import HealthCheck, given, settings
 
 from aisimulate_core import AisimError, run_replay
+from aisimulate_core.hookspecs import hookimpl
+from aisimulate_core.plugins import make_plugin_manager
 from aisimulate_core.runtime.simulation import Simulation
 from reference import ROOT
 from report_invariants import comparable
@@ -124,3 +126,48 @@ def test_scaling_round_robin_is_the_same_without_placement_requests(name, monkey
         os.chdir(cwd)
     assert not isinstance(fast, str), fast
     assert fast == general
+
+
+class _Reversed(RoundRobin):
+    """A third party's round robin that changes how place() chooses without overriding it:
+    the highest worker id first (aggregated pools) and the last scheduler first (others)."""
+
+    NAME = "reversed_round_robin"
+
+    def _place_aggregated(self, request):
+        worker = self._workers[-1 - (self._cursor % len(self._workers))]
+        self._cursor += 1
+        return worker.worker_id, 0
+
+    def _place_flattened(self, request):
+        scheduler = self._schedulers[-1 - (self._cursor % len(self._schedulers))]
+        self._cursor += 1
+        return scheduler
+
+
+class _ReversedPlugin:
+    @hookimpl
+    def aisimulate_register_placement_policies(self, register):
+        register(_Reversed)
+
+
+@pytest.mark.parametrize("kind", ["aggregated", "disaggregated"])
+def test_a_round_robin_subclass_goes_through_its_own_place(kind):
+    topology = ({"kind": "aggregated", "workers": {"initial_workers": 3}} if kind == "aggregated"
+                else {"kind": "disaggregated", "prefill": {"initial_workers": 3},
+                      "decode": {"initial_workers": 2}})
+    payload = {"version": 1, "topology": topology,
+               "engine": {"rank": {"backend": "vllm", "num_gpu_blocks": 512,
+                                   "timing_model": {"type": "fixed", "prefill_ms": 10.0,
+                                                    "decode_ms": 5.0}}},
+               "adapters": {"placement": {"provider": "reversed_round_robin"}},
+               "record_per_request": True,
+               "requests": [{"id": f"r{i}", "arrival_time_ms": 100.0 * i, "input_tokens": 32,
+                             "output_tokens": 2} for i in range(4)]}
+    pm = make_plugin_manager(autoload=False, plugins=[_ReversedPlugin()])
+    records = sorted(run_replay(json.dumps(payload), plugin_manager=pm).per_request,
+                     key=lambda r: r["arrival_time_ms"])
+    if kind == "aggregated":
+        assert [r["decode_worker_idx"] for r in records] == [2, 1, 0, 2]
+    else:
+        assert [r["prefill_worker_idx"] for r in records] == [2, 1, 0, 2]

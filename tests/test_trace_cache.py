@@ -95,3 +95,30 @@ def test_only_a_few_files_are_kept(tmp_path):
         mooncake.load_mooncake(str(path), 4)
     assert [key[0] for key in mooncake._LOADED] == paths[-mooncake._KEEP_FILES:]
     mooncake._LOADED.clear()
+
+
+def test_a_pipe_is_read_once_and_not_kept(trace_file):
+    # a trace given as <(zcat trace.gz): reading it to know it would leave nothing to decode
+    expected = shape(mooncake.load_mooncake(trace_file, 4))
+    mooncake._LOADED.clear()
+    read, write = os.pipe()
+    os.write(write, ROWS.encode())
+    os.close(write)
+    try:
+        assert shape(mooncake.load_mooncake(f"/dev/fd/{read}", 4))[2] == \
+            [(s[0], s[1], s[2].replace(trace_file, f"/dev/fd/{read}"),
+              [t[:8] + (t[8].replace(trace_file, f"/dev/fd/{read}"),) for t in s[3]])
+             for s in expected[2]]
+    finally:
+        os.close(read)
+    assert not mooncake._LOADED
+
+
+def test_gzip_files_are_not_kept(tmp_path):
+    # their size says nothing of the memory their rows take
+    import gzip
+    path = tmp_path / "trace.jsonl.gz"
+    path.write_bytes(gzip.compress(ROWS.encode()))
+    mooncake._LOADED.clear()
+    assert shape(mooncake.load_mooncake(str(path), 4))[2][0][0] == "a"
+    assert not mooncake._LOADED

@@ -58,9 +58,13 @@ class Router:
         self.wants_index = "kv_index" in observes
         self.wants_prefill = "prefill" in observes
         self.wants_terminal = "terminal" in observes
-        # the built-in round robin answers a request without a PlacementRequest
+        # the built-in round robin answers a request without a PlacementRequest: only a class
+        # that defines both place and its UNPINNED_PLACE itself (a subclass that changes how
+        # place() chooses, in any method, goes through place())
         cls = type(self.policy.policy)
-        unpinned = getattr(cls, "UNPINNED_PLACE", None) is cls.place
+        own = vars(cls)
+        stands_for = own.get("UNPINNED_PLACE")
+        unpinned = stands_for is not None and stands_for is own.get("place")
         self._unpinned = self.policy.policy.place_unpinned if unpinned else None
 
     @property

@@ -173,12 +173,16 @@ class CStdRng(StdRng):
 
     def _poisson(self, n, mean_gap_ms):
         out = ffi.new("double[]", n)
-        lib.aisim_rng_poisson_arrivals(self._rng, n, mean_gap_ms, out)
+        status = lib.aisim_rng_poisson_arrivals(self._rng, n, mean_gap_ms, out)
+        if status:
+            raise status_error(status, "StdRng.poisson_arrivals")
         return ffi.unpack(out, n)
 
     def _arrivals_after(self, now_ms, n, mean_gap_ms):
         out = ffi.new("double[]", n)
-        lib.aisim_rng_arrivals_after(self._rng, n, mean_gap_ms, now_ms, out)
+        status = lib.aisim_rng_arrivals_after(self._rng, n, mean_gap_ms, now_ms, out)
+        if status:
+            raise status_error(status, "StdRng.arrivals_after")
         return ffi.unpack(out, n)
 
 

@@ -38,7 +38,8 @@ class RoundRobin(PlacementPolicy):
             return self._place_aggregated(request)
         return self._place_flattened(request)
 
-    # the place() that place_unpinned() stands for: a subclass with its own place() gets it
+    # the place() that place_unpinned() stands for; the router takes place_unpinned() only for
+    # the class that defines both itself, so a subclass always goes through place()
     UNPINNED_PLACE = place
 
     # -- scaling: the active workers change; the cursor goes to the one after the last placed

@@ -16,6 +16,7 @@ import gzip
 import os
 import re
 import zlib
+from stat import S_ISREG
 from typing import Annotated
 
 import msgspec
@@ -84,26 +85,31 @@ def _chunks(path):
 
 
 def file_digest(path, limit):
-    """What identifies the file's bytes (as stored, gzip or not): its size, modification time
+    """What identifies the file's bytes: its size, modification time
     and CRC-32; None when it is larger than ``limit`` bytes or cannot be read (the loader then
     reports why, or reads it unkept). CRC-32, not a cryptographic hash: zlib is loaded anyway,
     hashlib would add OpenSSL (about 4 MB) to every run, and an edit that keeps the size, the
-    time and the CRC of a file is not a mistake anyone makes."""
+    time and the CRC of a file is not a mistake anyone makes.
+
+    Only a regular file that is not gzip has one: a pipe (``<(zcat trace.gz)``) can be read
+    once only, and a gzip file's size says nothing of what its rows take in memory."""
+    if path.endswith(".gz"):   # (read as gzip by its name, as _open does)
+        return None
     crc = 0
     total = 0
     try:
         with open(path, "rb") as f:
-            stat = os.fstat(f.fileno())
-            if stat.st_size > limit:
+            st = os.fstat(f.fileno())
+            if not S_ISREG(st.st_mode) or st.st_size > limit:
                 return None
-            while chunk := f.read(CHUNK_BYTES):   # in chunks: a device may be endless
+            while chunk := f.read(CHUNK_BYTES):
                 total += len(chunk)
                 if total > limit:
                     return None
                 crc = zlib.crc32(chunk, crc)
     except (OSError, ValueError):
         return None
-    return total, stat.st_mtime_ns, crc
+    return total, st.st_mtime_ns, crc
 
 
 def _too_long(path, number):

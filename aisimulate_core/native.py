@@ -16,6 +16,7 @@ both backends raise, so the twins fail with identical types and messages.
 """
 
 import os
+from array import array
 
 from aisimulate_core.errors import NativeArgumentError, NativeEmptyError, NativeError, NativeMemoryError
 
@@ -98,6 +99,21 @@ def status_error(status, operation, detail=None):
     name = STATUS_NAMES.get(status, f"status {status}")
     meaning = detail or _STATUS_MEANINGS.get(status, "unexpected status")
     return NativeError(f"{operation} failed: {meaning} ({name})")
+
+
+def check_status(status, operation):
+    """``status`` when it is not an error (a count, a slot, OK); else its ``status_error``."""
+    if status < 0:
+        raise status_error(status, operation)
+    return status
+
+
+def c_array(typecode, pointer, n):
+    """An ``array(typecode)`` copy of ``n`` items at the C ``pointer`` (8-byte items)."""
+    out = array(typecode)
+    if n:
+        out.frombytes(ffi.buffer(pointer, 8 * n))
+    return out
 
 
 def open_handle(type_name, create, free, operation, *args, detail=None):

@@ -47,6 +47,21 @@ def run_python(decode, *, first_pass, end_ms, batch, base, total_kv, block_size,
     return ends
 
 
+def answer_misses(status, run, timing, decode, total_kv, resume):
+    """Keep a C decode loop going while it stops for a time only Python knows (an external
+    provider's prediction, or an error only it can word): each asked (batch, active) time is
+    computed by ``decode``, put in the memo ``timing``, and ``resume()`` calls the loop again.
+    Returns the loop's last status."""
+    lib = native.lib
+    while status == lib.AISIM_DECODE_MISS:
+        batch, active = run.miss_batch, run.miss_active
+        value = decode(batch, active, active // batch, total_kv)
+        native.check_status(lib.aisim_decode_timing_put(timing, batch, active, value),
+                            "aisim_decode_timing_put")
+        status = resume()
+    return status
+
+
 def _native_kind(model):
     """(kind, fixed ms) for a built-in model C evaluates itself; an exact type test, since a
     subclass may change the formula."""
@@ -115,21 +130,12 @@ class CDecodeRun:
         ends[0] = end_ms
         run.n_ends = 1
         timing = self._timing
-        while True:
-            status = lib.aisim_decode_extend(timing, run, ends, max_passes)
-            if status == native.OK:
-                break
-            if status != lib.AISIM_DECODE_MISS:
-                raise native.status_error(status, "aisim_decode_extend")
-            # a time only Python knows (or an error only it can word): ask, remember, resume
-            miss_batch, miss_active = run.miss_batch, run.miss_active
-            value = self._decode(miss_batch, miss_active, miss_active // miss_batch, total_kv)
-            status = lib.aisim_decode_timing_put(timing, miss_batch, miss_active, value)
-            if status != native.OK:
-                raise native.status_error(status, "aisim_decode_timing_put")
-        out = array("d")
-        out.frombytes(ffi.buffer(ends, 8 * run.n_ends))
-        return out
+        status = lib.aisim_decode_extend(timing, run, ends, max_passes)
+        if status == lib.AISIM_DECODE_MISS:
+            status = answer_misses(status, run, timing, self._decode, total_kv,
+                                   lambda: lib.aisim_decode_extend(timing, run, ends, max_passes))
+        native.check_status(status, "aisim_decode_extend")
+        return native.c_array("d", ends, run.n_ends)
 
 
 def decode_runner(timer, total_kv, backend=None):

@@ -25,9 +25,11 @@ from array import array
 
 from .. import native
 from ..errors import SimulationError
+from ..native import check_status as _check
 from ..kv.radix_native import NativeRadixCache
 from ..workload.prompt import IdRanges
-from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind
+from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind, answer_misses
+from .native_queue import QueueView
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
 from .sglang import SglangRank
@@ -78,12 +80,6 @@ def rank_class(engine, *, dp_size=1, backend=None):
     return SglangRank
 
 
-def _check(status, operation):
-    if status < 0:
-        raise native.status_error(status, operation)
-    return status
-
-
 class _Scratch:
     """C buffers every rank uses only within one call (one process, one thread)."""
 
@@ -106,35 +102,17 @@ def _scratch():
     return _SCRATCH[0]
 
 
-class _Queue:
-    """The running batch (which 0) or the waiting queue (which 1), read from C: length and
-    truth cost a field read; iterating brings the requests' counts up to date from C (their
-    ``generated``, ``computed``, ``held_blocks``, ``committed_blocks``, ``seq``, and the
-    running ones' ``open_start``, ``base_gen``, ``bucket_key``) for messages and checks."""
+class _Queue(QueueView):
+    """The running batch (which 0) or the waiting queue (which 1): iterating brings the
+    requests' counts up to date from C (their ``generated``, ``computed``, ``held_blocks``,
+    ``committed_blocks``, ``seq``, and the running ones' ``open_start``, ``base_gen``,
+    ``bucket_key``) for messages and checks."""
 
-    __slots__ = ("_rank", "_which")
+    __slots__ = ()
+    QUEUE = "aisim_sglang_queue"
 
-    def __init__(self, rank, which):
-        self._rank = rank
-        self._which = which
-
-    def __len__(self):
-        view = self._rank._view
-        return view.n_running if self._which == 0 else view.n_waiting
-
-    def __bool__(self):
-        return len(self) > 0
-
-    def __iter__(self):
-        rank = self._rank
-        n = len(self)
-        out = native.ffi.new("int32_t[]", max(n, 1))
-        _check(native.lib.aisim_sglang_queue(rank._rank, self._which, out, n),
-               "aisim_sglang_queue")
-        return iter([rank._synced(slot) for slot in native.ffi.unpack(out, n)])
-
-    def __getitem__(self, index):
-        return list(self)[index]
+    def _request(self, slot):
+        return self._rank._synced(slot)
 
     # RunningBatch's, for what reads a running batch (stall messages, checks.py)
     @property
@@ -313,10 +291,7 @@ class NativeSglangRank:
         finished requests' counted decode runs folded in (as the report reads it)."""
         self._fold()
         view = self._view
-        out = array("q")
-        if view.n_itl_diff:
-            out.frombytes(native.ffi.buffer(view.itl_diff, 8 * view.n_itl_diff))
-        return out
+        return native.c_array("q", view.itl_diff, view.n_itl_diff)
 
     # ------------------------------------------------------------------ what SglangRank words
     # the same text over the same fields: one definition, SglangRank's
@@ -480,19 +455,15 @@ class NativeSglangRank:
         max_passes = min(max_passes, MAX_PASSES)
         status = lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
                                          max_passes, ends, MAX_PASSES, run, 0, finishing)
-        while status == lib.AISIM_DECODE_MISS:
-            # a time only Python knows (or an error only it can word): ask, remember, resume
-            batch, active = run.miss_batch, run.miss_active
-            value = self.timer.decode(batch, active, active // batch, self.total_kv_tokens)
-            _check(lib.aisim_decode_timing_put(self._decode_timing, batch, active, value),
-                   "aisim_decode_timing_put")
-            status = lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms,
-                                             cutoff_ms, max_passes, ends, MAX_PASSES, run, 1,
-                                             finishing)
+        if status == lib.AISIM_DECODE_MISS:   # (an external provider's time: the memo missed)
+            status = answer_misses(
+                status, run, self._decode_timing, self.timer.decode, self.total_kv_tokens,
+                lambda: lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms,
+                                                cutoff_ms, max_passes, ends, MAX_PASSES, run, 1,
+                                                finishing))
         _check(status, "aisim_sglang_extend")
         if run.n_ends > 1:
-            out = array("d")
-            out.frombytes(native.ffi.buffer(ends, 8 * run.n_ends))
+            out = native.c_array("d", ends, run.n_ends)
             self._macro_ends = out
             self._ends_finishing = bool(finishing[0])
             self.pass_end_ms = out[-1]

@@ -25,8 +25,10 @@ from array import array
 
 from .. import native
 from ..errors import SimulationError
+from ..native import check_status as _check
 from . import fpm
-from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind, decode_runner
+from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind, answer_misses, decode_runner
+from .native_queue import QueueView
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
 from .vllm import VllmRank
@@ -107,12 +109,6 @@ def _scratch():
     return _SCRATCH[0]
 
 
-def _check(status, operation):
-    if status < 0:
-        raise native.status_error(status, operation)
-    return status
-
-
 class _Chunk:
     """A prompt chunk as engine/fpm.py reads a request: its prompt length and prefix."""
 
@@ -176,37 +172,14 @@ class _StoredRuns:
             yield run
 
 
-class _Queue:
-    """The running order or the waiting queue, read from C: length and truth cost a field
-    read; iterating builds the requests (messages and checks only)."""
+class _Queue(QueueView):
+    """The running order or the waiting queue (the requests themselves)."""
 
-    __slots__ = ("_rank", "_which")
+    __slots__ = ()
+    QUEUE = "aisim_vllm_queue"
 
-    def __init__(self, rank, which):
-        self._rank = rank
-        self._which = which
-
-    def __len__(self):
-        view = self._rank._view
-        return view.n_running if self._which == 0 else view.n_waiting
-
-    def __bool__(self):
-        view = self._rank._view   # (not through len(): the loop asks every step)
-        return (view.n_running if self._which == 0 else view.n_waiting) > 0
-
-    def _slots(self):
-        rank = self._rank
-        n = len(self)
-        out = native.ffi.new("int32_t[]", max(n, 1))
-        _check(native.lib.aisim_vllm_queue(rank._rank, self._which, out, n), "aisim_vllm_queue")
-        return native.ffi.unpack(out, n)
-
-    def __iter__(self):
-        requests = self._rank._requests
-        return iter([requests[s] for s in self._slots()])
-
-    def __getitem__(self, index):
-        return list(self)[index]
+    def _request(self, slot):
+        return self._rank._requests[slot]
 
 
 class NativeVllmRank(RankBase):
@@ -302,10 +275,7 @@ class NativeVllmRank(RankBase):
         """The difference array of gap multiplicities, per pass (C keeps it; read once, by
         the report)."""
         view = self._view
-        out = array("q")
-        if view.n_itl_diff:
-            out.frombytes(native.ffi.buffer(view.itl_diff, 8 * view.n_itl_diff))
-        return out
+        return native.c_array("q", view.itl_diff, view.n_itl_diff)
 
     @property
     def held_total(self):
@@ -588,23 +558,19 @@ class NativeVllmRank(RankBase):
     def _extend_in_c(self, horizon_ms, cutoff_ms, max_passes):
         """The run's end times from the C loop over the rank's own state, or None when its
         integers need Python's."""
-        ffi, lib = native.ffi, native.lib
+        lib = native.lib
         run, buffer = _scratch().run, _scratch().ends
         status = lib.aisim_vllm_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
                                        max_passes, buffer, MAX_PASSES, run, 0)
-        while status == lib.AISIM_DECODE_MISS:
-            # a time only Python knows (or an error only it can word): ask, remember, resume
-            batch, active = run.miss_batch, run.miss_active
-            value = self.timer.decode(batch, active, active // batch, self.total_kv_tokens)
-            _check(lib.aisim_decode_timing_put(self._decode_timing, batch, active, value),
-                   "aisim_decode_timing_put")
-            status = lib.aisim_vllm_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
-                                           max_passes, buffer, MAX_PASSES, run, 1)
+        if status == lib.AISIM_DECODE_MISS:   # (an external provider's time: the memo missed)
+            status = answer_misses(
+                status, run, self._decode_timing, self.timer.decode, self.total_kv_tokens,
+                lambda: lib.aisim_vllm_extend(self._rank, self.pass_end_ms, horizon_ms,
+                                              cutoff_ms, max_passes, buffer, MAX_PASSES, run, 1))
         if status == lib.AISIM_VLLM_EXTEND_IN_PYTHON:
             return None
         _check(status, "aisim_vllm_extend")
-        ends = array("d")
-        ends.frombytes(ffi.buffer(buffer, 8 * run.n_ends))
+        ends = native.c_array("d", buffer, run.n_ends)
         return ends
 
     def _extend_in_python(self, horizon_ms, cutoff_ms, max_passes):

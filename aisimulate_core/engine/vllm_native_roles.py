@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections import deque
 
 from .. import native
+from ..native import check_status as _check
 from .decode_run import MAX_PASSES
 from .request import WAITING
 from .vllm import VllmRank
-from .vllm_native import NativeVllmRank, _check, _scratch
+from .vllm_native import NativeVllmRank, _scratch
 from .vllm_roles import VllmDecodeRank, VllmPrefillRank
 
 

@@ -102,12 +102,11 @@ class RoundRobin(PlacementPolicy):
 
     def _place_flattened(self, request: PlacementRequest) -> tuple[int, int]:
         if request.dp_rank is None:
-            candidates = self._schedulers
-        else:
-            rank = request.dp_rank
-            candidates = [(worker.worker_id, rank) for worker in self._workers if 0 <= rank < worker.dp_size]
-            if not candidates:
-                _check_rank(request, max(worker.dp_size for worker in self._workers))
+            return self.place_unpinned()
+        rank = request.dp_rank
+        candidates = [(worker.worker_id, rank) for worker in self._workers if 0 <= rank < worker.dp_size]
+        if not candidates:
+            _check_rank(request, max(worker.dp_size for worker in self._workers))
         index = self._cursor % len(candidates)
         scheduler = candidates[index]
         self._cursor = index + 1

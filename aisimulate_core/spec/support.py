@@ -27,8 +27,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("rank", "state_cache", (None,)),
     ("rank", "aic_nextn", (None,)),  # MTP bursts (SEMANTICS.md §2.7)
     ("rank", "prefill_schedule_interval", (1,)),
-    ("rank", "emit_kv_events", (False,)),
-    ("rank", "emit_kv_token_ids", (False,)),
     ("rank", "frontend", (None,)),
     ("rank", "vision", (False,)),
     ("traffic", "cached_prefix_tokens", (0,)),

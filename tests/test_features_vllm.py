@@ -1,0 +1,112 @@
+"""The vLLM / TensorRT-LLM engine features of FEATURES.md against the reference: MTP (§1),
+``prefill_schedule_interval`` (§2), ``emit_kv_events`` (§4) and ``state_cache`` (§7).
+
+The shared cases of ../shared/bench/features/ are compared in place; our own recorded cases
+(tests/fixtures/features_vllm/, recorded by bench/record_reference.py into
+tests/fixtures/reference/features_vllm/) settle each rule and worked example. Comparison in the
+canonical form of FEATURES.md §10 (tests/cluster_compare.py). Every case runs on the default
+backend in process and, all together in one subprocess, with ``AISIMULATE_BACKEND=python``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster_compare import compare
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_CASES = ROOT.parent / "shared" / "bench" / "features"
+OWN_PAYLOADS = ROOT / "tests" / "fixtures" / "features_vllm"
+OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_vllm"
+
+SHARED = ["f5_kv_events_vllm"]
+# recorded by us (tests/fixtures/features_vllm/README.md says what each settles)
+OWN = []
+
+
+def _case(name):
+    """(payload path, the reference's output as peer_run printed it) of a case."""
+    if name in SHARED:
+        payload = SHARED_CASES / f"{name}.json"
+        if not payload.exists():
+            pytest.skip(f"{payload} is not beside the checkout")
+        return payload, json.loads((SHARED_CASES / f"{name}.expected.json").read_text())
+    fixture = json.loads((OWN_RECORDED / f"{name}.json").read_text())
+    theirs = dict(fixture["summary"], per_request=fixture["per_request"])
+    return ROOT / fixture["payload"], theirs
+
+
+def problems_of(name):
+    """Differences between our run of case ``name`` and the reference's."""
+    from aisimulate_core import run_replay
+
+    payload, theirs = _case(name)
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        report = run_replay(payload.read_text())
+    finally:
+        os.chdir(cwd)
+    return compare(report.summary, report.per_request, theirs)
+
+
+@pytest.mark.parametrize("name", SHARED + OWN)
+def test_case_matches_the_reference(name):
+    problems = problems_of(name)
+    assert problems == [], "\n".join(problems[:20])
+
+
+def test_cases_match_on_the_python_backend():
+    """Every case again with AISIMULATE_BACKEND=python (Python block pool and queues)."""
+    names = [n for n in SHARED if (SHARED_CASES / f"{n}.json").exists()] + OWN
+    script = ("import json, sys\n"
+              "from test_features_vllm import problems_of\n"
+              "out = {n: problems_of(n)[:5] for n in sys.argv[1:]}\n"
+              "print(json.dumps(out))\n")
+    env = dict(os.environ, AISIMULATE_BACKEND="python",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script, *names], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {n: p for n, p in result.items() if p} == {}
+
+
+def test_kv_events_change_nothing():
+    """f5 without its two event fields gives the very same report (FEATURES.md §4)."""
+    from aisimulate_core import run_replay
+
+    payload = SHARED_CASES / "f5_kv_events_vllm.json"
+    if not payload.exists():
+        pytest.skip(f"{payload} is not beside the checkout")
+    doc = json.loads(payload.read_text())
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        on = run_replay(json.dumps(doc))
+        assert doc["spec"]["engine"]["rank"].pop("emit_kv_events") is True
+        assert doc["spec"]["engine"]["rank"].pop("emit_kv_token_ids") is True
+        off = run_replay(json.dumps(doc))
+    finally:
+        os.chdir(cwd)
+    assert compare(on.summary, on.per_request,
+                   dict(off.summary, per_request=off.per_request)) == []
+
+
+def test_kv_token_ids_need_kv_events():
+    from aisimulate_core import run_replay
+    from aisimulate_core.errors import AisimError
+
+    doc = json.loads((SHARED_CASES / "f5_kv_events_vllm.json").read_text()) if (
+        SHARED_CASES / "f5_kv_events_vllm.json").exists() else pytest.skip("no f5")
+    doc["spec"]["engine"]["rank"]["emit_kv_events"] = False
+    with pytest.raises(AisimError) as err:
+        run_replay(json.dumps(doc))
+    assert "$.spec.engine.rank.emit_kv_token_ids: requires emit_kv_events true, got true" \
+        in str(err.value)

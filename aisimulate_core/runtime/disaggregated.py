@@ -122,6 +122,11 @@ class TransferModel:
 class DisaggregatedSimulation(Simulation):
     """One disaggregated replay; built by ``build_simulation`` for a disaggregated topology."""
 
+    # the handoff's order: an arrival's first action, and the action a held source takes
+    # (source-first; SGLang's destination-first order is runtime/sglang_handoff.py)
+    FIRST_ACTION = SUBMIT
+    HELD_ACTION = RESERVE
+
     def __init__(self, *, transfer, prefill_gpus_per_worker, **kwargs):
         super().__init__(**kwargs)
         self.transfer = transfer
@@ -435,7 +440,7 @@ class DisaggregatedSimulation(Simulation):
                     actions.extend(waiting)
             for handoff in held:
                 if handoff.prefill.rank is rank:
-                    actions.append((RESERVE, handoff))
+                    actions.append((self.HELD_ACTION, handoff))
         self._idle[0].add(key)
         return bool(held)
 
@@ -532,7 +537,7 @@ class DisaggregatedSimulation(Simulation):
         for window in self.windows:
             window.arrival()
         request.handoff = Handoff(request)
-        self._actions.append((SUBMIT, request.handoff))
+        self._actions.append((self.FIRST_ACTION, request.handoff))
         if self.on_event is not None:
             self.on_event("arrival", now_ms, request)
 

@@ -654,21 +654,18 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
     return s;
 }
 
-int aisim_vllm_submit_ranges(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
-                             int64_t out_limit, const uint32_t *ranges, size_t n_ranges,
-                             int64_t block, uint64_t salt)
+/* workload/prompt.py's _build_runs into r->run_values / run_lengths: the first n ids of the
+ * ranges, each a run of `block` tokens, the last run cut at the prompt's length; *n_runs = n. */
+static int runs_from_ranges(aisim_vllm_rank *r, int64_t prompt_len, const uint32_t *ranges,
+                            size_t n_ranges, int64_t block, size_t *n_runs)
 {
     int64_t n, k = 0;
     size_t i;
-    int32_t s;
-    int status;
     if (!r || (n_ranges && !ranges) || block < 1 || block > UINT32_MAX || prompt_len < 0 ||
         prompt_len > INT64_MAX / 4)
         return AISIM_EINVAL;
     if (r->broken)
         return AISIM_ECORRUPT;
-    /* workload/prompt.py's _build_runs: the first n ids of the ranges, each a run of `block`
-     * tokens, the last run cut at the prompt's length */
     n = ceildiv(prompt_len, block);
     if ((uint64_t)n > SIZE_MAX / sizeof(uint32_t))
         return AISIM_ENOMEM;
@@ -688,13 +685,20 @@ int aisim_vllm_submit_ranges(aisim_vllm_rank *r, int64_t prompt_len, int64_t max
         return AISIM_EINVAL;   /* ranges shorter than the prompt: the caller's runs say why */
     if (n)
         r->run_lengths[n - 1] = (uint32_t)(prompt_len - (n - 1) * block);
-    status = add_request(r, prompt_len, max_output, out_limit, NULL, 0, r->run_values,
-                         r->run_lengths, (size_t)n, 0, salt, &s);
+    *n_runs = (size_t)n;
+    return AISIM_OK;
+}
+
+int aisim_vllm_submit_ranges(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                             int64_t out_limit, const uint32_t *ranges, size_t n_ranges,
+                             int64_t block, uint64_t salt)
+{
+    size_t n;
+    int status = runs_from_ranges(r, prompt_len, ranges, n_ranges, block, &n);
     if (status < 0)
         return status;
-    wait_push_back(r, s);   /* room reserved by add_request */
-    refresh_view(r);
-    return s;
+    return aisim_vllm_submit(r, prompt_len, max_output, out_limit, NULL, 0, r->run_values,
+                             r->run_lengths, n, 0, salt);
 }
 
 /* ------------------------------------------------------------ KV helpers */
@@ -1951,6 +1955,21 @@ int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_
 
 /* ------------------------------------------------------------ disaggregated roles */
 
+/* A destination's slot joins the pending list (room grown by the caller before add_request). */
+static void push_pending(aisim_vllm_rank *r, int32_t s)
+{
+    r->waiting_order[s] = r->accepted++;
+    if (r->pending_head && r->pending_head * 2 >= r->pending.len) {
+        /* the taken heads are dropped once they are half the list: amortized O(1) */
+        size_t live = r->pending.len - r->pending_head;
+        memmove(r->pending.v, r->pending.v + r->pending_head, live * sizeof *r->pending.v);
+        r->pending.len = live;
+        r->pending_head = 0;
+    }
+    r->pending.v[r->pending.len++] = s;   /* room grown before (dropping heads only frees) */
+    refresh_view(r);
+}
+
 int aisim_vllm_accept(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
                       int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
                       const uint32_t *values, const uint32_t *lengths, size_t n_runs,
@@ -1968,17 +1987,23 @@ int aisim_vllm_accept(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
                          n_runs, authored, salt, &s);
     if (status < 0)
         return status;
-    r->waiting_order[s] = r->accepted++;
-    if (r->pending_head && r->pending_head * 2 >= r->pending.len) {
-        /* the taken heads are dropped once they are half the list: amortized O(1) */
-        size_t live = r->pending.len - r->pending_head;
-        memmove(r->pending.v, r->pending.v + r->pending_head, live * sizeof *r->pending.v);
-        r->pending.len = live;
-        r->pending_head = 0;
-    }
-    r->pending.v[r->pending.len++] = s;   /* room grown above (dropping heads only frees) */
-    refresh_view(r);
+    push_pending(r, s);
     return s;
+}
+
+int aisim_vllm_accept_ranges(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                             int64_t out_limit, const uint32_t *ranges, size_t n_ranges,
+                             int64_t block, uint64_t salt)
+{
+    size_t n;
+    int status;
+    if (!r || r->cfg.role != AISIM_VLLM_DECODE)
+        return AISIM_EINVAL;
+    status = runs_from_ranges(r, prompt_len, ranges, n_ranges, block, &n);
+    if (status < 0)
+        return status;
+    return aisim_vllm_accept(r, prompt_len, max_output, out_limit, NULL, 0, r->run_values,
+                             r->run_lengths, n, 0, salt);
 }
 
 static int retry(aisim_vllm_rank *r, int32_t *out, int64_t *fresh_tokens)

@@ -148,6 +148,11 @@ int aisim_vllm_accept(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
                       int64_t out_limit, const uint64_t *hashes, size_t n_hashes,
                       const uint32_t *values, const uint32_t *lengths, size_t n_runs,
                       int32_t authored, uint64_t salt);
+/* aisim_vllm_accept of a prompt given as id ranges, as aisim_vllm_submit_ranges takes one
+ * (AISIM_EINVAL, nothing accepted, when the runs must be given instead). */
+int aisim_vllm_accept_ranges(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,
+                             int64_t out_limit, const uint32_t *ranges, size_t n_ranges,
+                             int64_t block, uint64_t salt);
 /* Decode role (VllmDecodeRank.retry): reserves the prompt blocks of the pending head if it
  * may be tried and fits; *slot is the head reserved (-1: none), *fresh_tokens the tokens of
  * its fresh blocks, *seq its KV table. */

@@ -32,7 +32,7 @@ from aisimulate_core.spec.engine import EngineConfig
 from aisimulate_core.errors import AisimError
 from reference import HOST_KEYS, run_fixture
 from test_vllm_native import (Recorder, make_request, random_engine, random_stream,
-                              random_timer)
+                              random_timer, ranged_request, ranged_stream)
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
 
@@ -101,7 +101,8 @@ def drive_roles(classes, setup, max_steps=6000):
     ends = [None] * len(workers)     # the pass in flight's end, per worker
     active = [()] * len(workers)     # its ranks with work in it
     parked = [False] * len(workers)  # a zero-time pass without effect: wait for the clock
-    requests = [make_request(i + 1, item) for i, item in enumerate(stream)]
+    make_one = ranged_request if setup.get("ranged") else make_request
+    requests = [make_one(i + 1, item) for i, item in enumerate(stream)]
     destinations = {}
     transfers = []                   # (done ms, order, destination, source)
     activations = []                 # transferred, waiting for their decode rank to be idle
@@ -257,9 +258,11 @@ def drive_roles(classes, setup, max_steps=6000):
                 activation_runs=activation_runs)
 
 
-def random_setup(seed, n_requests):
+def random_setup(seed, n_requests, ranged=False):
+    """``ranged``: synthetic prompts of id ranges (the C decode rank accepts them through
+    aisim_vllm_accept_ranges, the Python one builds their runs)."""
     rng = random.Random(seed)
-    stream = random_stream(rng, n_requests)
+    stream = (ranged_stream if ranged else random_stream)(rng, n_requests)
     decode_engine = random_engine(rng, stream)
     prefill_engine = random_engine(rng, stream)
     # the roles share the backend and block size, as a payload's roles do
@@ -270,7 +273,7 @@ def random_setup(seed, n_requests):
         "backend": decode_engine.backend, "block_size": decode_engine.block_size})
     transfer = rng.choice([0.0, 0.5, 3.0, None])
     return dict(
-        stream=stream, prefill_engine=prefill_engine, decode_engine=decode_engine,
+        ranged=ranged, stream=stream, prefill_engine=prefill_engine, decode_engine=decode_engine,
         timer_seed=rng.randrange(1 << 30), decode_ranks=rng.choice([1, 2, 3]),
         group=rng.random() < 0.3,
         gauges=rng.random() < 0.5, extend=rng.random() < 0.7, fpm=rng.random() < 0.3,
@@ -279,8 +282,8 @@ def random_setup(seed, n_requests):
         else (lambda prompt, missing, d=transfer: d))
 
 
-def assert_same(seed, n_requests):
-    setup = random_setup(seed, n_requests)
+def assert_same(seed, n_requests, ranged=False):
+    setup = random_setup(seed, n_requests, ranged)
     expected = drive_roles(PYTHON, setup)
     got = drive_roles(C, setup)
     for key in expected:
@@ -292,6 +295,13 @@ def assert_same(seed, n_requests):
 def test_random_handoffs_match_the_python_roles(block):
     for seed in range(block * 80, block * 80 + 80):
         assert_same(seed, 30)
+
+
+def test_id_range_destinations_match_the_python_roles():
+    """A synthetic destination's runs are made and hashed in C from its id ranges: the same
+    reservations, hits and records as the runs the Python decode rank builds."""
+    for seed in range(5000, 5060):
+        assert_same(seed, 30, ranged=True)
 
 
 def test_long_handoffs_match_the_python_roles():

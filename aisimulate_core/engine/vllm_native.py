@@ -71,6 +71,8 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
             return f"{field} {value} (the C rank counts in int64: below 2^62)"
     if engine.num_gpu_blocks * engine.block_size >= _EXACT:
         return "num_gpu_blocks x block_size beyond 2^62 tokens"
+    if getattr(engine, "aic_nextn", None) is not None:
+        return "MTP bursts (aic_nextn: the Python rank, engine/mtp.py)"
     return None
 
 
@@ -400,10 +402,11 @@ class NativeVllmRank(RankBase):
         if self.capture_gauges:
             self._gauges = self.submission_gauges()
 
-    def _submit_ranges(self, request, prompt_len, source):
+    def _submit_ranges(self, request, prompt_len, source, entry=None):
         """Submit a synthetic prompt from its id ranges (``Prompt.from_hash_ids`` over an
         ``IdRanges`` whose runs are not built yet): its runs are made and hashed in C, never
-        in Python. The slot, or None (nothing queued) when the runs must say it."""
+        in Python. The slot, or None (nothing queued) when the runs must say it. ``entry``:
+        the C call (aisim_vllm_submit_ranges, or a decode rank's aisim_vllm_accept_ranges)."""
         ranges = source[0].ranges
         n = len(ranges)
         scratch = _SCRATCH[0]   # (made with the rank)
@@ -421,9 +424,9 @@ class NativeVllmRank(RankBase):
                     i += 2
         except OverflowError:
             return None
-        slot = _lib.aisim_vllm_submit_ranges(self._rank, prompt_len, request.max_output,
-                                             request.out_limit, buffer, n, source[1],
-                                             (request.uuid * _GOLDEN) & _MASK)
+        slot = (entry or _lib.aisim_vllm_submit_ranges)(
+            self._rank, prompt_len, request.max_output, request.out_limit, buffer, n, source[1],
+            (request.uuid * _GOLDEN) & _MASK)
         return None if slot == native.EINVAL else slot
 
     def _take_slot(self, slot, request):

@@ -19,6 +19,7 @@ from .request import WAITING
 from .vllm import VllmRank
 from .vllm_native import NativeVllmRank, _scratch
 from .vllm_roles import VllmDecodeRank, VllmPrefillRank
+from ..workload.prompt import IdRanges
 
 
 class NativeVllmPrefillRank(NativeVllmRank):
@@ -104,7 +105,14 @@ class NativeVllmDecodeRank(NativeVllmRank):
         if not self._destination_fits(r):
             return False
         # (hashed past max_model_len too: the reservation looks its prompt up)
-        slot = native.lib.aisim_vllm_accept(self._rank, *self._request_args(r, hashed=True))
+        slot = None
+        if self.caching and r.output_token_ids is None:
+            source = getattr(r.prompt, "_source", None)
+            if source is not None and type(source[0]) is IdRanges:
+                slot = self._submit_ranges(r, r.prompt_len, source,
+                                           native.lib.aisim_vllm_accept_ranges)
+        if slot is None:
+            slot = native.lib.aisim_vllm_accept(self._rank, *self._request_args(r, hashed=True))
         self._take_slot(_check(slot, "aisim_vllm_accept"), r)
         r.waiting_order = self._accepted
         self._accepted += 1

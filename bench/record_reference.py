@@ -177,6 +177,13 @@ CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
 CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
     "weka_corpus_disagg", "trace_dynamo_agentic_disagg")]
 
+# q. the vLLM / TensorRT-LLM engine features of FEATURES.md (MTP, prefill_schedule_interval,
+# state_cache): tests/fixtures/features_vllm/ (generate.py writes them, README.md says what each
+# settles), recorded into reference/features_vllm/
+_FV = "tests/fixtures/features_vllm/"
+CASES += [("features_vllm/" + _n, _FV + _n + ".json", True) for _n in sorted(
+    f[:-5] for f in os.listdir(os.path.join(ROOT, _FV)) if f.endswith(".json"))]
+
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it
 _HANG_PROBE = """
@@ -294,6 +301,7 @@ def main(argv):
         sys.stderr.write("unknown case(s): %s\n" % ", ".join(unknown))
         return 2
     os.makedirs(os.path.join(ROOT, OUT_DIR), exist_ok=True)
+    os.makedirs(os.path.join(ROOT, OUT_DIR, "features_vllm"), exist_ok=True)
     ok = True
     for case in CASES:
         if wanted and case[0] not in wanted:

@@ -25,9 +25,9 @@ SHARED_CASES = ROOT.parent / "shared" / "bench" / "features"
 OWN_PAYLOADS = ROOT / "tests" / "fixtures" / "features_vllm"
 OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_vllm"
 
-SHARED = ["f5_kv_events_vllm"]
+SHARED = ["f1_mtp_vllm_dp2", "f5_kv_events_vllm"]
 # recorded by us (tests/fixtures/features_vllm/README.md says what each settles)
-OWN = []
+OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
 
 
 def _case(name):
@@ -110,3 +110,70 @@ def test_kv_token_ids_need_kv_events():
         run_replay(json.dumps(doc))
     assert "$.spec.engine.rank.emit_kv_token_ids: requires emit_kv_events true, got true" \
         in str(err.value)
+
+
+# -- MTP ----------------------------------------------------------------------------------------
+
+
+def _mtp_payload(**rank):
+    base = {"backend": "vllm", "block_size": 16, "num_gpu_blocks": 1024,
+            "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 5.0},
+            "aic_nextn": 2}
+    base.update(rank)
+    return {"spec": {"version": 1,
+                     "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}},
+                     "engine": {"rank": base}, "record_per_request": True,
+                     "requests": [{"id": "a", "input_tokens": 16, "output_tokens": 20,
+                                   "arrival_time_ms": 0.0}]}}
+
+
+def test_mtp_runs_on_the_python_rank():
+    """The C rank declines MTP: its rank is the Python twin, which bursts."""
+    from aisimulate_core.engine.vllm_native import supports
+    from aisimulate_core.spec.load import load_payload
+
+    rank = load_payload(_mtp_payload()).spec.engine.rank
+    assert "aic_nextn" in supports(rank, backend="c")
+    assert supports(load_payload(_mtp_payload(aic_nextn=None)).spec.engine.rank,
+                    backend="c") is None
+
+
+def test_mtp_example_of_the_features_doc():
+    """FEATURES.md §1.2: 16/20, aic_nextn 2, default rates, seed 42: bursts 2,2,2,2,3,1,2,2,3,1
+    over ten passes at 15..60 (a synthetic request, not a trace row)."""
+    from aisimulate_core import run_replay
+
+    record = run_replay(json.dumps(_mtp_payload())).per_request[0]
+    assert (record["ttft_ms"], record["ttst_ms"], record["last_token_ms"]) == (15.0, 0.0, 60.0)
+    assert record["itl_ms"] == pytest.approx(45 / 19)
+    seeded = run_replay(json.dumps(_mtp_payload(aic_mtp_seed=43))).per_request[0]
+    assert seeded["last_token_ms"] == 55.0
+
+
+def test_mtp_accept_rates_are_cut_and_padded():
+    from aisimulate_core.engine.mtp import accept_rates
+
+    assert accept_rates(3, "1, 0.5") == [1.0, 0.5, 0.0]
+    assert accept_rates(2, "1,0.5,0.25") == [1.0, 0.5]
+    assert accept_rates(2, None) == accept_rates(2, "  ") == [0.85, 0.3]
+
+
+@pytest.mark.parametrize("rank, message", [
+    ({"aic_nextn": 6}, "$.spec.engine.rank.aic_nextn: must be <= 5, got 6"),
+    ({"aic_nextn": 0}, "$.spec.engine.rank.aic_nextn: must be > 0, got 0"),
+    ({"aic_nextn_accept_rates": "0.5,,0.2"},
+     "$.spec.engine.rank.aic_nextn_accept_rates: entry 1 must be a number in [0, 1], got \"\""),
+    ({"aic_nextn_accept_rates": "1.5"},
+     "$.spec.engine.rank.aic_nextn_accept_rates: entry 0 must be a number in [0, 1], got \"1.5\""),
+    ({"aic_nextn": None, "aic_nextn_accept_rates": "1"},
+     "$.spec.engine.rank.aic_nextn_accept_rates: requires aic_nextn, got \"1\""),
+    ({"decode_speedup_ratio": 2.0},
+     "$.spec.engine.rank.decode_speedup_ratio: must be 1.0 with aic_nextn, got 2.0"),
+])
+def test_mtp_fields_are_checked(rank, message):
+    from aisimulate_core import run_replay
+    from aisimulate_core.errors import AisimError
+
+    with pytest.raises(AisimError) as err:
+        run_replay(json.dumps(_mtp_payload(**rank)))
+    assert message in str(err.value)

@@ -20,6 +20,7 @@ from ..errors import SimulationError
 from . import fpm
 from ..kv.hash_counts import hash_counts
 from .decode_run import MAX_PASSES, decode_runner
+from .mtp import MtpBursts, mtp_prefix_hit
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, request_name
 
@@ -88,6 +89,10 @@ class VllmRank(RankBase):
         self._fpm_chunks = []
         self._fpm_queue = None
         self._fpm_pending = None
+        # MTP bursts (engine/mtp.py): every request stays outside open stretches
+        self.mtp = None
+        if getattr(engine, "aic_nextn", None) is not None:
+            self.mtp = MtpBursts(engine, scheduler_id, draws=not self.holds_sources)
 
     def _take_settings(self, engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id):
         """The rank's identity and the engine settings it schedules by (the C rank's too)."""
@@ -174,9 +179,15 @@ class VllmRank(RankBase):
             # nothing else can happen (other workers may run on to a time limit first)
             admitted = self._admit_waiting(now_ms, budget)
         ready = [r for r in self.partial if r.computed >= r.prompt_len + r.generated]
+        emitters = None
+        if self.mtp is not None:
+            # the bursts' KV is reserved (preempting while it does not fit) and sampled now
+            emitters = self.mtp.reserve(self, P, ready)
+            preempted = preempted or self.mtp.preempted
+            ready = [r for r in ready if r.generated >= r.out_limit] + emitters
         self._ready = ready
         plain = (fast and not self._rejected and not self._pf_count
-                 and P not in self.finishing)
+                 and P not in self.finishing and emitters is None)
         self._plain_decode = plain and not self.partial
         # every request outside a stretch gets its token with this pass: the decode role
         # may open their stretches now and extend the pass (VllmDecodeRank.extend)
@@ -186,13 +197,19 @@ class VllmRank(RankBase):
         # worker whose zero-duration pass has no effect
         self.pass_effect = bool(preempted or admitted or ready or n or self._rejected)
         active = self.sum_base + n * P
-        for r in ready:
-            # a first token comes free with the prefill chunk that completed the prompt in this
-            # pass; one after no prompt work (TRT-LLM full cache hit, decode-role activation) is
-            # a decode step
-            if r.generated > 0 or (r.pass_chunk[1] < 0 and r.out_limit > 0):
+        if emitters is not None:
+            # with MTP every emitter pays decode time, a prompt just finished included
+            for r in emitters:
                 n += 1
                 active += r.prompt_len + r.generated
+        else:
+            for r in ready:
+                # a first token comes free with the prefill chunk that completed the prompt in
+                # this pass; one after no prompt work (TRT-LLM full cache hit, decode-role
+                # activation) is a decode step
+                if r.generated > 0 or (r.pass_chunk[1] < 0 and r.out_limit > 0):
+                    n += 1
+                    active += r.prompt_len + r.generated
         prefill = 0.0
         if self._pf_count and self.charges_prefill:
             count = self._pf_count
@@ -203,7 +220,9 @@ class VllmRank(RankBase):
         # decode steps (telemetry's accept_length_forward_count): a token after a preempted
         # request's recompute comes from a prefill forward, not a decode step
         steps = n
-        if ready:
+        if emitters is not None:
+            steps = self.mtp.decode_steps()
+        elif ready:
             for r in ready:
                 if r.generated > 0 and r.pass_chunk[1] >= 0:
                     steps -= 1
@@ -434,6 +453,8 @@ class VllmRank(RankBase):
                 cached = cap
             if active_cached > cap:
                 active_cached = cap
+            if self.mtp is not None:
+                cached, active_cached = mtp_prefix_hit(cached, active_cached, bs)
         available = self.num_blocks - pool.active()
         if self.no_evict:
             needed = footprint - active_cached // bs
@@ -578,6 +599,8 @@ class VllmRank(RankBase):
         P = self.pass_index + (len(self._macro_ends) - 1 if self._macro_ends else 0)
         done = [r for r in self.finishing.get(P, ())
                 if r.in_stretch and r.base_pass + r.out_limit - r.base_gen - 1 == P]
+        if self.mtp is not None:
+            return self.mtp.finishing()
         done += [r for r in self._ready if r.generated + 1 >= r.out_limit]
         return done
 
@@ -632,7 +655,10 @@ class VllmRank(RankBase):
                 if r.in_stretch and r.base_pass + r.out_limit - r.base_gen - 1 == P:
                     done.append(r)
         ready = self._ready
-        if ready:
+        if self.mtp is not None:
+            self._ready = []
+            self.mtp.complete(self, P, end_ms, ready)
+        elif ready:
             self._ready = []
             for r in ready:
                 self.partial.remove(r)

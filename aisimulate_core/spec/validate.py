@@ -104,6 +104,8 @@ def check_rank(r: EngineConfig, p: str, c: Checker) -> None:
     c.finite_nonnegative(p + ".decode_speedup_ratio", r.decode_speedup_ratio)
     if r.aic_nextn is not None:
         c.positive(p + ".aic_nextn", r.aic_nextn)
+        if r.aic_nextn > 5:
+            c.add(p + ".aic_nextn", f"must be <= 5, got {r.aic_nextn}")
         for problem in _accept_rates(r.aic_nextn_accept_rates or ""):
             c.add(p + ".aic_nextn_accept_rates", problem)
         if r.decode_speedup_ratio != 1.0:

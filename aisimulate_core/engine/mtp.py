@@ -1,0 +1,156 @@
+"""MTP / speculative decoding on the vLLM and TensorRT-LLM ranks (FEATURES.md §1.2, §1.3).
+
+With ``aic_nextn = n`` one verification forward emits a *burst* of up to ``n + 1`` tokens,
+sampled per request from conditional acceptance rates by the rank's own generator
+(``StdRng.seed_from_u64(aic_mtp_seed + scheduler index)``). ``VllmRank`` keeps every request of
+an MTP rank outside open stretches (a burst breaks the one-token-per-pass arithmetic) and hands
+the emission of each pass to ``MtpBursts``:
+
+* ``reserve`` (at the pass start, after admission): the blocks the bursts may need,
+  ``Σ ceil((len + min(n + 1, remaining)) / bs) − ceil(len / bs)`` over the ready requests; when
+  they are not available a victim is preempted by the preemption mode and the reservation is
+  recomputed over the ready requests left. The bursts are sampled then, in running order, and
+  their tokens' KV allocated from the reservation (cached blocks it evicted stay evicted).
+* ``emit`` (at the pass end): the tokens, all stamped with the pass end; a request's first token
+  of the pass continues its emission stretch, the others are stretches of one pass (zero gaps).
+
+A prefill-role rank emits its copy's single token without drawing (the burst is 1).
+"""
+
+from __future__ import annotations
+
+from ..workload.rng import StdRng
+
+DEFAULT_RATES = "0.85,0.3,0,0,0"
+_U64 = (1 << 64) - 1
+
+
+def accept_rates(nextn, text):
+    """The conditional acceptance rates of ``aic_nextn_accept_rates``, cut or zero-padded to
+    ``nextn`` entries (absent, empty or blank: the defaults). The spec's validation has
+    checked every entry already."""
+    if text is None or not text.strip():
+        text = DEFAULT_RATES
+    rates = [float(part.strip()) for part in text.split(",")]
+    rates = rates[:nextn]
+    return rates + [0.0] * (nextn - len(rates))
+
+
+class MtpBursts:
+    """One rank's burst sampler and the bursts of its pass in flight."""
+
+    __slots__ = ("rng", "rates", "max_burst", "draws", "bursts", "preempted")
+
+    def __init__(self, engine, scheduler_id, *, draws=True):
+        nextn = engine.aic_nextn
+        self.rates = accept_rates(nextn, engine.aic_nextn_accept_rates)
+        self.rng = StdRng((engine.aic_mtp_seed + scheduler_id) & _U64)
+        # a prefill-role copy stops at its first token: a burst of one, no draw
+        self.draws = draws
+        self.max_burst = nextn + 1 if draws else 1
+        self.bursts = []              # (request, tokens) of the pass in flight
+        self.preempted = False        # the latest reservation preempted a request
+
+    def _need(self, rank, ready):
+        """Blocks the bursts of ``ready`` may take beyond what they hold."""
+        bs = rank.block_size
+        need = 0
+        for r in ready:
+            length = r.prompt_len + r.generated
+            burst = min(self.max_burst, r.out_limit - r.generated)
+            need += -(-(length + burst) // bs) - -(-length // bs)
+        return need
+
+    def reserve(self, rank, P, ready):
+        """Reserve the bursts' KV over the requests ready to emit (preempting while it does not
+        fit), sample their bursts and allocate their tokens. Returns the emitting requests."""
+        emitters = [r for r in ready if r.generated < r.out_limit]
+        if not emitters:
+            return emitters
+        pool = rank.pool
+        need = self._need(rank, emitters)
+        self.preempted = False
+        while need > pool.allocatable():
+            # requests whose generation is complete already leave at this pass end
+            candidates = [r for r in rank.running if r.generated < r.out_limit]
+            if not candidates or rank.no_evict:
+                emitters = []  # (TensorRT-LLM never preempts; nothing runs: nothing to emit)
+                break
+            victim = candidates[-1] if rank.lifo else candidates[0]
+            rank._preempt(victim, P)
+            self.preempted = True
+            emitters = [r for r in rank.partial if r.generated < r.out_limit
+                        and r.computed >= r.prompt_len + r.generated]
+            if not emitters:
+                break
+            need = self._need(rank, emitters)
+        if not emitters:
+            return emitters
+        if need > pool.free_blocks():
+            # the reservation takes its blocks at once: the cached blocks it evicts stay
+            # evicted even when the bursts turn out shorter
+            scratch = pool.new_seq()
+            pool.allocate(scratch, need)
+            pool.release(scratch)
+        bs = rank.block_size
+        bursts = self.bursts
+        for r in emitters:
+            remaining = r.out_limit - r.generated
+            tokens = self.rng.accepted_tokens(self.rates) if self.draws else 1
+            burst = tokens if tokens < remaining else remaining
+            bursts.append((r, burst))
+            length = r.prompt_len + r.generated + burst
+            grow = -(-length // bs) - r.held_blocks
+            if grow > 0:
+                pool.allocate(r.seq, grow)
+                r.held_blocks += grow
+                rank.held_total += grow
+            if rank.caching:
+                rank._commit_full_blocks(r, (length - 1) // bs)
+        return emitters
+
+    def decode_steps(self):
+        """Tokens of the pass in flight after each request's first."""
+        return sum(burst - (r.generated == 0) for r, burst in self.bursts)
+
+    def finishing(self):
+        """Requests whose last token comes with the pass in flight."""
+        return [r for r, burst in self.bursts if r.generated + burst >= r.out_limit]
+
+    def complete(self, rank, P, end_ms, ready):
+        """The pass end: requests ready with nothing left to generate leave without a token,
+        then every burst is stamped (a request's first token of the pass continues its
+        stretch, the others are one-pass stretches: zero gaps) and finished requests leave,
+        in running order."""
+        partial = rank.partial
+        for r in ready:
+            if r.generated >= r.out_limit:
+                partial.remove(r)
+                rank._retire(r, end_ms)
+        bursts, self.bursts = self.bursts, []
+        finished = []
+        for r, burst in bursts:
+            r.generated += burst
+            r.computed = r.prompt_len + r.generated - 1
+            rank._emit(r, P)
+            if burst > 1:
+                r.stretches.extend([(P, P)] * (burst - 1))
+            if r.generated >= r.out_limit:
+                finished.append(r)
+        for r in finished:
+            partial.remove(r)
+            rank._record_itl(r)
+            rank._retire(r, end_ms)
+
+
+def mtp_prefix_hit(cached, active_cached, block_size):
+    """vLLM's EAGLE/MTP prefix rule: a hit of at least one block loses its last block (the
+    drafter needs that block's hidden states), after the ordinary recompute rule."""
+    if cached >= block_size:
+        cached -= block_size
+        if active_cached > cached:
+            active_cached = cached
+    return cached, active_cached
+
+
+__all__ = ["DEFAULT_RATES", "MtpBursts", "accept_rates", "mtp_prefix_hit"]

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster_compare import compare
+from cluster_compare import compare, record_key
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_CASES = ROOT.parent / "shared" / "bench" / "features"
 OWN_PAYLOADS = ROOT / "tests" / "fixtures" / "features_vllm"
 OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_vllm"
 
-SHARED = ["f1_mtp_vllm_dp2", "f5_kv_events_vllm"]
+SHARED = ["f1_mtp_vllm_dp2", "f3_psi_vllm_dp2", "f5_kv_events_vllm"]
 # recorded by us (tests/fixtures/features_vllm/README.md says what each settles)
 OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
 
@@ -53,7 +53,23 @@ def problems_of(name):
         report = run_replay(payload.read_text())
     finally:
         os.chdir(cwd)
-    return compare(report.summary, report.per_request, theirs)
+    ours = _disambiguate(report.per_request)
+    theirs = dict(theirs, per_request=_disambiguate(theirs["per_request"]))
+    return compare(report.summary, ours, theirs)
+
+
+def _disambiguate(records):
+    """Records sharing (arrival, input, requested output) (two 16/100 requests at 0 in f3) are
+    told apart by their worker: they get a request_id naming both, on each side alike."""
+    records = [dict(r) for r in records]
+    seen = {}
+    for r in records:
+        seen.setdefault(record_key(r), []).append(r)
+    for key, group in seen.items():
+        if len(group) > 1:
+            for r in group:
+                r["request_id"] = f"{key}@{r.get('decode_worker_idx')}"
+    return records
 
 
 @pytest.mark.parametrize("name", SHARED + OWN)
@@ -176,4 +192,30 @@ def test_mtp_fields_are_checked(rank, message):
 
     with pytest.raises(AisimError) as err:
         run_replay(json.dumps(_mtp_payload(**rank)))
+    assert message in str(err.value)
+
+
+# -- prefill_schedule_interval ------------------------------------------------------------------
+
+
+def test_prefill_schedule_interval_runs_the_python_rank_with_attention_dp_only():
+    from aisimulate_core.engine.vllm_native import supports
+    from aisimulate_core.spec.load import load_payload
+
+    rank = load_payload(_mtp_payload(aic_nextn=None, prefill_schedule_interval=4)).spec.engine.rank
+    assert "prefill_schedule_interval" in supports(rank, dp_size=2, backend="c")
+    assert supports(rank, dp_size=1, backend="c") is None   # a lone rank never defers
+
+
+@pytest.mark.parametrize("rank, message", [
+    ({"prefill_schedule_interval": 0}, "$.spec.engine.rank.prefill_schedule_interval: must be > 0, got 0"),
+    ({"prefill_schedule_interval": 2, "backend": "sglang"},
+     "$.spec.engine.rank.prefill_schedule_interval: requires backend 'vllm', got 2"),
+])
+def test_prefill_schedule_interval_is_checked(rank, message):
+    from aisimulate_core import run_replay
+    from aisimulate_core.errors import AisimError
+
+    with pytest.raises(AisimError) as err:
+        run_replay(json.dumps(_mtp_payload(aic_nextn=None, **rank)))
     assert message in str(err.value)

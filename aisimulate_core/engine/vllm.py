@@ -21,6 +21,7 @@ from . import fpm
 from ..kv.hash_counts import hash_counts
 from .decode_run import MAX_PASSES, decode_runner
 from .mtp import MtpBursts, mtp_prefix_hit
+from .vllm_psi import cadence_of
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, request_name
 
@@ -93,6 +94,9 @@ class VllmRank(RankBase):
         self.mtp = None
         if getattr(engine, "aic_nextn", None) is not None:
             self.mtp = MtpBursts(engine, scheduler_id, draws=not self.holds_sources)
+        # prefill_schedule_interval's gate (engine/vllm_psi.py): a worker of several ranks
+        # moves its wave; a lone rank's stays 0 and never defers
+        self.psi = cadence_of(engine)
 
     def _take_settings(self, engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id):
         """The rank's identity and the engine settings it schedules by (the C rank's too)."""
@@ -151,7 +155,9 @@ class VllmRank(RankBase):
         demand = n_dec
         for r in partial:
             demand += r.prompt_len + r.generated - r.computed
-        fast = demand <= budget
+        # a pass deferring prefills skips prompt chunks: the exact walk
+        defer = self.psi is not None and self.psi.begin(self.running)
+        fast = demand <= budget and not defer
         crossing = self.buckets.get(P % bs, ())
         if fast:
             need = len(crossing)
@@ -171,13 +177,15 @@ class VllmRank(RankBase):
             budget -= demand
             preempted = False
         else:
-            budget, preempted = self._schedule_running_walk(P, budget)
+            budget, preempted = self._schedule_running_walk(P, budget, defer)
         admitted = 0
         if not preempted:
             # a head that can never start (nothing runs, it does not fit) makes the pass
             # empty: the runtime parks the worker and, as the reference, aborts only once
             # nothing else can happen (other workers may run on to a time limit first)
             admitted = self._admit_waiting(now_ms, budget)
+        if self.psi is not None:
+            self.psi.end_admission(self.waiting, preempted)
         ready = [r for r in self.partial if r.computed >= r.prompt_len + r.generated]
         emitters = None
         if self.mtp is not None:
@@ -336,8 +344,9 @@ class VllmRank(RankBase):
         if self.caching:
             self._commit_full_blocks(r, end // bs)
 
-    def _schedule_running_walk(self, P, budget):
-        """Exact walk over the running queue in order: budget, blocking and preemption."""
+    def _schedule_running_walk(self, P, budget, defer=False):
+        """Exact walk over the running queue in order: budget, blocking and preemption
+        (``defer``: requests still computing their prompt are skipped, engine/vllm_psi.py)."""
         bs = self.block_size
         running = self.running
         pool = self.pool
@@ -350,6 +359,9 @@ class VllmRank(RankBase):
                 tokens = 1
                 length = r.base_len + P - r.base_pass
                 need = 1 if (length - 1) % bs == 0 else 0
+            elif defer and r.computed < r.prompt_len:
+                i += 1
+                continue
             else:
                 remaining = r.prompt_len + r.generated - r.computed
                 prompt_left = r.prompt_len - r.computed
@@ -466,6 +478,8 @@ class VllmRank(RankBase):
             return None
         remaining = length - cached
         prompt_left = r.prompt_len - cached
+        if prompt_left > 1 and self.psi is not None and self.psi.defer:
+            return None   # a deferring pass admits only what needs at most one prompt token
         if not self.chunked and 0 < prompt_left and prompt_left > budget:
             return None
         tokens = remaining if remaining < budget else budget

@@ -73,6 +73,8 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
         return "num_gpu_blocks x block_size beyond 2^62 tokens"
     if getattr(engine, "aic_nextn", None) is not None:
         return "MTP bursts (aic_nextn: the Python rank, engine/mtp.py)"
+    if dp_size > 1 and getattr(engine, "prefill_schedule_interval", 1) > 1:
+        return "prefill_schedule_interval with attention DP (the Python rank, engine/vllm_psi.py)"
     return None
 
 

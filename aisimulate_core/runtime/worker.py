@@ -16,7 +16,8 @@ from ..engine.request import request_name
 
 class Worker:
     __slots__ = ("idx", "worker_id", "ranks", "busy", "_active", "pass_end_ms", "generation",
-                 "extendable", "_round_ranks", "_pass_start", "_lone", "_plain_truncate")
+                 "extendable", "_round_ranks", "_pass_start", "_lone", "_plain_truncate",
+                 "wave", "_cadence")
 
     def __init__(self, idx, ranks, worker_id=None):
         self.idx = idx                # the simulation's key for this worker
@@ -36,6 +37,11 @@ class Worker:
         self._round_ranks = [r for r in ranks if hasattr(r, "join_group")] if len(ranks) > 1 else []
         for rank in self._round_ranks:
             rank.join_group(len(ranks))
+        # vLLM's prefill_schedule_interval (engine/vllm_psi.py): the grouped passes since the
+        # worker was last drained, told to the ranks' gates before each pass
+        self.wave = 0
+        self._cadence = [rank.psi for rank in ranks
+                         if getattr(rank, "psi", None) is not None] if len(ranks) > 1 else []
 
     def has_work(self):
         for rank in self.ranks:
@@ -63,6 +69,8 @@ class Worker:
         else:
             end = None
             active = []
+            for gate in self._cadence:
+                gate.wave = self.wave
             for rank in self.ranks:
                 rank_end = rank.schedule(now_ms)
                 if rank_end is not None:
@@ -147,6 +155,8 @@ class Worker:
         active = self._active
         for rank in active:
             rank.complete()
+        if self._cadence:
+            self.wave = self.wave + 1 if self.has_work() else 0
         if len(active) < len(self.ranks) and getattr(self.ranks[0], "fpm_on", False):
             self._idle_ranks_passed(active)
         self._active = ()

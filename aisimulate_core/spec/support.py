@@ -25,7 +25,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("rank", "native_host_offload", (None,)),
     ("rank", "g3_offload", (None,)),
     ("rank", "state_cache", (None,)),
-    ("rank", "prefill_schedule_interval", (1,)),
     ("rank", "frontend", (None,)),
     ("rank", "vision", (False,)),
     ("traffic", "cached_prefix_tokens", (0,)),

@@ -242,6 +242,11 @@ def _build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="virtual time between telemetry samples, in ms (default 1000)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    run.add_argument(
+        "--set", action="append", default=[], metavar="PATH=VALUE",
+        help="override a payload field before validation, e.g. "
+             "spec.topology.workers.initial_workers=4 (VALUE is JSON; repeatable)",
+    )
     _add_common_options(run)
     listing = commands.add_parser("plugins", help="list loaded plugins and their providers")
     _add_common_options(listing)

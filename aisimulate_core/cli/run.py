@@ -16,10 +16,11 @@ from aisimulate_core.plugins import AisimPluginManager
 
 def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
     from aisimulate_core.api import run_replay
-    from aisimulate_core.spec import load_payload
+    from aisimulate_core.overrides import load_with_overrides, naming_overrides, parse_overrides
 
     payload_path = Path(args.payload)
-    payload = load_payload(read_payload(payload_path))
+    overrides = parse_overrides(getattr(args, "set", None))
+    payload = load_with_overrides(read_payload(payload_path), overrides)
     report_target = resolve_target("--output", args.output) if args.output else None
     records_target = resolve_target("--per-request", args.per_request) if args.per_request else None
     samples_target = resolve_target("--telemetry", args.telemetry) if args.telemetry else None
@@ -33,7 +34,8 @@ def run_command(args: argparse.Namespace, pm: AisimPluginManager) -> int:
     progress = None
     if not args.quiet and sys.stderr.isatty():
         progress = ProgressLine(sys.stderr)
-    with RunOutputs(report_target, records_target, samples_target) as outputs:
+    with RunOutputs(report_target, records_target, samples_target) as outputs, \
+            naming_overrides(overrides):
         try:
             # records and samples go to their (temporary) files as they come: memory stays flat
             report = run_replay(payload, plugin_manager=pm, progress=progress,

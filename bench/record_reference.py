@@ -184,6 +184,13 @@ _FV = "tests/fixtures/features_vllm/"
 CASES += [("features_vllm/" + _n, _FV + _n + ".json", True) for _n in sorted(
     f[:-5] for f in os.listdir(os.path.join(ROOT, _FV)) if f.endswith(".json"))]
 
+# r. agentic lanes and the agentic outputs (FEATURES.md §3): tests/fixtures/features_agentic/
+# (generate.py writes them, README.md says what each settles), into reference/features_agentic/
+_FA = "tests/fixtures/features_agentic/"
+CASES += [("features_agentic/" + _n, _FA + _n + ".json", True)
+          + (("expect_error",) if _n.endswith("_error") else ()) for _n in sorted(
+    f[:-5] for f in os.listdir(os.path.join(ROOT, _FA)) if f.endswith(".json"))]
+
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it
 _HANG_PROBE = """
@@ -302,6 +309,7 @@ def main(argv):
         return 2
     os.makedirs(os.path.join(ROOT, OUT_DIR), exist_ok=True)
     os.makedirs(os.path.join(ROOT, OUT_DIR, "features_vllm"), exist_ok=True)
+    os.makedirs(os.path.join(ROOT, OUT_DIR, "features_agentic"), exist_ok=True)
     ok = True
     for case in CASES:
         if wanted and case[0] not in wanted:

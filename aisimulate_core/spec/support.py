@@ -28,7 +28,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("rank", "frontend", (None,)),
     ("rank", "vision", (False,)),
     ("traffic", "cached_prefix_tokens", (0,)),
-    ("traffic", "agentic_lanes", (None,)),
     ("traffic", "agentic_snapshot", (None,)),
     ("traffic", "agentic_warmup", (False,)),
 )

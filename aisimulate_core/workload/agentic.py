@@ -6,13 +6,15 @@ Dispatch edges fire when their source is handed to the runtime, completion edges
 completes. A rejected, cancelled or failed node fails its play: the play's nodes not yet
 dispatched are skipped, those in flight still run. A play is a trajectory; its end-to-end
 latency is its last terminal minus its first root dispatch, counted for completed plays only.
+With ``agentic_lanes`` the plays run that many at a time, each shifted to its lane's start
+(``lanes.Lanes``, FEATURES.md 3).
 
 The report also gets the graph's identity (``AgenticTrace.digest``), each play's outcome and
 its lifecycle: a dispatched node contributes three events (dispatch, causal terminal,
 quiescence), a skipped node one, a settled play one; their count and the reference's BLAKE3
 digest of the transcript (``_Lifecycle``) are summary keys. Each request carries the
-reference's ``agentic`` object: its ids, its play's root and, on a spawned request, the
-request that spawned it.
+reference's ``agentic`` object: its ids, its lane (with lanes), its play's root (when the play
+has one root) and, on a spawned request, the request that spawned it.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import math
 import blake3
 
 from ..engine.request import SimRequest
-from .graph import json_float, json_value
+from .graph import json_float, json_value, sorted_dependencies
 from .prompt import Prompt
 from .trace import HashInterner
 from .driver import WorkloadDriver
+from .lanes import Lanes
 
 BLOCKED, READY, EMITTED, COMPLETED, FAILED, SKIPPED = range(6)
 LIFECYCLE_SCHEMA = "aisimulate.agentic.lifecycle.v1"
@@ -37,21 +40,23 @@ class _Lifecycle:
     """The reference's lifecycle transcript, hashed as it goes: one compact JSON object a line
     (schema, ordinal, at_ms, play_id, request_id, event, status), BLAKE3 after a domain tag.
 
-    The reference hears the ends of one instant as one batch (every worker's passes that end
-    then) and records their causal terminals (each followed by the nodes its failure skips)
-    in graph order, then their quiescences (a play's own after the last of its requests) in
-    graph order; requests that end as they are admitted (a prefill-only prompt found whole in
-    the cache) come in a later batch of that instant. So ends are held until the clock moves
-    or a dispatch is recorded. A request is quiescent when it holds nothing any more: at its
-    terminal, or later when a disaggregated prefill worker releases its source blocks."""
+    The reference hears the ends of one instant in rounds: first those of every worker's
+    passes that end then; then those of the passes that start then (requests that end as they
+    are admitted, a prefill-only prompt found whole in the cache; a pass that only rejects,
+    which takes no time), and so on while passes of no duration follow. Each round is one
+    batch: its causal terminals (each followed by the nodes its failure skips) in graph order,
+    then its quiescences (a play's own after the last of its requests) in graph order. The
+    dispatches of the instant come between the rounds, as the driver is asked for work. So
+    ends are held until the clock moves or a dispatch is recorded. A request is quiescent
+    when it holds nothing any more: at its terminal, or later when a disaggregated prefill
+    worker releases its source blocks."""
 
     def __init__(self):
         self.count = 0                      # events recorded, held ones included
         self._hasher = blake3.blake3(LIFECYCLE_DIGEST_DOMAIN)
         self._ordinal = 0
         self._at = None
-        # per batch of self._at (passes, admissions): terminals and quiescences held
-        self._held = (([], []), ([], []))
+        self._rounds = []                   # of self._at: (terminals, quiescences) held
 
     def _write(self, at_ms, play_id, request_id, event, status=None):
         line = (f'{{"schema":"{LIFECYCLE_SCHEMA}","ordinal":{self._ordinal},'
@@ -64,37 +69,48 @@ class _Lifecycle:
         self._hasher.update((line + "}\n").encode())
         self._ordinal += 1
 
-    def dispatch(self, at_ms, play_id, request_id, sources):
-        """``sources``: the nodes the dispatched one depends on. The reference dispatches what
-        is ready after the passes of the instant and before the ends at admission, unless
-        one of those is what it waited for."""
-        at_admission = self._held[1][0]
-        if at_ms != self._at or any(end[0] in sources for end in at_admission):
-            self.flush()
-        else:
-            self._write_batch(*self._held[0])
+    def dispatch(self, at_ms, play_id, request_id):
+        self.flush()
         self.count += 1
         self._write(at_ms, play_id, request_id, "dispatch")
 
-    def _batch(self, at_ms, at_admission):
+    def _round(self, at_ms, new_round, at_admission):
+        """The batch an end at ``at_ms`` joins. ``new_round``: the runtime asked for work since
+        the last end; ``at_admission``: the request ends as it is admitted. Either begins a
+        later round of the instant if the current one holds ends (of passes, for the
+        latter)."""
         if at_ms != self._at:
             self.flush()
             self._at = at_ms
-        return self._held[at_admission]
+        rounds = self._rounds
+        if rounds:
+            last = rounds[-1]
+            held = last[0] or last[1]
+            if held and (new_round or (at_admission and not last[2])):
+                rounds.append(([], [], at_admission))
+            elif not held:
+                rounds[-1] = ([], [], at_admission)
+        else:
+            rounds.append(([], [], at_admission))
+        return rounds[-1]
 
-    def terminal(self, at_ms, at_admission, node, play, play_id, request_id, status, skipped):
+    def terminal(self, at_ms, new_round, at_admission, node, play, play_id, request_id, status,
+                 skipped):
         """``skipped``: (play_id, request_id) of the nodes this failure skipped."""
-        self._batch(at_ms, at_admission)[0].append(
+        self._round(at_ms, new_round, at_admission)[0].append(
             (node, play, play_id, request_id, status, skipped))
         self.count += 1 + len(skipped)
 
-    def quiescent(self, at_ms, at_admission, node, play, play_id, request_id, settles):
-        self._batch(at_ms, at_admission)[1].append((node, play, play_id, request_id, settles))
+    def quiescent(self, at_ms, new_round, at_admission, node, play, play_id, request_id,
+                  settles):
+        self._round(at_ms, new_round, at_admission)[1].append(
+            (node, play, play_id, request_id, settles))
         self.count += 1 + settles
 
     def flush(self):
-        for terminals, quiescent in self._held:
+        for terminals, quiescent, _ in self._rounds:
             self._write_batch(terminals, quiescent)
+        self._rounds.clear()
 
     def _write_batch(self, terminals, quiescent):
         terminals.sort()
@@ -122,11 +138,14 @@ class _Lifecycle:
 
 
 def _ends_at_admission(request, now_ms):
-    """Whether a request ends as it is admitted (no pass of its own ends now): a prefill-only
-    prompt found whole in the cache, or in a disaggregated run one handed to its decode worker
-    with nothing to decode. The reference hears those after the passes of the instant."""
+    """Whether a disaggregated request ends as it reaches its decode worker with nothing to
+    decode. The reference hears those in a later round of the instant; the disaggregated
+    runtime completes them in the step round of the pass ends (an aggregated one asks the
+    driver for work between its rounds: a prompt found whole in the cache ends then)."""
     handoff = request.handoff
-    copy = request if handoff is None else handoff.decode
+    if handoff is None:
+        return False
+    copy = handoff.decode
     if copy is None or copy.stretches:
         return False
     admissions = copy.admissions
@@ -140,16 +159,18 @@ class AgenticRequest(SimRequest):
 
 
 def _root_ids(graph):
-    """Each play's root for the records: its root with the earliest not_before (then id)."""
+    """Each play's root for the records: its only root; a play with several has none (the
+    reference writes no ``root_id`` then)."""
     nodes = graph.nodes
-    return [nodes[min(play.roots, key=lambda i: (nodes[i].not_before_ms, nodes[i].request_id))]
-            .request_id for play in graph.plays]
+    return [nodes[play.roots[0]].request_id if len(play.roots) == 1 else None
+            for play in graph.plays]
 
 
 def _parent_ids(graph):
-    """The request each node was spawned from (its first spawn dependency), else None."""
-    return [next((d.request_id for d in node.dependencies if d.relation == "spawn"), None)
-            for node in graph.nodes]
+    """The request each node was spawned from (its first spawn dependency in the canonical
+    order, ``graph.sorted_dependencies``), else None."""
+    return [next((d.request_id for d in sorted_dependencies(node) if d.relation == "spawn"),
+                 None) for node in graph.nodes]
 
 
 class _PlayState:
@@ -172,7 +193,10 @@ class _PlayState:
 
 
 class AgenticDriver(WorkloadDriver):
-    def __init__(self, graph):
+    """``lanes``: replay the plays that many at a time (``lanes.Lanes``); None: every play at
+    its authored times."""
+
+    def __init__(self, graph, lanes=None):
         nodes = graph.nodes
         self.graph = graph
         self.block_size = graph.block_size
@@ -198,15 +222,34 @@ class AgenticDriver(WorkloadDriver):
             for i in play.roots:
                 self._is_root[i] = True
         self._lifecycle = _Lifecycle()
-        self._sources = [frozenset(graph.index[d.request_id] for d in node.dependencies)
-                         for node in nodes]
+        self._asked = False                   # the runtime asked for work since the last end
         roots = _root_ids(graph)
         self._root_id = [roots[p] for p in self._play_of]
         self._parent_id = _parent_ids(graph)
         self._heap = []
-        for play in graph.plays:
-            for root in play.roots:
-                self._schedule(root, self._ready_after[root])
+        self._lanes = None if lanes is None else Lanes(lanes, len(graph.plays))
+        if self._lanes is None:
+            for play in graph.plays:
+                for root in play.roots:
+                    self._schedule(root, self._ready_after[root])
+        else:
+            for play, _ in self._lanes.initial():
+                self._activate(play, 0.0)
+
+    def _activate(self, play_index, start_ms):
+        """Start a play on its lane at ``start_ms``: its not_before times shifted so that its
+        earliest root starts then."""
+        play = self.graph.plays[play_index]
+        nodes, ready_after = self.graph.nodes, self._ready_after
+        first = min(nodes[i].not_before_ms for i in play.roots)
+        for i in play.nodes:
+            ready_after[i] = start_ms + max(nodes[i].not_before_ms - first, 0.0)
+        for root in play.roots:
+            self._schedule(root, ready_after[root])
+
+    def _start_freed_lanes(self):
+        for play, _, at_ms in self._lanes.due():
+            self._activate(play, at_ms)
 
     def _schedule(self, node, ready_ms):
         if self._state[node] == BLOCKED:
@@ -227,12 +270,18 @@ class AgenticDriver(WorkloadDriver):
 
     # ------------------------------------------------------------------ runtime contract
     def next_ready_ms(self):
+        self._asked = True
+        if self._lanes is not None:
+            self._start_freed_lanes()
         heap = self._heap
         while heap and self._state[heap[0][1]] != READY:
             heapq.heappop(heap)             # a skipped node's stale entry
         return heap[0][0] if heap else math.inf
 
     def pop_ready(self, now_ms, limit):
+        self._asked = True
+        if self._lanes is not None:
+            self._start_freed_lanes()
         out = []
         heap = self._heap
         while heap and heap[0][0] <= now_ms and len(out) < limit:
@@ -242,7 +291,7 @@ class AgenticDriver(WorkloadDriver):
             out.append(self._request(index, ready_ms))
             self._state[index] = EMITTED
             node = self.graph.nodes[index]
-            self._lifecycle.dispatch(now_ms, node.play_id, node.request_id, self._sources[index])
+            self._lifecycle.dispatch(now_ms, node.play_id, node.request_id)
             play = self._plays[self._play_of[index]]
             play.in_flight += 1
             if self._is_root[index] and (play.root_dispatch_ms is None
@@ -260,7 +309,11 @@ class AgenticDriver(WorkloadDriver):
                                  play_id=node.play_id, output_token_ids=node.output_token_ids,
                                  driver_ref=index)
         agentic = {"request_id": node.request_id, "play_id": node.play_id,
-                   "conversation_id": node.session_id, "root_id": self._root_id[index]}
+                   "conversation_id": node.session_id}
+        if self._lanes is not None:
+            agentic["lane_id"] = Lanes.lane_id(self._lanes.lane_of_play[self._play_of[index]])
+        if self._root_id[index] is not None:
+            agentic["root_id"] = self._root_id[index]
         if self._parent_id[index] is not None:
             agentic["parent_id"] = self._parent_id[index]
         request.agentic = agentic
@@ -299,17 +352,19 @@ class AgenticDriver(WorkloadDriver):
             # the play's failure is its first, the lowest node at one instant
             if play.failure is None or (now_ms == play.failed_at_ms and index < play.failure[2]):
                 play.failure = (node.request_id, status, index)
+        new_round, self._asked = self._asked, False
         at_admission = _ends_at_admission(request, now_ms)
-        self._lifecycle.terminal(now_ms, at_admission, index, play_index, node.play_id,
-                                 node.request_id, status, skipped)
+        self._lifecycle.terminal(now_ms, new_round, at_admission, index, play_index,
+                                 node.play_id, node.request_id, status, skipped)
         if quiescent:
-            self._quiesce(index, now_ms, at_admission)
+            self._quiesce(index, now_ms, False, at_admission)
 
     def on_quiescent(self, request, now_ms):
         """A request that reached its terminal earlier released the last it held."""
-        self._quiesce(request.driver_ref, now_ms, False)
+        new_round, self._asked = self._asked, False
+        self._quiesce(request.driver_ref, now_ms, new_round, False)
 
-    def _quiesce(self, index, now_ms, at_admission):
+    def _quiesce(self, index, now_ms, new_round, at_admission):
         node = self.graph.nodes[index]
         play_index = self._play_of[index]
         play = self._plays[play_index]
@@ -317,8 +372,10 @@ class AgenticDriver(WorkloadDriver):
         settles = play.settled()
         if settles:
             play.settled_at_ms = now_ms
-        self._lifecycle.quiescent(now_ms, at_admission, index, play_index, node.play_id,
-                                  node.request_id, settles)
+            if self._lanes is not None:
+                self._lanes.settled(index, play_index, now_ms)
+        self._lifecycle.quiescent(now_ms, new_round, at_admission, index, play_index,
+                                  node.play_id, node.request_id, settles)
 
     # ------------------------------------------------------------------ report
     def trajectories(self):

@@ -195,9 +195,15 @@ def json_value(value):
     return "[" + ",".join(map(json_value, value)) + "]"
 
 
-def _node_json(node, first):
-    deps = sorted(node.dependencies, key=lambda d: (
+def sorted_dependencies(node):
+    """A node's dependencies in the reference's canonical order: by source, trigger, relation,
+    delay (its graph identity, and the spawn that names a request's parent, follow it)."""
+    return sorted(node.dependencies, key=lambda d: (
         d.request_id, _TRIGGER_RANK[d.trigger], _RELATION_RANK[d.relation], d.delay_ms))
+
+
+def _node_json(node, first):
+    deps = sorted_dependencies(node)
     parts = [f'"request_id":{json_value(node.request_id)}', f'"play_id":{json_value(node.play_id)}']
     if node.source_play_ordinal is not None:
         parts.append(f'"source_play_ordinal":{node.source_play_ordinal}')
@@ -300,4 +306,4 @@ def _ordered(plays, nodes, origin):
 
 
 __all__ = ["ALLOWED_EDGES", "AgenticNode", "AgenticTrace", "Dependency", "Play", "RELATIONS",
-           "TRIGGERS"]
+           "TRIGGERS", "sorted_dependencies"]

@@ -60,7 +60,12 @@ def trace_driver(payload, loaded):
     ratio = traffic.arrival_speedup_ratio
     if isinstance(loaded, AgenticTrace):
         check_agentic_envelope(payload)
-        return AgenticDriver(speed_up_graph(normalize_graph_starts(loaded), ratio))
+        return AgenticDriver(speed_up_graph(normalize_graph_starts(loaded), ratio),
+                             lanes=traffic.agentic_lanes)
+    if traffic.agentic_lanes is not None:
+        # the reference's rule: lanes pace plays, which a session trace has none of
+        raise ConfigError(f"$.traffic.agentic_lanes: requires an agentic trace (trace_format "
+                          f"'{traffic.trace_format}' loaded sessions), got {traffic.agentic_lanes}")
     validate_trace(loaded)
     trace = speed_up_timing(normalize_session_starts(loaded), ratio)
     cap = traffic.replay_concurrency

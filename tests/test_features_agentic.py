@@ -1,0 +1,128 @@
+"""``agentic_lanes`` (FEATURES.md §3) and the agentic outputs against the reference.
+
+The shared case f4 (../shared/bench/features/) is compared in place; our own recorded cases
+(tests/fixtures/features_agentic/, recorded by bench/record_reference.py into
+tests/fixtures/reference/features_agentic/, README.md there says what each settles) cover each
+rule of §3, lanes on the weka and Dynamo agentic formats and on disaggregated deployments, and
+the per-request ``agentic`` object and lifecycle rounds the reference writes. Records are matched
+by ``request_id`` in the canonical form of FEATURES.md §10 (tests/cluster_compare.py); the two
+BLAKE3 digests (``agentic_graph.graph_digest``, ``agentic_lifecycle_digest``) must also equal the
+reference's byte for byte. Every case runs on the default backend in process and, all together
+in one subprocess, with ``AISIMULATE_BACKEND=python``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster_compare import compare
+from feature_cases import ROOT, SHARED_CASES, case_output, python_backend_problems, run_payload
+
+OWN_PAYLOADS = ROOT / "tests" / "fixtures" / "features_agentic"
+OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_agentic"
+
+SHARED = ["f4_lanes_agentic"]
+OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json")
+             if "error" not in json.loads(p.read_text()))
+ERRORS = sorted(p.stem for p in OWN_RECORDED.glob("*.json")
+                if "error" in json.loads(p.read_text()))
+
+
+def _case(name):
+    return case_output(name, SHARED, OWN_RECORDED)
+
+
+def problems_of(name):
+    """Differences between our run of case ``name`` and the reference's, digests included."""
+    payload, theirs = _case(name)
+    report = run_payload(payload.read_text())
+    problems = compare(report.summary, report.per_request, theirs)
+    ours = report.summary
+    if ours["agentic_graph"]["graph_digest"] != theirs["agentic_graph"]["graph_digest"]:
+        problems.append("$.summary.agentic_graph.graph_digest differs")
+    if ours["agentic_lifecycle_digest"] != theirs["agentic_lifecycle_digest"]:
+        problems.append("$.summary.agentic_lifecycle_digest differs")
+    return problems
+
+
+@pytest.mark.parametrize("name", SHARED + OWN)
+def test_case_matches_the_reference(name):
+    problems = problems_of(name)
+    assert problems == [], "\n".join(problems[:20])
+
+
+def test_cases_match_on_the_python_backend():
+    """Every case again with AISIMULATE_BACKEND=python (Python block pool and queues)."""
+    names = [n for n in SHARED if (SHARED_CASES / f"{n}.json").exists()] + OWN
+    assert python_backend_problems("test_features_agentic", names) == {}
+
+
+def _records(name):
+    _, theirs = _case(name)
+    return {r["request_id"]: r for r in theirs["per_request"]}
+
+
+def test_the_worked_example_dispatches_as_features_md_says():
+    """FEATURES.md §3's example, read off the recorded cases (the rule, not only a match)."""
+    expected = {"none": [50, 87, 20, 30, 0, 3, 5], "l1": [0, 27, 47, 57, 82, 85, 122],
+                "l2": [0, 37, 0, 10, 35, 38, 70], "l3": [0, 37, 0, 10, 0, 3, 35],
+                "l8": [0, 37, 0, 10, 0, 3, 0]}
+    for suffix, times in expected.items():
+        records = _records(f"lanes_doc_example_{suffix}")
+        got = [records[r]["dispatched_at_ms"] for r in ("a1", "a2", "b1", "b2", "c1", "c2", "d1")]
+        assert got == times, suffix
+        assert all(r["arrival_time_ms"] == r["dispatched_at_ms"] for r in records.values())
+    lanes = {r["request_id"]: r["agentic"]["lane_id"]
+             for r in _records("lanes_doc_example_l2").values()}
+    # pA, pB start on lanes 0, 1; pB ends first (35): pC takes lane 1; pA (70) hands pD lane 0
+    assert lanes == {"a1": "lane:0", "a2": "lane:0", "b1": "lane:1", "b2": "lane:1",
+                     "c1": "lane:1", "c2": "lane:1", "d1": "lane:0"}
+
+
+def test_same_instant_settlements_free_lanes_in_graph_order():
+    records = _records("lanes_same_instant_settlements")
+    assert records["c1"]["agentic"]["lane_id"] == "lane:1"   # y1 (play b, lane 1) sorts first
+    assert records["d1"]["agentic"]["lane_id"] == "lane:0"
+
+
+def test_a_play_with_several_roots_names_no_root():
+    records = _records("agentic_multi_root_and_parent")
+    assert all("root_id" not in records[r]["agentic"] for r in ("r1", "r2", "r3"))
+    assert records["x2"]["agentic"]["root_id"] == "x1"
+    assert records["r3"]["agentic"]["parent_id"] == "r1"      # not r2, written first
+
+
+def test_lanes_of_a_standard_dynamo_trace_are_one_clear_error():
+    from aisimulate_core.errors import AisimError
+
+    for name in ERRORS:
+        fixture = json.loads((OWN_RECORDED / f"{name}.json").read_text())
+        assert "agentic_lanes requires an agentic Dynamo request trace" in fixture["error"]
+        with pytest.raises(AisimError) as err:
+            run_payload((ROOT / fixture["payload"]).read_text())
+        assert str(err.value) == ("$.traffic.agentic_lanes: requires an agentic trace "
+                                  "(trace_format 'dynamo' loaded sessions), got 2")
+
+
+@pytest.mark.parametrize("lanes, rule", [(0, "must be > 0, got 0"),
+                                         (-1, "must be >= 0, got -1")])
+def test_lanes_must_be_positive(lanes, rule):
+    from aisimulate_core.errors import AisimError
+
+    doc = json.loads((OWN_PAYLOADS / "lanes_doc_example_l1.json").read_text())
+    doc["traffic"]["agentic_lanes"] = lanes
+    with pytest.raises(AisimError) as err:
+        run_payload(json.dumps(doc))
+    assert f"$.traffic.agentic_lanes: {rule}" in str(err.value)
+
+
+def test_lanes_need_an_agentic_format():
+    from aisimulate_core.errors import AisimError
+
+    doc = json.loads((ROOT / "tests/fixtures/payloads/trace_mooncake_sessions.json").read_text())
+    doc["traffic"]["agentic_lanes"] = 2
+    with pytest.raises(AisimError) as err:
+        run_payload(json.dumps(doc))
+    assert "$.traffic.agentic_lanes: requires trace_format" in str(err.value)

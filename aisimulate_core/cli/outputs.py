@@ -177,6 +177,13 @@ class OutputFile:
         except OSError as error:
             raise self._error(error) from None
 
+    def write_bytes(self, data: bytes) -> None:
+        """Bytes to the file's binary side (Parquet records: no text is written to it)."""
+        try:
+            self.handle.buffer.write(data)
+        except OSError as error:
+            raise self._error(error) from None
+
     def finish_writing(self) -> None:
         """Everything is written: flush it to the file (or device) before any rename."""
         try:
@@ -272,11 +279,14 @@ class RunOutputs:
             self.records = self._open(records)
             self.samples = self._open(samples)
             self.report = self._open(report)
+            if self.records is not None:  # JSON lines, CSV or Parquet by the extension
+                from aisimulate_core.cli.record_formats import record_format, record_writer
+
+                self.record_writer = (record_writer(self.records, record_format(records.given))
+                                      or RecordWriter(self.records))
         except BaseException:
             self.discard()
             raise
-        if self.records is not None:
-            self.record_writer = RecordWriter(self.records)
         if self.samples is not None:
             self.sample_writer = RecordWriter(self.samples)
         return self
@@ -296,6 +306,9 @@ class RunOutputs:
     def finish(self, report_json: str | None) -> None:
         """Write the report (the records were written as they came), then commit: records
         before the report."""
+        close = getattr(self.record_writer, "close", None)
+        if close is not None:  # a Parquet writer's last row group and footer
+            close()
         if self.report is not None and report_json is not None:
             self.report.write(report_json)
         for out in self._files:

@@ -191,6 +191,12 @@ CASES += [("features_agentic/" + _n, _FA + _n + ".json", True)
           + (("expect_error",) if _n.endswith("_error") else ()) for _n in sorted(
     f[:-5] for f in os.listdir(os.path.join(ROOT, _FA)) if f.endswith(".json"))]
 
+# s. the KV offload tiers (FEATURES.md §5, §6): tests/fixtures/features_offload/ (generate.py
+# writes them, README.md says what each settles), recorded into reference/features_offload/
+_FO = "tests/fixtures/features_offload/"
+CASES += [("features_offload/" + _n, _FO + _n + ".json", True) for _n in sorted(
+    f[:-5] for f in os.listdir(os.path.join(ROOT, _FO)) if f.endswith(".json"))]
+
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it
 _HANG_PROBE = """
@@ -310,6 +316,7 @@ def main(argv):
     os.makedirs(os.path.join(ROOT, OUT_DIR), exist_ok=True)
     os.makedirs(os.path.join(ROOT, OUT_DIR, "features_vllm"), exist_ok=True)
     os.makedirs(os.path.join(ROOT, OUT_DIR, "features_agentic"), exist_ok=True)
+    os.makedirs(os.path.join(ROOT, OUT_DIR, "features_offload"), exist_ok=True)
     ok = True
     for case in CASES:
         if wanted and case[0] not in wanted:

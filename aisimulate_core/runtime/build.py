@@ -8,6 +8,7 @@ from ..engine.request import SimRequest
 from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES, sglang_native
 from ..engine.vllm_native import supports
+from ..engine.vllm_offload import VllmOffloadRank
 from ..engine.vllm_native_roles import RANK_CLASSES
 from ..errors import ConfigError
 from ..guards import (TraceFormatLookup, call_provider, check_scaling_policy, malformed,
@@ -72,6 +73,8 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
             # the SGLang rank's pass in C where it covers the configuration
             # (engine/sglang_native.py); the Python SglangRank stays for the rest
             engine_cls = sglang_native.rank_class(rank_cfg, dp_size=dp)
+        elif role == "aggregated" and getattr(rank_cfg, "native_host_offload", None) is not None:
+            engine_cls = VllmOffloadRank   # KV offload tiers (engine/vllm_offload.py)
         # the rank's pass in C where it covers the configuration (engine/vllm_native.py,
         # the roles' in vllm_native_roles.py), watched or not
         if supports(rank_cfg, dp_size=dp, role=role) is None:

@@ -49,11 +49,26 @@ def make_record(request, status):
                        request.first_reused, _pool_admissions(request.admissions, "agg"),
                        None, None, [])
     route = request.route
-    return _record(request, status, token_times(request), request.max_reused,
-                   request.first_reused, _pool_admissions(request.admissions, "agg"),
-                   None, rank.scheduler_id,
-                   [route if route is not None else
-                    ("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)])
+    record = _record(request, status, token_times(request), request.max_reused,
+                     request.first_reused, _pool_admissions(request.admissions, "agg"),
+                     None, rank.scheduler_id,
+                     [route if route is not None else
+                      ("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)])
+    splits = getattr(rank, "tier_split", None)   # KV offload tiers (engine/vllm_offload.py)
+    if splits is not None:
+        add_tier_split(record, splits.pop(request.uuid, None))
+    return record
+
+
+def add_tier_split(record, split):
+    """The first admission's reuse as (G1, host) tokens, on the record and its first
+    admission entry."""
+    if split is None:
+        return
+    g1, host = split
+    record.first_admission_g1_reused_input_tokens = g1
+    record.first_admission_host_reused_input_tokens = host
+    record.admissions[0] = (*record.admissions[0], g1, host)
 
 
 def make_summary_record(request, status):

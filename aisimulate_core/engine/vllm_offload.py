@@ -1,0 +1,423 @@
+"""The vLLM rank with KV offload tiers behind its GPU cache (FEATURES.md §5, §6).
+
+``VllmOffloadRank`` is ``VllmRank`` with vLLM's ``OffloadingConnector`` as the reference
+models it: the G2 host tier (``native_host_offload``) and, behind it, the G3 storage tier
+(``g3_offload``, engine/offload_g3.py). The tiers' block pools are kv/offload_tier.py (C or
+Python); this module is the policy around them:
+
+* stores (D2H): after each pass's scheduling, every scheduled request's complete prompt
+  blocks beyond its store cursor form one cohort; the blocks missing from the host take free
+  slots or evict the oldest unpinned resident entries (none of the cohort's), or the cohort
+  waits for a later pass; a cohort whose source GPU blocks were taken from an owner whose D2H
+  is still in flight waits too. Cohorts are submitted at the pass end on a FIFO lane;
+* lookups (H2D): a waiting request (fresh or preempted) is probed on the host after its G1
+  prefix; a pending block (or one being loaded, or its own store in flight) makes it wait
+  ahead of the queue; a hit reserves G1 blocks and queues a load on a FIFO lane that starts
+  once the reserved blocks' previous D2H is done; the request is admitted at the first pass
+  that starts after the load, with the loaded blocks counted as cached;
+* compute fence: a pass whose allocations took GPU blocks with a D2H in flight computes from
+  that D2H's end;
+* reuse split: the first admission's reuse as G1 tokens and host tokens
+  (``tier_split``, read by runtime/records.py).
+
+The rank never runs decode-only extensions (every pass is formed on its own), and a worker
+with nothing to run but transfers in flight waits for the next transfer's end with an empty
+pass that an arrival cuts short.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..kv.offload_tier import ABSENT, PENDING, RESIDENT, offload_tier
+from .request import RUNNING
+from .vllm import VllmRank
+
+_D2H, _H2D = 0, 1
+
+
+class _TrackedPool:
+    """The rank's G1 pool, noting the blocks each allocation hands out fresh (not prefix hits):
+    the compute fence and the H2D start read which of them a D2H still reads."""
+
+    def __init__(self, pool):
+        self._pool = pool
+        self.fresh = []
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
+
+    def allocate(self, seq, k):
+        pool = self._pool
+        before = pool.seq_len(seq)
+        ok = pool.allocate(seq, k)
+        if ok and k:
+            self.fresh.extend(pool.seq_blocks(seq)[before:])
+        return ok
+
+    def acquire_allocate(self, seq, hashes, start, n, k):
+        pool = self._pool
+        before = pool.seq_len(seq) + n
+        ok = pool.acquire_allocate(seq, hashes, start, n, k)
+        if ok and k:
+            self.fresh.extend(pool.seq_blocks(seq)[before:])
+        return ok
+
+    def allocate_each(self, seqs, k_each=1):
+        pool = self._pool
+        before = [pool.seq_len(seq) for seq in seqs]
+        ok = pool.allocate_each(seqs, k_each)
+        if ok and k_each:
+            for seq, n in zip(seqs, before):
+                self.fresh.extend(pool.seq_blocks(seq)[n:])
+        return ok
+
+
+def transfer_ms(blocks, block_bytes, gbps):
+    """How long ``blocks`` blocks take at ``gbps`` decimal GB/s (0: instantaneous)."""
+    if gbps == 0:
+        return 0.0
+    return blocks * block_bytes / (gbps * 1e6)
+
+
+class VllmOffloadRank(VllmRank):
+    def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0,
+                 scheduler_id=0):
+        pool = _TrackedPool(pool)
+        super().__init__(engine, timer, pool, callbacks=callbacks, worker_idx=worker_idx,
+                         dp_rank=dp_rank, scheduler_id=scheduler_id)
+        host = engine.native_host_offload
+        self.block_bytes = engine.block_size * engine.kv_cache_bytes_per_token
+        self.d2h_gbps = host.d2h_bandwidth_gbps
+        self.h2d_gbps = host.h2d_bandwidth_gbps
+        self.host = offload_tier(host.num_host_blocks)
+        self.g3 = None
+        self.tier_split = {}        # uuid -> (g1, host) reused tokens at the first admission
+        self._cursor = {}           # uuid -> prompt blocks stored (or found on the host)
+        self._last_store = {}       # uuid -> done time of its latest D2H
+        self._loads = {}            # uuid -> [done, g1 tokens, host blocks, keys, finished]
+        self._loading = {}          # host key -> loads reading it
+        self._d2h_done = {}         # G1 block -> done time of the latest D2H reading it
+        self._taken = {}            # G1 block -> D2H done time it was taken fresh before
+        self._jobs = []             # heap of (done, order, kind, payload)
+        self._order = 0
+        self._d2h_tail = 0.0
+        self._h2d_tail = 0.0
+        self._scheduled = []        # requests that ran a chunk in the pass being formed
+        self._idle_wait = False
+        self._empty_wait = False    # ... with no request at all: nothing to complete
+        self._now = self._preempt_fence = 0.0
+
+    # ------------------------------------------------------------------ transfers
+    def _push_job(self, done, kind, payload):
+        self._order += 1
+        heapq.heappush(self._jobs, (done, self._order, kind, payload))
+
+    def _finish_transfers(self, now_ms):
+        """Every transfer done by ``now_ms``, in the order they end."""
+        jobs = self._jobs
+        while jobs and jobs[0][0] <= now_ms:
+            done, _, kind, payload = heapq.heappop(jobs)
+            self._finish_job(done, kind, payload)
+
+    def _finish_job(self, done, kind, payload):
+        if kind == _D2H:
+            self.host.complete(payload, shared=True)
+        elif kind == _H2D:
+            uuid, keys = payload
+            self.host.unpin(keys, shared=True)
+            loading = self._loading
+            for h in keys:
+                n = loading[h] - 1
+                if n:
+                    loading[h] = n
+                else:
+                    del loading[h]
+            self._loads[uuid][4] = True
+
+    def next_transfer_ms(self):
+        return self._jobs[0][0] if self._jobs else None
+
+    # ------------------------------------------------------------------ the pass
+    def schedule(self, now_ms):
+        self._idle_wait = self._empty_wait = False
+        self._now = self._preempt_fence = now_ms
+        self._finish_transfers(now_ms)
+        self.pool.fresh = []
+        self._scheduled = []
+        end = super().schedule(now_ms)
+        if end is None:
+            if not self._jobs:
+                return None
+            # no request here, transfers still in flight: the reference's clock runs on to
+            # their end (an empty pass that records nothing, cut short by an arrival)
+            self._idle_wait = self._empty_wait = True
+            self.pass_effect = False
+            self.pass_end_ms = self._jobs[0][0]
+            return self.pass_end_ms
+        fence = self._preempt_fence
+        self._preempt_fence = now_ms
+        d2h_done, taken = self._d2h_done, self._taken
+        for b in self.pool.fresh:
+            done = d2h_done.get(b)
+            if done is not None and done > now_ms:
+                taken[b] = done
+                if done > fence:
+                    fence = done
+        stores = self._prepare_stores(now_ms)
+        if fence > now_ms:
+            end = self.pass_end_ms = end + (fence - now_ms)
+        if stores:
+            self._submit_stores(stores, end)
+        if end == now_ms and not self.running and self._jobs and self.waiting \
+                and not self.progressed():
+            # nothing to run until a transfer ends: an empty pass until then, cut short by an
+            # arrival (truncate)
+            self._idle_wait = True
+            end = self.pass_end_ms = self._jobs[0][0]
+        return end
+
+    def complete(self):
+        if self._empty_wait:
+            self._empty_wait = False
+            return
+        super().complete()
+
+    def extend(self, horizon_ms, cutoff_ms, max_passes=0):
+        return self.pass_end_ms
+
+    def truncate(self, arrival_ms):
+        if self._idle_wait and arrival_ms < self.pass_end_ms:
+            self.pass_end_ms = arrival_ms     # the arrival starts a pass at once
+        return self.pass_end_ms
+
+    def _preempt(self, r, P):
+        # a victim whose D2H still reads its blocks: the pass computes once that D2H is done
+        done = self._last_store.get(r.uuid, 0.0)
+        if done > self._preempt_fence:
+            self._preempt_fence = done
+        super()._preempt(r, P)
+
+    def _run_chunk(self, r, tokens):
+        self._scheduled.append(r)
+        super()._run_chunk(r, tokens)
+
+    # ------------------------------------------------------------------ stores (D2H)
+    def _prepare_stores(self, now_ms):
+        """The cohorts of this pass's scheduled requests, in running order."""
+        bs = self.block_size
+        host = self.host
+        chunked = set(map(id, self._scheduled))
+        stores = []
+        for r in self.running:
+            if not (r.in_stretch or id(r) in chunked):
+                continue
+            computed = r.prompt_len if r.in_stretch else min(r.computed, r.prompt_len)
+            full = computed // bs
+            cursor = self._cursor.get(r.uuid, 0)
+            if full <= cursor:
+                continue
+            hashes = self._lookup_hashes(r, full)
+            keys = list(hashes[cursor:full])
+            missing = [i for i in range(cursor, full) if host.state(hashes[i])[0] == ABSENT]
+            if not missing:
+                self._cursor[r.uuid] = full
+                continue
+            blocks = self.pool.seq_blocks(r.seq)
+            sources = [blocks[i] for i in missing]
+            taken = self._taken
+            if any(taken.get(b, 0.0) > now_ms for b in sources):
+                continue        # its GPU blocks wait for their previous owner's D2H
+            new_keys = [hashes[i] for i in missing]
+            if host.reserve(new_keys, protect=keys) is None:
+                continue        # no room: retried at its next scheduled pass
+            self._cursor[r.uuid] = full
+            host.touch(list(hashes[:r.prompt_len // bs]), reverse=True)
+            stores.append((r, new_keys, sources))
+        return stores
+
+    def _submit_stores(self, stores, end_ms):
+        d2h_done, taken = self._d2h_done, self._taken
+        for r, keys, sources in stores:
+            start = self._d2h_tail if self._d2h_tail > end_ms else end_ms
+            done = start + transfer_ms(len(keys), self.block_bytes, self.d2h_gbps)
+            self._d2h_tail = done
+            for b in sources:
+                d2h_done[b] = done
+                taken.pop(b, None)
+            self._last_store[r.uuid] = done
+            self._push_job(done, _D2H, keys)
+
+    # ------------------------------------------------------------------ admission
+    def _admit_waiting(self, now_ms, budget):
+        waiting = self.waiting
+        running = self.running
+        before = len(running)
+        skipped = []
+        while waiting and len(running) < self.max_seqs:
+            r = waiting[0]
+            load = self._loads.get(r.uuid)
+            if load is not None:
+                if not load[4]:
+                    skipped.append(waiting.popleft())   # its H2D is still running
+                    continue
+                budget = self._admit_loaded(r, load, now_ms, budget)
+                if budget is None:
+                    break
+                continue
+            if budget <= 0:
+                break           # no lookup once the pass's budget is used up
+            if self._rejects(r):
+                budget = super()._admit_head(now_ms, budget)
+                continue
+            outcome = self._host_lookup(r, now_ms)
+            if outcome == "wait":
+                skipped.append(waiting.popleft())
+                continue
+            if outcome == "full":
+                break
+            if outcome == "loading":
+                skipped.append(waiting.popleft())
+                continue
+            if outcome == "loaded":
+                continue        # the head again, now loaded
+            self._blocked = (None, -1, 0)
+            fresh = not r.admissions
+            budget = super()._admit_head(now_ms, budget)
+            if budget is None:
+                break
+            if fresh and r.admissions:
+                self.tier_split[r.uuid] = (r.first_reused, 0)
+        if skipped:
+            waiting.extendleft(reversed(skipped))
+        return len(running) - before
+
+    def _rejects(self, r):
+        """Whether ``_admit_head`` rejects ``r`` outright (before any lookup)."""
+        if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
+            return True
+        length = r.prompt_len + r.generated
+        return not r.admissions and -(-length // self.block_size) > self.num_blocks
+
+    def _host_lookup(self, r, now_ms):
+        """Probe the host after ``r``'s G1 prefix: ``None`` (a miss, or nothing probed: admit
+        normally), ``"wait"`` (a pending block), ``"full"`` (a hit G1 has no room for: stop
+        admitting) or ``"loading"`` (a load was queued)."""
+        bs = self.block_size
+        length = r.prompt_len + r.generated
+        hashes = self._lookup_hashes(r, length // bs)
+        g1 = self.pool.match(hashes)
+        prompt_blocks = r.prompt_len // bs
+        host = self.host
+        if g1 >= prompt_blocks:
+            # nothing to probe; the lookup still touches its keys
+            host.touch(list(hashes[:prompt_blocks]), reverse=True)
+            return None
+        wait = False
+        hit = []
+        loading = self._loading
+        for i in range(g1, prompt_blocks):
+            h = hashes[i]
+            state = host.state(h)[0]
+            if state == ABSENT:
+                break
+            if state == PENDING or h in loading:
+                wait = True
+            hit.append(h)
+        if self._last_store.get(r.uuid, -1.0) > now_ms:
+            wait = True
+        self._probe_hook(r, hashes, g1, hit, now_ms)
+        host.touch(list(hashes[:prompt_blocks]), reverse=True)
+        if wait:
+            return "wait"
+        if not hit:
+            return None
+        return self._start_load(r, hashes, g1, hit, now_ms)
+
+    def _probe_hook(self, r, hashes, g1, hit, now_ms):
+        """The G3 tier extends the probe (engine/offload_g3.py)."""
+
+    def _start_load(self, r, hashes, g1, hit, now_ms):
+        pool = self.pool
+        # room for the whole request, as an ordinary admission checks (its G1 hits referenced
+        # by others cost nothing), though only the loaded blocks are reserved now
+        active_hits = pool.match_counts(hashes)[1]
+        length = r.prompt_len + r.generated
+        if -(-length // self.block_size) - min(active_hits, g1) > self.num_blocks - pool.active():
+            return "full"
+        seq = pool.new_seq()
+        marker = len(pool.fresh)
+        if not pool.acquire_allocate(seq, hashes, 0, g1, len(hit)):
+            pool.release(seq)
+            return "full"
+        fresh = pool.fresh[marker:]
+        del pool.fresh[marker:]      # reserved for the load: no compute of this pass uses them
+        ready = now_ms
+        d2h_done = self._d2h_done
+        for b in fresh:
+            done = d2h_done.get(b)
+            if done is not None and done > ready:
+                ready = done
+        start = self._h2d_tail if self._h2d_tail > ready else ready
+        done = start + transfer_ms(len(hit), self.block_bytes, self.h2d_gbps)
+        self._h2d_tail = done
+        r.seq = seq
+        r.held_blocks = g1 + len(hit)
+        r.committed_blocks = g1
+        self.held_total += g1 + len(hit)
+        self.kv_version += 1
+        self.host.pin(hit)
+        loading = self._loading
+        for h in hit:
+            loading[h] = loading.get(h, 0) + 1
+        self._loads[r.uuid] = [done, g1 * self.block_size, len(hit), hashes, False]
+        if done <= now_ms:
+            # an instantaneous load: admitted in this very pass
+            self._finish_job(done, _H2D, (r.uuid, hit))
+            return "loaded"
+        self._push_job(done, _H2D, (r.uuid, hit))
+        return "loading"
+
+    def _admit_loaded(self, r, load, now_ms, budget):
+        """Admit ``r`` after its H2D: the loaded blocks count as cached. Returns the budget
+        left, or None when it has to wait (nothing behind it may start)."""
+        bs = self.block_size
+        pool = self.pool
+        held = r.held_blocks
+        if r.committed_blocks < held:
+            pool.commit(r.seq, load[3], r.committed_blocks, held - r.committed_blocks)
+            self.kv_version += 1
+            r.committed_blocks = held
+        length = r.prompt_len + r.generated
+        cached = min(held * bs, length)
+        if r.generated < r.max_output:
+            cap = ((length - 1) // bs) * bs
+            if cached > cap:
+                cached = cap
+        needed = -(-length // bs) - held
+        if needed > self.num_blocks - pool.active():
+            return None
+        remaining = length - cached
+        prompt_left = r.prompt_len - cached
+        if not self.chunked and 0 < prompt_left and prompt_left > budget:
+            return None
+        tokens = remaining if remaining < budget else budget
+        if tokens == 0 and remaining > 0:
+            return None
+        self.waiting.popleft()
+        del self._loads[r.uuid]
+        fresh = not r.admissions
+        r.computed = cached
+        r.status = RUNNING
+        self.running.append(r)
+        self.partial.append(r)
+        self._run_chunk(r, tokens)
+        r.admissions.append((now_ms, cached, not fresh))
+        if fresh:
+            r.first_reused = cached
+            g1 = min(load[1], cached)
+            self.tier_split[r.uuid] = (g1, cached - g1)
+        if cached > r.max_reused:
+            r.max_reused = cached
+        self._cursor[r.uuid] = cached // bs
+        return budget - tokens

@@ -1,0 +1,39 @@
+"""The KV offload tiers of FEATURES.md against the reference: the G2 host tier
+(``native_host_offload``, §5) and the G3 storage tier behind it (``g3_offload``, §6).
+
+The shared cases of ../shared/bench/features/ are compared in place; our own recorded cases
+(tests/fixtures/features_offload/, recorded by bench/record_reference.py into
+tests/fixtures/reference/features_offload/, README.md there says what each settles) compared in
+the canonical form of FEATURES.md §10 (tests/cluster_compare.py). Every case runs on the default
+backend in process and, all together in one subprocess, with ``AISIMULATE_BACKEND=python``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_compare import compare
+from feature_cases import ROOT, SHARED_CASES, case_output, python_backend_problems, run_payload
+
+OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_offload"
+SHARED = ["f6_g2_fence_pending", "f7_g2_sessions"]
+OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
+
+
+def problems_of(name):
+    """Differences between our run of case ``name`` and the reference's."""
+    payload, theirs = case_output(name, SHARED, OWN_RECORDED)
+    report = run_payload(payload.read_text())
+    return compare(report.summary, report.per_request, theirs)
+
+
+@pytest.mark.parametrize("name", SHARED + OWN)
+def test_case_matches_the_reference(name):
+    problems = problems_of(name)
+    assert problems == [], "\n".join(problems[:20])
+
+
+def test_cases_match_on_the_python_backend():
+    """Every case again with AISIMULATE_BACKEND=python (Python block pools and tier pools)."""
+    names = [n for n in SHARED if (SHARED_CASES / f"{n}.json").exists()] + OWN
+    assert python_backend_problems("test_features_offload", names) == {}

@@ -25,7 +25,8 @@ SHARED_CASES = ROOT.parent / "shared" / "bench" / "features"
 OWN_PAYLOADS = ROOT / "tests" / "fixtures" / "features_vllm"
 OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_vllm"
 
-SHARED = ["f1_mtp_vllm_dp2", "f3_psi_vllm_dp2", "f5_kv_events_vllm"]
+SHARED = ["f1_mtp_vllm_dp2", "f3_psi_vllm_dp2", "f5_kv_events_vllm", "f9_state_cache",
+          "f10_state_cache_chunked"]
 # recorded by us (tests/fixtures/features_vllm/README.md says what each settles)
 OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
 
@@ -218,4 +219,71 @@ def test_prefill_schedule_interval_is_checked(rank, message):
 
     with pytest.raises(AisimError) as err:
         run_replay(json.dumps(_mtp_payload(aic_nextn=None, **rank)))
+    assert message in str(err.value)
+
+
+# -- state_cache --------------------------------------------------------------------------------
+
+
+def _state_payload(**rank):
+    return _mtp_payload(aic_nextn=None, num_gpu_blocks=24, kv_cache_bytes_per_token=1000,
+                        state_cache={"bytes_per_request": 32000}, **rank)
+
+
+def test_state_cache_runs_the_python_rank_on_its_own_pool():
+    from aisimulate_core.engine.vllm_native import supports
+    from aisimulate_core.engine.vllm_state_cache import StateCacheRank, StatePool
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec.load import load_payload
+
+    payload = load_payload(_state_payload())
+    assert "state_cache" in supports(payload.spec.engine.rank, backend="c")
+    rank = build_simulation(payload).workers[0].ranks[0]
+    assert type(rank) is StateCacheRank and isinstance(rank.pool, StatePool)
+    assert rank.state.blocks == 2      # ceil(32000 / (16 x 1000))
+
+
+def test_a_checkpoint_costs_no_blocks_and_is_preserved_before_the_next_write():
+    """FEATURES.md §7: a 64-token prompt holds 6 blocks after its prefill (4 KV + 2 working,
+    the working copy published as the checkpoint at 64), 7 while decoding (5 KV + 2 working)
+    with the preserved checkpoint cached beside them (2 inactive)."""
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec.load import load_payload
+
+    doc = _state_payload()
+    doc["spec"]["requests"][0].update(input_tokens=64, output_tokens=4)
+    sim = build_simulation(load_payload(doc))
+    rank = sim.workers[0].ranks[0]
+    seen = []
+    schedule = rank.schedule
+
+    def watch(now_ms):
+        end = schedule(now_ms)
+        seen.append((rank.pool.active(), rank.pool.inactive()))
+        return end
+
+    rank.schedule = watch
+    sim.run()
+    assert seen[:3] == [(6, 0), (7, 2), (7, 2)]
+
+
+@pytest.mark.parametrize("rank, message", [
+    ({"kv_cache_bytes_per_token": None}, "$.spec.engine.rank.state_cache: requires kv_cache_bytes_per_token"),
+    ({"backend": "sglang", "block_size": 16},
+     "$.spec.engine.rank.state_cache: requires backend 'vllm', got \"sglang\""),
+    ({"num_gpu_blocks": 2}, "$.spec.engine.rank.num_gpu_blocks: must be >= 3 to hold one token block and one state, got 2"),
+    ({"state_cache": {"bytes_per_request": 0}}, "$.spec.engine.rank.state_cache.bytes_per_request: must be > 0, got 0"),
+    ({"native_host_offload": {"num_host_blocks": 4}},
+     "$.spec.engine.rank.state_cache: cannot be combined with native_host_offload"),
+])
+def test_state_cache_is_checked(rank, message):
+    from aisimulate_core import run_replay
+    from aisimulate_core.errors import AisimError
+
+    doc = _state_payload()
+    doc["spec"]["engine"]["rank"].update(rank)
+    if doc["spec"]["engine"]["rank"]["kv_cache_bytes_per_token"] is None:
+        del doc["spec"]["engine"]["rank"]["kv_cache_bytes_per_token"]
+    with pytest.raises(AisimError) as err:
+        run_replay(json.dumps(doc))
     assert message in str(err.value)

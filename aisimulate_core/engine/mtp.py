@@ -59,6 +59,8 @@ class MtpBursts:
             length = r.prompt_len + r.generated
             burst = min(self.max_burst, r.out_limit - r.generated)
             need += -(-(length + burst) // bs) - -(-length // bs)
+            if rank.state is not None and burst > 1:
+                need += rank._state_need(r, length + 1)   # a draft token's state write
         return need
 
     def reserve(self, rank, P, ready):
@@ -107,6 +109,8 @@ class MtpBursts:
                 rank.held_total += grow
             if rank.caching:
                 rank._commit_full_blocks(r, (length - 1) // bs)
+            if rank.state is not None and burst > 1:
+                rank._burst_state(r, length - burst, burst)
         return emitters
 
     def decode_steps(self):
@@ -118,29 +122,34 @@ class MtpBursts:
         return [r for r, burst in self.bursts if r.generated + burst >= r.out_limit]
 
     def complete(self, rank, P, end_ms, ready):
-        """The pass end: requests ready with nothing left to generate leave without a token,
-        then every burst is stamped (a request's first token of the pass continues its
-        stretch, the others are one-pass stretches: zero gaps) and finished requests leave,
-        in running order."""
-        partial = rank.partial
-        for r in ready:
-            if r.generated >= r.out_limit:
-                partial.remove(r)
-                rank._retire(r, end_ms)
+        """The pass end: the bursts stamped (``stamp_tokens``)."""
         bursts, self.bursts = self.bursts, []
-        finished = []
-        for r, burst in bursts:
-            r.generated += burst
-            r.computed = r.prompt_len + r.generated - 1
-            rank._emit(r, P)
-            if burst > 1:
-                r.stretches.extend([(P, P)] * (burst - 1))
-            if r.generated >= r.out_limit:
-                finished.append(r)
-        for r in finished:
+        stamp_tokens(rank, P, end_ms, ready, bursts)
+
+
+def stamp_tokens(rank, P, end_ms, ready, bursts):
+    """A pass end of a rank without open stretches: requests ready with nothing left to generate
+    leave without a token, then each ``(request, tokens)`` is stamped with pass ``P`` (its first
+    token of the pass continues its stretch, the others are one-pass stretches: zero gaps) and
+    the requests whose last token came leave, in running order."""
+    partial = rank.partial
+    for r in ready:
+        if r.generated >= r.out_limit:
             partial.remove(r)
-            rank._record_itl(r)
             rank._retire(r, end_ms)
+    finished = []
+    for r, burst in bursts:
+        r.generated += burst
+        r.computed = r.prompt_len + r.generated - 1
+        rank._emit(r, P)
+        if burst > 1:
+            r.stretches.extend([(P, P)] * (burst - 1))
+        if r.generated >= r.out_limit:
+            finished.append(r)
+    for r in finished:
+        partial.remove(r)
+        rank._record_itl(r)
+        rank._retire(r, end_ms)
 
 
 def mtp_prefix_hit(cached, active_cached, block_size):
@@ -153,4 +162,4 @@ def mtp_prefix_hit(cached, active_cached, block_size):
     return cached, active_cached
 
 
-__all__ = ["DEFAULT_RATES", "MtpBursts", "accept_rates", "mtp_prefix_hit"]
+__all__ = ["DEFAULT_RATES", "MtpBursts", "accept_rates", "mtp_prefix_hit", "stamp_tokens"]

@@ -31,6 +31,9 @@ class VllmRank(RankBase):
     charges_prefill = True
     charges_decode = True
     holds_sources = False        # the disaggregated prefill role keeps a finished copy's KV
+    # every request is outside open stretches: each pass stamps its tokens (state_cache)
+    stretchless = False
+    state = None                 # the state_cache bookkeeping (engine/vllm_state_cache.py)
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0, scheduler_id=0):
         self._take_settings(engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id)
@@ -157,7 +160,7 @@ class VllmRank(RankBase):
             demand += r.prompt_len + r.generated - r.computed
         # a pass deferring prefills skips prompt chunks: the exact walk
         defer = self.psi is not None and self.psi.begin(self.running)
-        fast = demand <= budget and not defer
+        fast = demand <= budget and not defer and self.state is None
         crossing = self.buckets.get(P % bs, ())
         if fast:
             need = len(crossing)
@@ -195,7 +198,7 @@ class VllmRank(RankBase):
             ready = [r for r in ready if r.generated >= r.out_limit] + emitters
         self._ready = ready
         plain = (fast and not self._rejected and not self._pf_count
-                 and P not in self.finishing and emitters is None)
+                 and P not in self.finishing and emitters is None and not self.stretchless)
         self._plain_decode = plain and not self.partial
         # every request outside a stretch gets its token with this pass: the decode role
         # may open their stretches now and extend the pass (VllmDecodeRank.extend)
@@ -369,6 +372,12 @@ class VllmRank(RankBase):
                     break
                 tokens = remaining if remaining < budget else budget
                 need = -(-(r.computed + tokens) // bs) - r.held_blocks
+                if self.state is not None:
+                    end = r.computed + tokens
+                    if self._never_fits(r, end):
+                        self._reject_running(r)
+                        continue
+                    need += self._state_need(r, end)
             dropped = False
             if self.no_evict and need > pool.allocatable():
                 break  # the reservation under-counted: TRT-LLM declines to preempt
@@ -438,7 +447,9 @@ class VllmRank(RankBase):
             self._reject_head()
             return budget
         footprint = -(-(r.prompt_len + r.out_limit) // bs) if self.no_evict else 0
-        if fresh and (footprint if self.no_evict else -(-length // bs)) > self.num_blocks:
+        # a request's working state takes blocks of the same pool (state_cache)
+        state_blocks = self.state.blocks if self.state is not None else 0
+        if fresh and (footprint if self.no_evict else -(-length // bs) + state_blocks) > self.num_blocks:
             self._reject_head()
             return budget
         if self.no_evict and r.prompt_len >= self.num_blocks * bs:
@@ -467,12 +478,16 @@ class VllmRank(RankBase):
                 active_cached = cap
             if self.mtp is not None:
                 cached, active_cached = mtp_prefix_hit(cached, active_cached, bs)
+        if self.state is not None:
+            cached, active_cached = self._restorable(r, hashes, cached, active_cached)
         available = self.num_blocks - pool.active()
         if self.no_evict:
             needed = footprint - active_cached // bs
             available -= self.completion_total - self.held_total
         else:
-            needed = -(-length // bs) - active_cached // bs
+            needed = -(-length // bs) - active_cached // bs + state_blocks
+            if state_blocks:
+                needed += self._restore_need(hashes, cached)
         if needed > available:
             self._blocked = (r, self.kv_version, pool.active())
             return None
@@ -491,6 +506,8 @@ class VllmRank(RankBase):
         r.status = RUNNING
         self.running.append(r)
         self.partial.append(r)
+        if self.state is not None:
+            self._admitted(r, cached)
         self._run_chunk(r, tokens)
         r.admissions.append((now_ms, cached, not fresh))
         if fresh:
@@ -672,6 +689,9 @@ class VllmRank(RankBase):
         if self.mtp is not None:
             self._ready = []
             self.mtp.complete(self, P, end_ms, ready)
+        elif self.stretchless:
+            self._ready = []
+            self._stamp(P, end_ms, ready)
         elif ready:
             self._ready = []
             for r in ready:

@@ -75,6 +75,8 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
         return "MTP bursts (aic_nextn: the Python rank, engine/mtp.py)"
     if dp_size > 1 and getattr(engine, "prefill_schedule_interval", 1) > 1:
         return "prefill_schedule_interval with attention DP (the Python rank, engine/vllm_psi.py)"
+    if getattr(engine, "state_cache", None) is not None:
+        return "state_cache (the Python rank, engine/vllm_state_cache.py)"
     if getattr(engine, "native_host_offload", None) is not None:
         return "KV offload tiers (native_host_offload: the Python rank, engine/vllm_offload.py)"
     return None

@@ -75,6 +75,9 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
             engine_cls = sglang_native.rank_class(rank_cfg, dp_size=dp)
         elif role == "aggregated" and getattr(rank_cfg, "native_host_offload", None) is not None:
             engine_cls = VllmOffloadRank   # KV offload tiers (engine/vllm_offload.py)
+        elif role == "aggregated" and getattr(rank_cfg, "state_cache", None) is not None:
+            from ..engine.vllm_state_cache import StateCacheRank
+            engine_cls = StateCacheRank    # recurrent state in G1 (engine/vllm_state_cache.py)
         # the rank's pass in C where it covers the configuration (engine/vllm_native.py,
         # the roles' in vllm_native_roles.py), watched or not
         if supports(rank_cfg, dp_size=dp, role=role) is None:

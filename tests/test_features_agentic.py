@@ -25,7 +25,9 @@ OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_agentic"
 
 SHARED = ["f4_lanes_agentic"]
 OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json")
-             if "error" not in json.loads(p.read_text()))
+             if "error" not in json.loads(p.read_text()) and not p.stem.startswith("known_"))
+# differences in the ranks, not in the driver (README.md in the cases' folder)
+KNOWN = sorted(p.stem for p in OWN_RECORDED.glob("known_*.json"))
 ERRORS = sorted(p.stem for p in OWN_RECORDED.glob("*.json")
                 if "error" in json.loads(p.read_text()))
 
@@ -51,6 +53,13 @@ def problems_of(name):
 def test_case_matches_the_reference(name):
     problems = problems_of(name)
     assert problems == [], "\n".join(problems[:20])
+
+
+@pytest.mark.xfail(strict=True, reason="an arrival in a later round of the instant joins a "
+                   "pass its SGLang / TensorRT-LLM worker started then (engine side)")
+@pytest.mark.parametrize("name", KNOWN)
+def test_known_rank_difference(name):
+    assert problems_of(name) == []
 
 
 def test_cases_match_on_the_python_backend():
@@ -126,3 +135,45 @@ def test_lanes_need_an_agentic_format():
     with pytest.raises(AisimError) as err:
         run_payload(json.dumps(doc))
     assert "$.traffic.agentic_lanes: requires trace_format" in str(err.value)
+
+
+def _driver(lanes, *nodes):
+    from aisimulate_core.workload.agentic import AgenticDriver
+    from aisimulate_core.workload.graph import AgenticNode, AgenticTrace, Dependency
+
+    built = [AgenticNode(rid, play, "s", 4, 1, [k + 1], nb, [Dependency(*d) for d in deps],
+                         source_play_ordinal=ordinal, where=f"g.jsonl:{rid}")
+             for k, (rid, play, nb, deps, ordinal) in enumerate(nodes)]
+    return AgenticDriver(AgenticTrace.build(4, built, source_format="test", source_digest="d",
+                                            origin="g.jsonl"), lanes=lanes)
+
+
+def test_a_lane_frees_at_the_last_terminal_not_at_the_source_release():
+    """A disaggregated source still held settles the play later; the lane is free at once."""
+    d = _driver(1, ("a", "p0", 5.0, (), 0), ("b", "p1", 30.0, (), 1))
+    assert d.next_ready_ms() == 0.0                  # p0 shifted: its root at the lane start
+    a, = d.pop_ready(0.0, 10)
+    d.on_terminal(a, 12.0, "completed", quiescent=False)
+    assert d.next_ready_ms() == 12.0                 # p1 starts at a's terminal
+    b, = d.pop_ready(12.0, 10)
+    assert (b.request_id, b.agentic["lane_id"]) == ("b", "lane:0")
+    d.on_quiescent(a, 20.0)
+    d.on_terminal(b, 30.0, "completed")
+    assert [(o["play_id"], o["settled_at_ms"]) for o in d.play_outcomes()] == [
+        ("p0", 20.0), ("p1", 30.0)]
+
+
+def test_a_failed_play_waits_for_its_dispatched_nodes_then_frees_its_lane():
+    d = _driver(1, ("r", "p0", 0.0, (), 0), ("s", "p0", 0.0, [("r", "dispatch", 0.0, "spawn")], 0),
+                ("t", "p0", 0.0, [("s", "completion", 0.0, "sequence")], 0),
+                ("n", "p1", 0.0, (), 1))
+    r, s = d.pop_ready(0.0, 10)
+    d.on_terminal(s, 3.0, "rejected")                # fails p0, skips t; r still runs
+    assert d.next_ready_ms() == float("inf")
+    d.on_terminal(r, 40.0, "completed")
+    assert d.next_ready_ms() == 40.0
+    n, = d.pop_ready(40.0, 10)
+    assert n.request_id == "n"
+    d.on_terminal(n, 50.0, "completed")
+    assert d.trajectories() == (2, [10.0])           # only p1 completed: 50 - 40
+

@@ -56,7 +56,8 @@ class _Lifecycle:
         self._hasher = blake3.blake3(LIFECYCLE_DIGEST_DOMAIN)
         self._ordinal = 0
         self._at = None
-        self._rounds = []                   # of self._at: (terminals, quiescences) held
+        self._rounds = []                   # of self._at: (terminals, quiescences, at admission)
+        self.round_ordinal = 0              # of the round the last end joined, over the run
 
     def _write(self, at_ms, play_id, request_id, event, status=None):
         line = (f'{{"schema":"{LIFECYCLE_SCHEMA}","ordinal":{self._ordinal},'
@@ -69,8 +70,22 @@ class _Lifecycle:
         self._hasher.update((line + "}\n").encode())
         self._ordinal += 1
 
-    def dispatch(self, at_ms, play_id, request_id):
-        self.flush()
+    def dispatch(self, at_ms, play_id, request_id, sources):
+        """``sources``: the nodes whose ends the dispatched one waited for. A disaggregated
+        request ending as it reaches its decode worker comes after the dispatches of its
+        instant, unless one of those waited for it (the reference's order)."""
+        rounds = self._rounds
+        if at_ms == self._at and rounds:
+            later = next((k for k, r in enumerate(rounds) if r[2]), None)
+            if later is not None and not any(
+                    end[0] in sources for r in rounds[later:] for end in (*r[0], *r[1])):
+                for terminals, quiescent, _ in rounds[:later]:
+                    self._write_batch(terminals, quiescent)
+                del rounds[:later]
+            else:
+                self.flush()
+        else:
+            self.flush()
         self.count += 1
         self._write(at_ms, play_id, request_id, "dispatch")
 
@@ -88,10 +103,12 @@ class _Lifecycle:
             held = last[0] or last[1]
             if held and (new_round or (at_admission and not last[2])):
                 rounds.append(([], [], at_admission))
+                self.round_ordinal += 1
             elif not held:
                 rounds[-1] = ([], [], at_admission)
         else:
             rounds.append(([], [], at_admission))
+            self.round_ordinal += 1
         return rounds[-1]
 
     def terminal(self, at_ms, new_round, at_admission, node, play, play_id, request_id, status,
@@ -174,12 +191,13 @@ def _parent_ids(graph):
 
 
 class _PlayState:
-    __slots__ = ("play", "in_flight", "completed", "failed", "root_dispatch_ms",
+    __slots__ = ("play", "in_flight", "running", "completed", "failed", "root_dispatch_ms",
                  "max_terminal_ms", "failure", "failed_at_ms", "settled_at_ms")
 
     def __init__(self, play):
         self.play = play
-        self.in_flight = 0
+        self.in_flight = 0                    # dispatched, not yet quiescent
+        self.running = 0                      # dispatched, not yet terminal
         self.completed = 0
         self.failed = False
         self.root_dispatch_ms = None
@@ -190,6 +208,11 @@ class _PlayState:
 
     def settled(self):
         return self.in_flight == 0 and (self.failed or self.completed == len(self.play.nodes))
+
+    def decided(self):
+        """Every node completed, or failed with every dispatched node terminal: what frees a
+        lane (a disaggregated source still held does not keep it)."""
+        return self.running == 0 and (self.failed or self.completed == len(self.play.nodes))
 
 
 class AgenticDriver(WorkloadDriver):
@@ -222,6 +245,8 @@ class AgenticDriver(WorkloadDriver):
             for i in play.roots:
                 self._is_root[i] = True
         self._lifecycle = _Lifecycle()
+        self._sources = [frozenset(graph.index[d.request_id] for d in node.dependencies)
+                         for node in nodes]
         self._asked = False                   # the runtime asked for work since the last end
         roots = _root_ids(graph)
         self._root_id = [roots[p] for p in self._play_of]
@@ -291,9 +316,13 @@ class AgenticDriver(WorkloadDriver):
             out.append(self._request(index, ready_ms))
             self._state[index] = EMITTED
             node = self.graph.nodes[index]
-            self._lifecycle.dispatch(now_ms, node.play_id, node.request_id)
+            sources = self._sources[index]
+            if self._is_root[index] and self._lanes is not None:
+                sources = sources | self._lanes.started_by(self._play_of[index])
+            self._lifecycle.dispatch(now_ms, node.play_id, node.request_id, sources)
             play = self._plays[self._play_of[index]]
             play.in_flight += 1
+            play.running += 1
             if self._is_root[index] and (play.root_dispatch_ms is None
                                          or now_ms < play.root_dispatch_ms):
                 play.root_dispatch_ms = now_ms
@@ -352,10 +381,14 @@ class AgenticDriver(WorkloadDriver):
             # the play's failure is its first, the lowest node at one instant
             if play.failure is None or (now_ms == play.failed_at_ms and index < play.failure[2]):
                 play.failure = (node.request_id, status, index)
+        play.running -= 1
         new_round, self._asked = self._asked, False
         at_admission = _ends_at_admission(request, now_ms)
-        self._lifecycle.terminal(now_ms, new_round, at_admission, index, play_index,
-                                 node.play_id, node.request_id, status, skipped)
+        lifecycle = self._lifecycle
+        lifecycle.terminal(now_ms, new_round, at_admission, index, play_index, node.play_id,
+                           node.request_id, status, skipped)
+        if self._lanes is not None and play.decided():
+            self._lanes.settled(lifecycle.round_ordinal, index, play_index, now_ms)
         if quiescent:
             self._quiesce(index, now_ms, False, at_admission)
 
@@ -372,8 +405,6 @@ class AgenticDriver(WorkloadDriver):
         settles = play.settled()
         if settles:
             play.settled_at_ms = now_ms
-            if self._lanes is not None:
-                self._lanes.settled(index, play_index, now_ms)
         self._lifecycle.quiescent(now_ms, new_round, at_admission, index, play_index,
                                   node.play_id, node.request_id, settles)
 

@@ -44,6 +44,7 @@ class Override:
     text: str  # as given, for messages
     keys: tuple
     value: Any
+    source: str = "--set"  # what messages call it: "--set", or a sweep's "axis" / "set"
 
     @property
     def json_path(self) -> str:
@@ -52,7 +53,7 @@ class Override:
 
     @property
     def label(self) -> str:
-        return f"--set {escape_controls(self.text)}"
+        return f"{self.source} {escape_controls(self.text)}"
 
     @property
     def dotted(self) -> str:
@@ -135,14 +136,14 @@ def parse_overrides(texts: Iterable[str] | None) -> list[Override]:
     return overrides
 
 
-def override_from(path: str, value: Any) -> Override:
+def override_from(path: str, value: Any, source: str = "--set") -> Override:
     """An override from a path and an already parsed value (a sweep's axis point)."""
     try:
         keys = parse_path(path)
     except ValueError as error:
         raise OverrideError(f"{escape_controls(path)}: {escape_controls(str(error))}") from None
     shown = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return Override(f"{path}={shown}", keys, value)
+    return Override(f"{path}={shown}", keys, value, source)
 
 
 def apply_overrides(document: Any, overrides: Iterable[Override]) -> Any:

@@ -164,6 +164,10 @@ def _main(argv: list[str]) -> int:
         write_stdout(_rendered(print_plugins, pm))
         return 0
     _warn_load_failures(pm)
+    if options.command == "sweep":
+        from aisimulate_core.cli.sweep import sweep_command
+
+        return sweep_command(options, pm)
     from aisimulate_core.cli.run import run_command
 
     return run_command(options, pm)
@@ -248,6 +252,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
              "spec.topology.workers.initial_workers=4 (VALUE is JSON; repeatable)",
     )
     _add_common_options(run)
+    from aisimulate_core.cli.sweep import add_sweep_parser
+
+    add_sweep_parser(commands, _add_common_options)
     listing = commands.add_parser("plugins", help="list loaded plugins and their providers")
     _add_common_options(listing)
     return parser, run

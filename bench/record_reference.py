@@ -182,7 +182,7 @@ CASES += [("agentic/" + _n, PL + _n + ".json", True) for _n in (
 # settles), recorded into reference/features_vllm/
 _FV = "tests/fixtures/features_vllm/"
 CASES += [("features_vllm/" + _n, _FV + _n + ".json", True) for _n in sorted(
-    f[:-5] for f in os.listdir(os.path.join(ROOT, _FV)) if f.endswith(".json"))]
+    f[:-5] for f in os.listdir(os.path.join(ROOT, _FV)) if f.endswith(".json") and f.count(".") == 1)]
 
 # r. agentic lanes and the agentic outputs (FEATURES.md §3): tests/fixtures/features_agentic/
 # (generate.py writes them, README.md says what each settles), into reference/features_agentic/

@@ -287,3 +287,32 @@ def test_state_cache_is_checked(rank, message):
     with pytest.raises(AisimError) as err:
         run_replay(json.dumps(doc))
     assert message in str(err.value)
+
+
+def test_mtp_decode_steps_and_accepted_tokens_give_the_reference_telemetry():
+    """The reference's telemetry with MTP (mtp_1620_two_workers.telemetry.json, peer_run
+    --telemetry --telemetry-interval-ms 20): accept_length_forward_count counts the decode
+    forwards of a window (not the pass finishing a prompt) and avg_accept_length the tokens each
+    accepted as sampled (before the clip to the tokens left) per forward. The ranks' counters
+    ``decode_steps`` and ``decode_tokens`` give both (runtime/traffic.py reports the first)."""
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec.load import load_payload
+
+    name = "mtp_1620_two_workers"
+    theirs = json.loads((OWN_PAYLOADS / f"{name}.telemetry.json").read_text())
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        sim = build_simulation(load_payload((OWN_PAYLOADS / f"{name}.json").read_text()))
+        ranks = [rank for worker in sim.workers for rank in worker.ranks]
+        mark = (0, 0)
+        for sample in theirs["telemetry"]["samples"][1:]:
+            sim.run_until(sample["sampled_at_ms"])
+            now = (sum(r.decode_steps for r in ranks), sum(r.decode_tokens for r in ranks))
+            steps, tokens = now[0] - mark[0], now[1] - mark[1]
+            mark = now
+            traffic = sample["traffic"]
+            assert steps == traffic["accept_length_forward_count"]
+            assert tokens / steps == pytest.approx(traffic["avg_accept_length"])
+    finally:
+        os.chdir(cwd)

@@ -39,7 +39,7 @@ def accept_rates(nextn, text):
 class MtpBursts:
     """One rank's burst sampler and the bursts of its pass in flight."""
 
-    __slots__ = ("rng", "rates", "max_burst", "draws", "bursts", "preempted")
+    __slots__ = ("rng", "rates", "max_burst", "draws", "bursts", "preempted", "sampled")
 
     def __init__(self, engine, scheduler_id, *, draws=True):
         nextn = engine.aic_nextn
@@ -50,6 +50,7 @@ class MtpBursts:
         self.max_burst = nextn + 1 if draws else 1
         self.bursts = []              # (request, tokens) of the pass in flight
         self.preempted = False        # the latest reservation preempted a request
+        self.sampled = []             # the tokens each burst accepted before the clip
 
     def _need(self, rank, ready):
         """Blocks the bursts of ``ready`` may take beyond what they hold."""
@@ -96,11 +97,13 @@ class MtpBursts:
             pool.release(scratch)
         bs = rank.block_size
         bursts = self.bursts
+        sampled = self.sampled = []
         for r in emitters:
             remaining = r.out_limit - r.generated
             tokens = self.rng.accepted_tokens(self.rates) if self.draws else 1
             burst = tokens if tokens < remaining else remaining
             bursts.append((r, burst))
+            sampled.append(tokens)
             length = r.prompt_len + r.generated + burst
             grow = -(-length // bs) - r.held_blocks
             if grow > 0:
@@ -114,8 +117,16 @@ class MtpBursts:
         return emitters
 
     def decode_steps(self):
-        """Tokens of the pass in flight after each request's first."""
-        return sum(burst - (r.generated == 0) for r, burst in self.bursts)
+        """(decode forwards, the tokens they accepted) of the pass in flight: the bursts of
+        requests past their first token (the pass finishing a prompt is not a decode step),
+        each counted as sampled, before the clip to the tokens left (as the reference's
+        avg_accept_length counts them)."""
+        steps = tokens = 0
+        for (r, _), accepted in zip(self.bursts, self.sampled):
+            if r.generated:
+                steps += 1
+                tokens += accepted
+        return steps, tokens
 
     def finishing(self):
         """Requests whose last token comes with the pass in flight."""

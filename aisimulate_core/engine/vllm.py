@@ -72,6 +72,10 @@ class VllmRank(RankBase):
         self.committed_prefill_tokens = 0
         self.decode_steps = 0        # tokens after each request's first, over completed passes
         self._pass_steps = 0
+        # the tokens those decode steps emitted (more than one a step with MTP bursts): the
+        # telemetry's avg_accept_length is decode_tokens / decode_steps over a window
+        self.decode_tokens = 0
+        self._pass_tokens = 0
         # a router that watches this rank (runtime/router.py): KV blocks stored in the pass
         # in flight, reported with its prefill completions when it ends
         self.observer = None
@@ -232,12 +236,14 @@ class VllmRank(RankBase):
         # request's recompute comes from a prefill forward, not a decode step
         steps = n
         if emitters is not None:
-            steps = self.mtp.decode_steps()
+            steps, self._pass_tokens = self.mtp.decode_steps()
         elif ready:
             for r in ready:
                 if r.generated > 0 and r.pass_chunk[1] >= 0:
                     steps -= 1
         self._pass_steps = steps
+        if emitters is None:
+            self._pass_tokens = steps
         self.pass_end_ms = (now_ms + prefill) + decode
         if self.watched:
             self.in_flight = True
@@ -285,6 +291,7 @@ class VllmRank(RankBase):
         first = self.pass_index + 1          # the first pass's blocks came at scheduling
         self.pass_ends.extend(ends[:-1])
         self.decode_steps += self.n_dec * (len(ends) - 1)
+        self.decode_tokens += self.n_dec * (len(ends) - 1)
         self.itl_diff.frombytes(bytes(8 * (len(ends) - 1)))
         self.pass_index += len(ends) - 1
         last = self.pass_index
@@ -672,6 +679,7 @@ class VllmRank(RankBase):
         # a pass cut off by the run's time limit never completes: its prompt work is not counted
         self.committed_prefill_tokens += self._pf_tokens
         self.decode_steps += self._pass_steps
+        self.decode_tokens += self._pass_tokens
         if watched and self.observer is not None:
             self._report_pass(self.observer)
         if self._rejected:

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import heapq
 
-from ..kv.offload_tier import ABSENT, PENDING, RESIDENT, offload_tier
+from ..kv.offload_tier import ABSENT, PENDING, offload_tier
+from ..kv.ref_hashes import ref_seq_hashes
 from .request import RUNNING
 from .vllm import VllmRank
 
@@ -94,6 +95,7 @@ class VllmOffloadRank(VllmRank):
         self.g3 = None
         self.tier_split = {}        # uuid -> (g1, host) reused tokens at the first admission
         self._cursor = {}           # uuid -> prompt blocks stored (or found on the host)
+        self._refs = {}             # uuid -> the host keys of its prompt blocks
         self._last_store = {}       # uuid -> done time of its latest D2H
         self._loads = {}            # uuid -> [done, g1 tokens, host blocks, keys, finished]
         self._loading = {}          # host key -> loads reading it
@@ -198,6 +200,13 @@ class VllmOffloadRank(VllmRank):
             self._preempt_fence = done
         super()._preempt(r, P)
 
+    def _retire(self, r, end_ms):
+        uuid = r.uuid
+        self._cursor.pop(uuid, None)
+        self._refs.pop(uuid, None)
+        self._last_store.pop(uuid, None)
+        super()._retire(r, end_ms)
+
     def _run_chunk(self, r, tokens):
         self._scheduled.append(r)
         super()._run_chunk(r, tokens)
@@ -217,9 +226,9 @@ class VllmOffloadRank(VllmRank):
             cursor = self._cursor.get(r.uuid, 0)
             if full <= cursor:
                 continue
-            hashes = self._lookup_hashes(r, full)
-            keys = list(hashes[cursor:full])
-            missing = [i for i in range(cursor, full) if host.state(hashes[i])[0] == ABSENT]
+            refs = self._host_keys(r)
+            keys = list(refs[cursor:full])
+            missing = [i for i in range(cursor, full) if host.state(refs[i])[0] == ABSENT]
             if not missing:
                 self._cursor[r.uuid] = full
                 continue
@@ -228,11 +237,11 @@ class VllmOffloadRank(VllmRank):
             taken = self._taken
             if any(taken.get(b, 0.0) > now_ms for b in sources):
                 continue        # its GPU blocks wait for their previous owner's D2H
-            new_keys = [hashes[i] for i in missing]
+            new_keys = [refs[i] for i in missing]
             if host.reserve(new_keys, protect=keys) is None:
                 continue        # no room: retried at its next scheduled pass
             self._cursor[r.uuid] = full
-            host.touch(list(hashes[:r.prompt_len // bs]), reverse=True)
+            host.touch(refs, reverse=True)
             stores.append((r, new_keys, sources))
         return stores
 
@@ -309,15 +318,16 @@ class VllmOffloadRank(VllmRank):
         g1 = self.pool.match(hashes)
         prompt_blocks = r.prompt_len // bs
         host = self.host
+        refs = self._host_keys(r)
         if g1 >= prompt_blocks:
             # nothing to probe; the lookup still touches its keys
-            host.touch(list(hashes[:prompt_blocks]), reverse=True)
+            host.touch(refs, reverse=True)
             return None
         wait = False
         hit = []
         loading = self._loading
         for i in range(g1, prompt_blocks):
-            h = hashes[i]
+            h = refs[i]
             state = host.state(h)[0]
             if state == ABSENT:
                 break
@@ -326,15 +336,24 @@ class VllmOffloadRank(VllmRank):
             hit.append(h)
         if self._last_store.get(r.uuid, -1.0) > now_ms:
             wait = True
-        self._probe_hook(r, hashes, g1, hit, now_ms)
-        host.touch(list(hashes[:prompt_blocks]), reverse=True)
+        self._probe_hook(r, refs, g1, hit, now_ms)
+        host.touch(refs, reverse=True)
         if wait:
             return "wait"
         if not hit:
             return None
         return self._start_load(r, hashes, g1, hit, now_ms)
 
-    def _probe_hook(self, r, hashes, g1, hit, now_ms):
+    def _host_keys(self, r):
+        """The host keys of ``r``'s complete prompt blocks: the reference's sequence hashes,
+        whose order breaks the LRU's ties (kv/ref_hashes.py)."""
+        refs = self._refs.get(r.uuid)
+        if refs is None:
+            refs = self._refs[r.uuid] = ref_seq_hashes(r.prompt, self.block_size,
+                                                       r.prompt_len // self.block_size)
+        return refs
+
+    def _probe_hook(self, r, refs, g1, hit, now_ms):
         """The G3 tier extends the probe (engine/offload_g3.py)."""
 
     def _start_load(self, r, hashes, g1, hit, now_ms):

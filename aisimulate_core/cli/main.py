@@ -168,6 +168,14 @@ def _main(argv: list[str]) -> int:
         from aisimulate_core.cli.sweep import sweep_command
 
         return sweep_command(options, pm)
+    if options.command == "plot":
+        from aisimulate_core.cli.plot import plot_command
+
+        return plot_command(options)
+    if options.command == "compare":
+        from aisimulate_core.cli.compare import compare_command
+
+        return compare_command(options)
     from aisimulate_core.cli.run import run_command
 
     return run_command(options, pm)
@@ -233,7 +241,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run.add_argument(
         "--per-request",
         metavar="FILE.jsonl",
-        help="write one JSON object per request record ('-': stdout)",
+        help="write one record per request: JSON lines, or CSV / Parquet by the extension "
+             ".csv / .parquet ('-': stdout, JSON lines)",
     )
     run.add_argument(
         "--telemetry",
@@ -257,4 +266,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     add_sweep_parser(commands, _add_common_options)
     listing = commands.add_parser("plugins", help="list loaded plugins and their providers")
     _add_common_options(listing)
+    from aisimulate_core.cli.compare import add_compare_parser
+    from aisimulate_core.cli.plot import add_plot_parser
+
+    _add_common_options(add_plot_parser(commands))
+    _add_common_options(add_compare_parser(commands))
     return parser, run

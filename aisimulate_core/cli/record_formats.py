@@ -19,6 +19,7 @@ out again when its cell is empty.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 from pathlib import Path
@@ -226,25 +227,46 @@ def read_records(path: str | Path, option: str = "--per-request") -> Iterator[di
     """The records of a JSON lines, CSV or Parquet file (by extension), one dict at a time, as
     the run wrote them. Errors are one line naming the file (and line)."""
     path = Path(path)
-    shown = escape_controls(str(path))
     fmt = record_format(str(path))
+    if fmt == PARQUET:
+        return _reading(path, lambda shown: _read_parquet(path, option, shown))
+    return _reading(path, lambda shown: _read_text(path, _read_csv if fmt == CSV else _read_jsonl,
+                                                   shown))
+
+
+def read_json_lines(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON lines file (telemetry samples), one at a time."""
+    path = Path(path)
+    return _reading(path, lambda shown: _read_text(path, _read_jsonl, shown))
+
+
+def _read_text(path: Path, read, shown: str) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8", newline="") as handle:
+        yield from read(handle, shown)
+
+
+def _reading(path: Path, read) -> Iterator[dict[str, Any]]:
+    """``read(shown)``'s items, its file errors as one-line CliErrors naming ``path``."""
+    shown = escape_controls(str(path))
+    with file_errors(shown):
+        yield from read(shown)
+
+
+@contextlib.contextmanager
+def file_errors(shown: str, what: str = "") -> Iterator[None]:
+    """A file's read errors inside the block as one-line CliErrors: ``cannot read {what}
+    {shown}: no such file`` and the like."""
+    name = f"{what} {shown}" if what else shown
     try:
-        if fmt == PARQUET:
-            yield from _read_parquet(path, option, shown)
-            return
-        with open(path, encoding="utf-8", newline="") as handle:
-            if fmt == CSV:
-                yield from _read_csv(handle, shown)
-            else:
-                yield from _read_jsonl(handle, shown)
+        yield
     except FileNotFoundError:
-        raise CliError(f"cannot read {shown}: no such file") from None
+        raise CliError(f"cannot read {name}: no such file") from None
     except IsADirectoryError:
-        raise CliError(f"cannot read {shown}: is a directory") from None
+        raise CliError(f"cannot read {name}: is a directory") from None
     except UnicodeDecodeError as error:
         raise CliError(f"{shown}: not UTF-8 text ({error.reason})") from None
     except OSError as error:
-        raise CliError(f"cannot read {shown}: {error.strerror or error}") from None
+        raise CliError(f"cannot read {name}: {error.strerror or error}") from None
 
 
 def _read_jsonl(handle, shown: str) -> Iterator[dict[str, Any]]:

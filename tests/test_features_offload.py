@@ -16,7 +16,7 @@ from cluster_compare import compare
 from feature_cases import ROOT, SHARED_CASES, case_output, python_backend_problems, run_payload
 
 OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_offload"
-SHARED = ["f6_g2_fence_pending", "f7_g2_sessions"]
+SHARED = ["f6_g2_fence_pending", "f7_g2_sessions", "f8_g3_worker_local"]
 OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
 
 

@@ -125,6 +125,7 @@ class VllmOffloadRank(VllmRank):
     def _finish_job(self, done, kind, payload):
         if kind == _D2H:
             self.host.complete(payload, shared=True)
+            self._stored_hook(done, payload)
         elif kind == _H2D:
             uuid, keys = payload
             self.host.unpin(keys, shared=True)
@@ -137,7 +138,11 @@ class VllmOffloadRank(VllmRank):
                     del loading[h]
             self._loads[uuid][4] = True
 
+    def _stored_hook(self, done_ms, keys):
+        """A D2H store ended at ``done_ms`` (the G3 tier writes its blocks behind it)."""
+
     def next_transfer_ms(self):
+        """When the next transfer in flight ends, or None."""
         return self._jobs[0][0] if self._jobs else None
 
     # ------------------------------------------------------------------ the pass
@@ -149,14 +154,15 @@ class VllmOffloadRank(VllmRank):
         self._scheduled = []
         end = super().schedule(now_ms)
         if end is None:
-            if not self._jobs:
+            upcoming = self.next_transfer_ms()
+            if upcoming is None:
                 return None
             # no request here, transfers still in flight: the reference's clock runs on to
             # their end (an empty pass that records nothing, cut short by an arrival)
             self._idle_wait = self._empty_wait = True
             self.pass_effect = False
-            self.pass_end_ms = self._jobs[0][0]
-            return self.pass_end_ms
+            self.pass_end_ms = upcoming
+            return upcoming
         fence = self._preempt_fence
         self._preempt_fence = now_ms
         d2h_done, taken = self._d2h_done, self._taken
@@ -171,12 +177,12 @@ class VllmOffloadRank(VllmRank):
             end = self.pass_end_ms = end + (fence - now_ms)
         if stores:
             self._submit_stores(stores, end)
-        if end == now_ms and not self.running and self._jobs and self.waiting \
-                and not self.progressed():
+        upcoming = self.next_transfer_ms() if end == now_ms else None
+        if upcoming is not None and not self.running and self.waiting and not self.progressed():
             # nothing to run until a transfer ends: an empty pass until then, cut short by an
             # arrival (truncate)
             self._idle_wait = True
-            end = self.pass_end_ms = self._jobs[0][0]
+            end = self.pass_end_ms = upcoming
         return end
 
     def complete(self):
@@ -326,17 +332,27 @@ class VllmOffloadRank(VllmRank):
         wait = False
         hit = []
         loading = self._loading
+        reads = []
         for i in range(g1, prompt_blocks):
             h = refs[i]
             state = host.state(h)[0]
             if state == ABSENT:
-                break
-            if state == PENDING or h in loading:
+                # behind the host, the storage tier may hold it (engine/offload_g3.py)
+                found = self._probe_below(h, refs, reads)
+                if found is None:
+                    break
+                if found:
+                    continue
+                wait = True
+            elif state == PENDING or h in loading:
                 wait = True
             hit.append(h)
         if self._last_store.get(r.uuid, -1.0) > now_ms:
             wait = True
-        self._probe_hook(r, refs, g1, hit, now_ms)
+        if reads:
+            if self._read_below(reads, now_ms):
+                return self._host_lookup(r, now_ms)    # read at once: look up again
+            wait = True
         host.touch(refs, reverse=True)
         if wait:
             return "wait"
@@ -353,8 +369,16 @@ class VllmOffloadRank(VllmRank):
                                                        r.prompt_len // self.block_size)
         return refs
 
-    def _probe_hook(self, r, refs, g1, hit, now_ms):
-        """The G3 tier extends the probe (engine/offload_g3.py)."""
+    def _probe_below(self, h, refs, reads):
+        """A block missing from the host: None (nothing below it either, the probe stops),
+        True (a read into the host was started for it, added to ``reads``) or False (it
+        must wait). Without a tier below, None."""
+        return None
+
+    def _read_below(self, keys, now_ms):
+        """Read ``keys`` from the tier below into their reserved host slots; True when they
+        are read at once (resident on the host now)."""
+        return False
 
     def _start_load(self, r, hashes, g1, hit, now_ms):
         pool = self.pool

@@ -9,6 +9,7 @@ from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES, sglang_native
 from ..engine.vllm_native import supports
 from ..engine.vllm_offload import VllmOffloadRank
+from ..engine.offload_g3 import VllmG3Rank
 from ..engine.vllm_native_roles import RANK_CLASSES
 from ..errors import ConfigError
 from ..guards import (TraceFormatLookup, call_provider, check_scaling_policy, malformed,
@@ -74,7 +75,8 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
             # (engine/sglang_native.py); the Python SglangRank stays for the rest
             engine_cls = sglang_native.rank_class(rank_cfg, dp_size=dp)
         elif role == "aggregated" and getattr(rank_cfg, "native_host_offload", None) is not None:
-            engine_cls = VllmOffloadRank   # KV offload tiers (engine/vllm_offload.py)
+            # KV offload tiers (engine/vllm_offload.py; G3 behind G2: engine/offload_g3.py)
+            engine_cls = VllmG3Rank if rank_cfg.g3_offload is not None else VllmOffloadRank
         elif role == "aggregated" and getattr(rank_cfg, "state_cache", None) is not None:
             from ..engine.vllm_state_cache import StateCacheRank
             engine_cls = StateCacheRank    # recurrent state in G1 (engine/vllm_state_cache.py)

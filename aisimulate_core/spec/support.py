@@ -22,7 +22,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("spec", "encoder", (None,)),
     ("rank", "backend", ("vllm", "trtllm", "sglang")),
     ("disaggregated_rank", "backend", ("vllm", "trtllm")),  # SGLang hands off destination-first
-    ("rank", "g3_offload", (None,)),
     ("rank", "frontend", (None,)),
     ("rank", "vision", (False,)),
     ("traffic", "cached_prefix_tokens", (0,)),

@@ -154,3 +154,13 @@ def test_parquet_without_pyarrow_is_one_line_before_the_run(tmp_path):
                            "not installed: pip install 'aisimulate-core[parquet]' "
                            "(or pip install pyarrow)\n")
     assert done.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_reading_some_keys_only(tmp_path):
+    pytest.importorskip("pyarrow")
+    paths = run_formats(FIXTURES / "disagg_lifecycle.json", tmp_path)
+    keys = ("uuid", "ttft_ms", "routing_history", "request_id")
+    full = list(read_records(paths["jsonl"]))
+    for path in paths.values():
+        assert list(read_records(path, keys=keys)) == [
+            {k: r[k] for k in keys if k in r} for r in full], path

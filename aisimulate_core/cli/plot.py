@@ -87,11 +87,13 @@ def output_directory(given: str | None, report_path: Path) -> Path:
 
 
 def records_of(report: dict[str, Any], given: str | None) -> list[dict] | None:
-    """The records to draw: the file given, else the report's own ``per_request``."""
+    """The records to draw (the keys the plots read): the file given, else the report's own
+    ``per_request``."""
     from aisimulate_core.cli.record_formats import read_records
+    from aisimulate_core.viz.runs import RECORD_KEYS
 
     if given:
-        return list(read_records(given))
+        return list(read_records(given, keys=RECORD_KEYS))
     kept = report.get("per_request")
     return kept if isinstance(kept, list) else None
 

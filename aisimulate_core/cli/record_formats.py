@@ -22,8 +22,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
+import re
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
+
+import msgspec
 
 from aisimulate_core.cli.outputs import CliError, OutputFile
 from aisimulate_core.messages import escape_controls
@@ -77,31 +81,50 @@ def _column_of(key: str) -> str:
 
 
 def encode_cell(value: Any) -> str | None:
-    """A value in the CSV cell encoding (None stays None: an empty cell)."""
+    """A value in the CSV cell encoding (None stays None: an empty cell). Numbers are written
+    as the JSON lines writer writes them: a NaN or infinity is null there, so empty here."""
+    kind = type(value)
+    if kind is str:
+        return value if value and not _reads_as_json(value) else _encode_json(value).decode()
     if value is None:
         return None
-    if isinstance(value, str):
-        if value and not _reads_as_json(value):
-            return value
-        return json.dumps(value, ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+    if kind is int:
+        return str(value)
+    if kind is float:
+        return repr(value) if math.isfinite(value) else None
+    if kind is bool:
+        return "true" if value else "false"
+    return _encode_json(value).decode()
 
 
 def decode_cell(cell: str | None) -> Any:
-    if cell is None or cell == "":
+    if not cell:
         return None
+    first = cell[0]
+    if first not in _JSON_STARTS:  # no JSON text starts otherwise: a plain string
+        return cell
+    if first in _NUMBER_STARTS and _JSON_NUMBER.match(cell) is None:  # a uuid, say
+        return cell
     try:
         return json.loads(cell)
     except ValueError:
         return cell
 
 
+_encode_json = msgspec.json.Encoder().encode
+_JSON_STARTS = frozenset('"[{-0123456789tfnNI \t\r\n')
+_NUMBER_STARTS = frozenset("0123456789")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z")
+_JSON_WORDS = frozenset({"true", "false", "null", "NaN", "Infinity", "-Infinity"})
+
+
 def _reads_as_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
+    """Whether ``json.loads`` could read ``text`` as a value (conservatively: text with
+    surrounding whitespace, or starting like a string, array or object, counts)."""
+    first = text[0]
+    if first in '"[{' or first.isspace() or text[-1].isspace():
+        return True
+    return text in _JSON_WORDS or _JSON_NUMBER.match(text) is not None
 
 
 def _unknown_keys(record: dict, option: str) -> CliError:
@@ -223,15 +246,21 @@ def _restored(record: dict[str, Any]) -> dict[str, Any]:
             if value is not None or key not in OPTIONAL_KEYS}
 
 
-def read_records(path: str | Path, option: str = "--per-request") -> Iterator[dict[str, Any]]:
+def read_records(path: str | Path, option: str = "--per-request",
+                 keys: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
     """The records of a JSON lines, CSV or Parquet file (by extension), one dict at a time, as
-    the run wrote them. Errors are one line naming the file (and line)."""
+    the run wrote them (only ``keys`` of each, when given: a Parquet file then reads only
+    those columns). Errors are one line naming the file (and line)."""
     path = Path(path)
     fmt = record_format(str(path))
     if fmt == PARQUET:
-        return _reading(path, lambda shown: _read_parquet(path, option, shown))
-    return _reading(path, lambda shown: _read_text(path, _read_csv if fmt == CSV else _read_jsonl,
-                                                   shown))
+        records = _reading(path, lambda shown: _read_parquet(path, option, shown, keys))
+    else:
+        records = _reading(path, lambda shown: _read_text(
+            path, _read_csv if fmt == CSV else _read_jsonl, shown))
+    if keys is None:
+        return records
+    return ({key: record[key] for key in keys if key in record} for record in records)
 
 
 def read_json_lines(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -294,15 +323,18 @@ def _read_csv(handle, shown: str) -> Iterator[dict[str, Any]]:
         yield _restored({key: decode_cell(cell) for key, cell in zip(header, row)})
 
 
-def _read_parquet(path: Path, option: str, shown: str) -> Iterator[dict[str, Any]]:
+def _read_parquet(path: Path, option: str, shown: str,
+                  keys: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
     pa = _pyarrow(option)
     import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(path)
-        encoded = [name for name in parquet.schema_arrow.names
+        names = parquet.schema_arrow.names
+        columns = None if keys is None else [name for name in names if name in keys]
+        encoded = [name for name in (names if columns is None else columns)
                    if _column_of(name) == "encoded"]
-        for batch in parquet.iter_batches():
+        for batch in parquet.iter_batches(columns=columns):
             for row in batch.to_pylist():
                 for name in encoded:
                     if isinstance(row[name], str):

@@ -26,6 +26,9 @@ LATENCIES = (
 REPORT_QUANTILES = (("min", 0.0), ("median", 0.5), ("p75", 0.75), ("p90", 0.9), ("p95", 0.95),
                     ("p99", 0.99), ("max", 1.0))
 FROM_RECORDS, FROM_REPORT = "records", "report percentiles"
+# the record keys the run plots read (a caller reading a large records file keeps only these)
+RECORD_KEYS = ("uuid", "terminal_status", "arrival_time_ms", "first_token_ms",
+               "terminal_time_ms", "ttft_ms", "itl_ms", "e2e_latency_ms")
 
 
 def cdf(values: Iterable[float]) -> dict[str, list[float]]:

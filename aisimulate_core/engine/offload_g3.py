@@ -207,6 +207,10 @@ class VllmG3Rank(VllmOffloadRank):
             for done, job in lane.advance(now_ms):
                 finish(done, job)
 
+    def _store_running(self, done, keys, end_ms):
+        # the write behind a store not seen ended yet follows it
+        return done > end_ms or any(self.host.state(h)[0] == PENDING for h in keys)
+
     # ------------------------------------------------------------------ writes
     def _stored_hook(self, done_ms, keys):
         self._stored.append(keys)

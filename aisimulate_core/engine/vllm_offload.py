@@ -35,6 +35,7 @@ from .request import RUNNING
 from .vllm import VllmRank
 
 _D2H, _H2D = 0, 1
+_NO_STORE = (0.0, 0.0, ())
 
 
 class _TrackedPool:
@@ -96,7 +97,8 @@ class VllmOffloadRank(VllmRank):
         self.tier_split = {}        # uuid -> (g1, host) reused tokens at the first admission
         self._cursor = {}           # uuid -> prompt blocks stored (or found on the host)
         self._refs = {}             # uuid -> the host keys of its prompt blocks
-        self._last_store = {}       # uuid -> done time of its latest D2H
+        self._last_store = {}       # uuid -> (done, submitted, keys) of its latest D2H
+        self._holds = []            # keys of finished requests' stores the engine waits for
         self._loads = {}            # uuid -> [done, g1 tokens, host blocks, keys, finished]
         self._loading = {}          # host key -> loads reading it
         self._d2h_done = {}         # G1 block -> done time of the latest D2H reading it
@@ -155,7 +157,7 @@ class VllmOffloadRank(VllmRank):
         end = super().schedule(now_ms)
         if end is None:
             upcoming = self.next_transfer_ms()
-            if upcoming is None:
+            if upcoming is None or not self._held():
                 return None
             # no request here, transfers still in flight: the reference's clock runs on to
             # their end (an empty pass that records nothing, cut short by an arrival)
@@ -201,7 +203,7 @@ class VllmOffloadRank(VllmRank):
 
     def _preempt(self, r, P):
         # a victim whose D2H still reads its blocks: the pass computes once that D2H is done
-        done = self._last_store.get(r.uuid, 0.0)
+        done = self._last_store.get(r.uuid, _NO_STORE)[0]
         if done > self._preempt_fence:
             self._preempt_fence = done
         super()._preempt(r, P)
@@ -210,8 +212,24 @@ class VllmOffloadRank(VllmRank):
         uuid = r.uuid
         self._cursor.pop(uuid, None)
         self._refs.pop(uuid, None)
-        self._last_store.pop(uuid, None)
+        done, submitted, keys = self._last_store.pop(uuid, _NO_STORE)
+        if self._store_running(done, keys, end_ms):
+            # a request that finishes while its store runs keeps the engine stepping until the
+            # store is through (vLLM frees its blocks then)
+            self._holds.append(keys)
         super()._retire(r, end_ms)
+
+    def _store_running(self, done, keys, end_ms):
+        """Whether a store ending at ``done`` is still running at ``end_ms``."""
+        return done > end_ms
+
+    def _held(self):
+        """Whether a finished request's store still holds the engine: its host entries pending
+        (or pinned by the write behind them)."""
+        host = self.host
+        self._holds = [keys for keys in self._holds
+                       if any(host.state(h)[0] == PENDING or host.state(h)[1] for h in keys)]
+        return bool(self._holds)
 
     def _run_chunk(self, r, tokens):
         self._scheduled.append(r)
@@ -224,6 +242,7 @@ class VllmOffloadRank(VllmRank):
         host = self.host
         chunked = set(map(id, self._scheduled))
         stores = []
+        this_pass = set()           # the keys this pass's cohorts store
         for r in self.running:
             if not (r.in_stretch or id(r) in chunked):
                 continue
@@ -234,7 +253,11 @@ class VllmOffloadRank(VllmRank):
                 continue
             refs = self._host_keys(r)
             keys = list(refs[cursor:full])
-            missing = [i for i in range(cursor, full) if host.state(refs[i])[0] == ABSENT]
+            states = [host.state(refs[i])[0] for i in range(cursor, full)]
+            if PENDING in states and any(state == PENDING and refs[i] not in this_pass
+                                         for i, state in enumerate(states, cursor)):
+                continue        # a block of it is being stored by an earlier pass: retried
+            missing = [i for i, state in enumerate(states, cursor) if state == ABSENT]
             if not missing:
                 self._cursor[r.uuid] = full
                 continue
@@ -249,6 +272,7 @@ class VllmOffloadRank(VllmRank):
             self._cursor[r.uuid] = full
             host.touch(refs, reverse=True)
             stores.append((r, new_keys, sources))
+            this_pass.update(new_keys)
         return stores
 
     def _submit_stores(self, stores, end_ms):
@@ -260,7 +284,7 @@ class VllmOffloadRank(VllmRank):
             for b in sources:
                 d2h_done[b] = done
                 taken.pop(b, None)
-            self._last_store[r.uuid] = done
+            self._last_store[r.uuid] = (done, end_ms, keys)
             self._push_job(done, _D2H, keys)
 
     # ------------------------------------------------------------------ admission
@@ -347,7 +371,7 @@ class VllmOffloadRank(VllmRank):
             elif state == PENDING or h in loading:
                 wait = True
             hit.append(h)
-        if self._last_store.get(r.uuid, -1.0) > now_ms:
+        if self._last_store.get(r.uuid, _NO_STORE)[0] > now_ms:
             wait = True
         if reads:
             if self._read_below(reads, now_ms):

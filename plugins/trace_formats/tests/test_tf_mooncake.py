@@ -136,13 +136,9 @@ def test_missing_file_and_gzip(tmp_path, monkeypatch):
     assert str(info.value) == "bad.jsonl.gz: not a valid gzip file: Not a gzipped file (b'no')"
 
 
-def test_loads_the_conversation_trace_quickly():
-    """The shared 12,031-row Mooncake trace loads in well under a second."""
-    import time
-
-    started = time.perf_counter()
+def test_loads_the_conversation_trace():
+    """The shared 12,031-row Mooncake trace loads whole, one session per row (how fast it
+    loads is the benchmark's business: b3 and the Mooncake cases in `make bench`)."""
     trace = Mooncake().load(("../shared/data/mooncake/conversation_trace.jsonl",),
                             trace_block_size=512)
-    elapsed = time.perf_counter() - started
     assert trace.total_turns == 12031 and len(trace.sessions) == 12031
-    assert elapsed < 1.0

@@ -265,11 +265,6 @@ class VllmG3Rank(VllmOffloadRank):
         self.g3.pin(keys)
         self._reads.add(now_ms, len(keys) * self.block_bytes, list(keys))
         self.g3_stats["read"]["submitted_jobs"] += 1
-        if self._reads.next_done() > now_ms:
-            return False
-        for done, job in self._reads.advance(now_ms):   # instantaneous
-            self._read_done(done, job)
-        return True
 
     def _read_done(self, done_ms, job):
         keys = job[4]

@@ -110,6 +110,7 @@ class VllmOffloadRank(VllmRank):
         self._scheduled = []        # requests that ran a chunk in the pass being formed
         self._idle_wait = False
         self._empty_wait = False    # ... with no request at all: nothing to complete
+        self._started = False       # the pass being formed started a transfer
         self._now = self._preempt_fence = 0.0
 
     # ------------------------------------------------------------------ transfers
@@ -154,7 +155,11 @@ class VllmOffloadRank(VllmRank):
         self._finish_transfers(now_ms)
         self.pool.fresh = []
         self._scheduled = []
+        self._started = False
         end = super().schedule(now_ms)
+        idle = end is not None and not self.progressed()
+        if self._started:
+            self.pass_effect = True     # a transfer started: a zero-time pass is progress
         if end is None:
             upcoming = self.next_transfer_ms()
             if upcoming is None or not self._held():
@@ -180,7 +185,8 @@ class VllmOffloadRank(VllmRank):
         if stores:
             self._submit_stores(stores, end)
         upcoming = self.next_transfer_ms() if end == now_ms else None
-        if upcoming is not None and not self.running and self.waiting and not self.progressed():
+        if upcoming is not None and upcoming > now_ms and not self.running and self.waiting \
+                and idle:
             # nothing to run until a transfer ends: an empty pass until then, cut short by an
             # arrival (truncate)
             self._idle_wait = True
@@ -318,8 +324,6 @@ class VllmOffloadRank(VllmRank):
             if outcome == "loading":
                 skipped.append(waiting.popleft())
                 continue
-            if outcome == "loaded":
-                continue        # the head again, now loaded
             self._blocked = (None, -1, 0)
             fresh = not r.admissions
             budget = super()._admit_head(now_ms, budget)
@@ -374,8 +378,8 @@ class VllmOffloadRank(VllmRank):
         if self._last_store.get(r.uuid, _NO_STORE)[0] > now_ms:
             wait = True
         if reads:
-            if self._read_below(reads, now_ms):
-                return self._host_lookup(r, now_ms)    # read at once: look up again
+            self._read_below(reads, now_ms)
+            self._started = True
             wait = True
         host.touch(refs, reverse=True)
         if wait:
@@ -400,9 +404,7 @@ class VllmOffloadRank(VllmRank):
         return None
 
     def _read_below(self, keys, now_ms):
-        """Read ``keys`` from the tier below into their reserved host slots; True when they
-        are read at once (resident on the host now)."""
-        return False
+        """Read ``keys`` from the tier below into their reserved host slots."""
 
     def _start_load(self, r, hashes, g1, hit, now_ms):
         pool = self.pool
@@ -438,11 +440,9 @@ class VllmOffloadRank(VllmRank):
         for h in hit:
             loading[h] = loading.get(h, 0) + 1
         self._loads[r.uuid] = [done, g1 * self.block_size, len(hit), hashes, False]
-        if done <= now_ms:
-            # an instantaneous load: admitted in this very pass
-            self._finish_job(done, _H2D, (r.uuid, hit))
-            return "loaded"
+        # (even an instantaneous load is seen done at the next pass: at once on an idle worker)
         self._push_job(done, _H2D, (r.uuid, hit))
+        self._started = True
         return "loading"
 
     def _admit_loaded(self, r, load, now_ms, budget):

@@ -101,6 +101,7 @@ class SweepProgress:
 def sweep_command(args: argparse.Namespace, pm) -> int:
     from aisimulate_core.sweep import default_jobs, load_sweep, run_sweep
     from aisimulate_core.sweep.executors import LocalExecutor, RayExecutor
+    from aisimulate_core.sweep.point import use_plugin_manager
 
     jobs = _jobs(args)
     if args.address and args.executor != "ray":
@@ -108,6 +109,7 @@ def sweep_command(args: argparse.Namespace, pm) -> int:
     spec = load_sweep(args.sweep, output=args.out)
     _check_goal_needs_sla(spec)
     plugin_options = (not args.disable_plugin_autoload, tuple(args.plugin))
+    use_plugin_manager(plugin_options, pm)  # local points (and forked workers) share it
     if args.executor == "ray":
         from aisimulate_core.sweep.point import TraceDigests
 

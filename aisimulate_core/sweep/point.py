@@ -165,6 +165,12 @@ def plugin_manager(options: tuple) -> Any:
     return pm
 
 
+def use_plugin_manager(options: tuple, pm: Any) -> None:
+    """Let the points of this process (and of workers forked from it) use ``pm`` for
+    ``options``: the command's own, whose plugins are loaded already."""
+    _PLUGIN_MANAGERS[options] = pm
+
+
 def deployment_gpus(payload: Any) -> int:
     """GPUs the deployment starts with: workers x dp_size x tensor_parallel_size per pool."""
     spec = payload.spec

@@ -126,9 +126,8 @@ class VllmG3Rank(VllmOffloadRank):
         super().__init__(engine, timer, pool, callbacks=callbacks, worker_idx=worker_idx,
                          dp_rank=dp_rank, scheduler_id=scheduler_id)
         g3 = engine.g3_offload
-        if g3.scope != "worker_local":
-            raise ConfigError(f"{self.setting_prefix('g3_offload.scope')}'{g3.scope}' is not "
-                              f"supported yet")
+        if g3.scope != "worker_local":     # spec/validate.py refuses it first
+            raise ConfigError(f"g3_offload.scope: '{g3.scope}' is not supported yet")
         self.g3 = offload_tier(g3.num_g3_blocks)
         self._reads = FairLane(g3.read_bandwidth_gbps, g3.latency_to_first_byte_ms)
         self._writes = FairLane(g3.write_bandwidth_gbps, g3.latency_to_first_byte_ms)

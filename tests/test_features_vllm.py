@@ -316,3 +316,23 @@ def test_mtp_decode_steps_and_accepted_tokens_give_the_reference_telemetry():
             assert tokens / steps == pytest.approx(traffic["avg_accept_length"])
     finally:
         os.chdir(cwd)
+
+
+def test_recorded_cases_exercise_what_they_claim():
+    """Guards the fixtures: the reference really preempts, reuses and defers in them."""
+    def records(name):
+        _, theirs = _case(name)
+        return sorted(theirs["per_request"], key=lambda r: (r["arrival_time_ms"], r["input_length"]))
+
+    assert [r["readmission_count"] for r in records("mtp_burst_preemption")] == [0, 1]
+    assert [r["reused_input_tokens"] for r in records("mtp_prefix_vllm")] == [0, 48, 32, 0, 16]
+    assert [r["reused_input_tokens"] for r in records("mtp_prefix_trtllm")] == [0, 64, 64, 16, 32]
+    assert [r["last_token_ms"] for r in records("mtp_disagg_1p2d")] in ([490.025, 480.025],
+                                                                       [480.025, 490.025])
+    assert records("psi_newcomer_at_11")[-1]["first_admit_ms"] == 25.0
+    assert records("psi_interval_one")[-1]["first_admit_ms"] == 15.0
+    assert [r["reused_input_tokens"] for r in records("state_decode_keeps_checkpoint")] == [0, 64]
+    assert [r["reused_input_tokens"] for r in records("state_decode_discards_checkpoint")] == [0, 0]
+    assert [r["terminal_status"] for r in records("state_never_fits_8")][0] == "rejected"
+    assert sum(r["readmission_count"] for n in OWN if n.startswith(("mtp_random", "state_random"))
+               for r in records(n)) > 40

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from ..kv.py_block_pool import CACHED, FREE, PRIVATE, PyBlockPool
 from .mtp import stamp_tokens
-from .request import FINISHED
+from .request import FINISHED, request_name
 from .vllm import VllmRank
 
 _MASK = (1 << 64) - 1
@@ -120,15 +120,20 @@ class StateCache:
             cached -= bs
         return cached
 
+    def preserve_need(self, r, target):
+        """Blocks of the copy preserving ``r``'s published checkpoint before a write."""
+        st = self.states.get(r.uuid)
+        if st is not None and st.work >= 0 and target > st.computed and st.published:
+            return self.blocks
+        return 0
+
     def write_need(self, r, target):
         """Blocks computing ``r`` up to ``target`` tokens takes beyond its KV: a working
-        state it does not hold yet, a copy preserving its published checkpoint."""
+        state it does not hold yet, or a copy preserving its published checkpoint."""
         st = self.states.get(r.uuid)
         if st is None or st.work < 0:
             return self.blocks
-        if target > st.computed and st.published:
-            return self.blocks
-        return 0
+        return self.preserve_need(r, target)
 
     def source_need(self, hashes, cached):
         """Blocks a restore from the checkpoint at ``cached`` tokens takes out of the
@@ -242,10 +247,19 @@ class StateCacheRank(VllmRank):
         return self.state.write_need(r, end)
 
     def _never_fits(self, r, end):
-        """Whether computing ``r`` to ``end`` tokens needs more than the whole pool."""
-        return -(-end // self.block_size) + self.state.blocks + (
-            self.state.blocks if self.state.write_need(r, end) and r.uuid in self.state.states
-            and self.state.states[r.uuid].work >= 0 else 0) > self.num_blocks
+        """Whether computing ``r`` to ``end`` tokens needs more than the whole pool: its KV,
+        its working state and the copy preserving its checkpoint."""
+        state = self.state
+        return (-(-end // self.block_size) + state.blocks + state.preserve_need(r, end)
+                > self.num_blocks)
+
+    def fit_error(self, r):
+        blocks = -(-r.prompt_len // self.block_size) + self.state.blocks
+        if blocks <= self.num_blocks:
+            return None
+        return (f"{self.setting_prefix('num_gpu_blocks')}the prompt of request {request_name(r)} "
+                f"({r.prompt_len} tokens) and its working state need {blocks} KV blocks of "
+                f"{self.block_size} tokens, a rank has {self.num_blocks}")
 
     def _restorable(self, r, hashes, cached, active_cached):
         if cached and hashes is not None:
@@ -266,21 +280,24 @@ class StateCacheRank(VllmRank):
         super()._run_chunk(r, tokens)
         if pin >= 0:
             self.pool.release(pin)
-        checkpoint = None
-        if self.caching and (end == r.prompt_len + r.generated or self.mtp is not None) and end % self.block_size == 0:
-            checkpoint = self._lookup_hashes(r, end // self.block_size)[end // self.block_size - 1]
-        self.state.commit(r, end, checkpoint)
+        # the end of the known sequence on a block boundary; with MTP any boundary (a prefill
+        # chunk's too: state_random_3)
+        aligned = end == r.prompt_len + r.generated or self.mtp is not None
+        self.state.commit(r, end, self._checkpoint_at(r, end) if aligned else None)
+
+    def _checkpoint_at(self, r, end):
+        """The prefix hash a state computed to ``end`` tokens is published under, or None."""
+        bs = self.block_size
+        if not self.caching or end % bs:
+            return None
+        return self._lookup_hashes(r, end // bs)[end // bs - 1]
 
     def _burst_state(self, r, length, burst):
         """An MTP burst of ``burst`` tokens after ``length``: each draft token the verification
         computed is a state write (a checkpoint where it ends a block)."""
-        bs = self.block_size
         for target in range(length + 1, length + burst):
             self.state.prepare(r, target)
-            checkpoint = None
-            if self.caching and target % bs == 0:
-                checkpoint = self._lookup_hashes(r, target // bs)[target // bs - 1]
-            self.state.commit(r, target, checkpoint)
+            self.state.commit(r, target, self._checkpoint_at(r, target))
 
     def _release(self, r):
         # a request's state goes back before its KV (observed on preemption, where the order

@@ -260,9 +260,6 @@ class VllmOffloadRank(VllmRank):
             refs = self._host_keys(r)
             keys = list(refs[cursor:full])
             states = [host.state(refs[i])[0] for i in range(cursor, full)]
-            if PENDING in states and any(state == PENDING and refs[i] not in this_pass
-                                         for i, state in enumerate(states, cursor)):
-                continue        # a block of it is being stored by an earlier pass: retried
             missing = [i for i, state in enumerate(states, cursor) if state == ABSENT]
             if not missing:
                 self._cursor[r.uuid] = full
@@ -270,8 +267,8 @@ class VllmOffloadRank(VllmRank):
             blocks = self.pool.seq_blocks(r.seq)
             sources = [blocks[i] for i in missing]
             taken = self._taken
-            if any(taken.get(b, 0.0) > now_ms for b in sources):
-                continue        # its GPU blocks wait for their previous owner's D2H
+            if any(taken.get(b, 0.0) > now_ms for b in blocks):
+                continue        # blocks it took wait for their previous owner's D2H
             new_keys = [refs[i] for i in missing]
             if host.reserve(new_keys, protect=keys) is None:
                 continue        # no room: retried at its next scheduled pass

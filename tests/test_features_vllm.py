@@ -336,3 +336,27 @@ def test_recorded_cases_exercise_what_they_claim():
     assert [r["terminal_status"] for r in records("state_never_fits_8")][0] == "rejected"
     assert sum(r["readmission_count"] for n in OWN if n.startswith(("mtp_random", "state_random"))
                for r in records(n)) > 40
+
+
+def _scaling_telemetry_problems(tmp_path):
+    from cluster_compare import run_case
+
+    theirs = json.loads((OWN_PAYLOADS / "mtp_scaling_telemetry.telemetry.json").read_text())
+    summary, records, samples = run_case(ROOT, OWN_PAYLOADS / "mtp_scaling_telemetry.json",
+                                         telemetry_interval_ms=40.0, tmp=tmp_path)
+    return compare(summary, records, theirs, samples=samples)
+
+
+def test_mtp_under_scheduled_scaling_with_telemetry(tmp_path):
+    """s1_schedule_scaling_agg_rr with aic_nextn 2 (mtp_scaling_telemetry.telemetry.json, peer_run
+    --per-request --snapshots --telemetry --telemetry-interval-ms 40): records, lifecycle and
+    every telemetry value match, accept_length_forward_count included (a readmitted request's
+    recompute is a prefill forward), but avg_accept_length (next test)."""
+    problems = [p for p in _scaling_telemetry_problems(tmp_path) if "avg_accept_length" not in p]
+    assert problems == []
+
+
+@pytest.mark.xfail(strict=True, reason="runtime/traffic.py reports avg_accept_length 1.0; the "
+                   "ranks' decode_tokens / decode_steps over the window is the reference's")
+def test_mtp_avg_accept_length_in_telemetry(tmp_path):
+    assert _scaling_telemetry_problems(tmp_path) == []

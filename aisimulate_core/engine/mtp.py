@@ -118,12 +118,13 @@ class MtpBursts:
 
     def decode_steps(self):
         """(decode forwards, the tokens they accepted) of the pass in flight: the bursts of
-        requests past their first token (the pass finishing a prompt is not a decode step),
+        requests past their first token (the pass computing prompt tokens is not a decode step),
         each counted as sampled, before the clip to the tokens left (as the reference's
         avg_accept_length counts them)."""
         steps = tokens = 0
         for (r, _), accepted in zip(self.bursts, self.sampled):
-            if r.generated:
+            # (a readmitted request recomputing its prompt takes a prefill forward)
+            if r.generated and r.pass_chunk[1] < 0:
                 steps += 1
                 tokens += accepted
         return steps, tokens

@@ -55,9 +55,16 @@ def pass_row(rank, now_ms, P, ready):
     else:
         prompt_var, chunk_kv = 0.0, 0
     contexts = [r.base_len - r.base_pass + P for bucket in rank.buckets.values() for r in bucket]
-    for r in ready:
-        if r.pass_chunk[1] < 0 and r.out_limit > 0 and not r.generated:
-            contexts.append(r.prompt_len + r.generated)   # a decode-role activation's step
+    if getattr(rank, "stretchless", False) or getattr(rank, "mtp", None) is not None:
+        # no open stretches (MTP bursts, state_cache): the decoders are the requests the pass
+        # steps without prompt work, before their tokens
+        for r in ready:
+            if r.pass_chunk[1] < 0 and r.generated < r.out_limit:
+                contexts.append(r.prompt_len + r.generated)
+    else:
+        for r in ready:
+            if r.pass_chunk[1] < 0 and r.out_limit > 0 and not r.generated:
+                contexts.append(r.prompt_len + r.generated)   # a decode-role activation's step
     context_sum, context_var = sum_var(contexts)
     queued_prefill, queued_decode = rank._fpm_queue
     qp_sum, qp_var = sum_var(queued_prefill) if queued_prefill else (0, 0.0)

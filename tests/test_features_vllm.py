@@ -385,3 +385,19 @@ def test_mtp_under_scheduled_scaling_with_telemetry(tmp_path):
                    "ranks' decode_tokens / decode_steps over the window is the reference's")
 def test_mtp_avg_accept_length_in_telemetry(tmp_path):
     assert _scaling_telemetry_problems(tmp_path) + _snapshot_problems() == []
+
+
+@pytest.mark.parametrize("name", ["f1_mtp_vllm_dp2", "f9_state_cache", "f10_state_cache_chunked"])
+def test_telemetry_of_the_shared_cases(name, tmp_path):
+    """Telemetry every 7 ms of shared cases (NAME.telemetry.json: peer_run --per-request
+    --telemetry --telemetry-interval-ms 7): the gauges count the working-state blocks, the
+    decode forwards count MTP bursts once (avg_accept_length: the expected failure above)."""
+    from cluster_compare import run_case
+
+    case = SHARED_CASES / f"{name}.json"
+    if not case.exists():
+        pytest.skip(f"{case} is not beside the checkout")
+    theirs = json.loads((OWN_PAYLOADS / f"{name}.telemetry.json").read_text())
+    summary, records, samples = run_case(ROOT, case, telemetry_interval_ms=7.0, tmp=tmp_path)
+    problems = compare(summary, records, theirs, samples=samples)
+    assert [p for p in problems if "avg_accept_length" not in p] == []

@@ -508,6 +508,33 @@ class _Totals:
             self.tpot.append((span if span > 0.0 else 0.0) / (output - 1))
 
 
+def fill_totals(collector: Collector, *, completed: int, input_tokens: int, output_tokens: int,
+                reused: int, first_reused: int, duration_ms: float, good: int, good_tokens: int,
+                committed_prefill: int, ttft: array, e2e: array, ttst: array,
+                tpot: array) -> None:
+    """What ``Collector._settled`` and ``_Totals.add`` would have gathered from a run's
+    terminals, gathered elsewhere (runtime/plain_native.py's C loop): the counts and sums, and
+    each sample array in the order the summary adds them (uuid order), taken without a copy
+    into an empty collector."""
+    totals = collector._totals
+    totals.completed += completed
+    totals.input_tokens += input_tokens
+    totals.output_tokens += output_tokens
+    totals.reused += reused
+    totals.first_reused += first_reused
+    if duration_ms > totals.duration_ms:
+        totals.duration_ms = duration_ms
+    totals.good += good
+    totals.good_tokens += good_tokens
+    for name, values in (("ttft", ttft), ("e2e", e2e), ("ttst", ttst), ("tpot", tpot)):
+        mine = getattr(totals, name)
+        if mine:
+            mine.extend(values)
+        else:
+            setattr(totals, name, values)
+    collector._fallback_committed_prefill += committed_prefill
+
+
 class _ArrivalOrder:
     """Terminal records handed on in uuid order, which is arrival order: the runtime numbers
     requests 1, 2, 3, ... as they arrive.

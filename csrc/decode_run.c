@@ -242,6 +242,38 @@ int aisim_decode_timing_eval(const aisim_decode_timing *t, int64_t batch, int64_
     return pass_ms(t, batch, active, out_ms) == 0 ? AISIM_OK : AISIM_DECODE_MISS;
 }
 
+/* timing.StepTimer.prefill over FixedTiming / PolynomialTiming (declared in
+ * plain_loop.cdef.h, whose C loop charges prefill itself): the same operations in the same
+ * order, then the same Duration rounding as the decode models. */
+int aisim_prefill_timing_eval(int32_t kind, double fixed_ms, double ratio, int64_t batch,
+                              int64_t mean_isl, int64_t mean_prefix, double *out_ms)
+{
+    double raw;
+    if (out_ms == NULL)
+        return AISIM_EINVAL;
+    if (batch <= 0 || mean_isl <= mean_prefix) {
+        *out_ms = 0.0;
+        return AISIM_OK;
+    }
+    if (kind == AISIM_DECODE_FIXED) {
+        raw = fixed_ms;
+    } else if (kind == AISIM_DECODE_POLYNOMIAL) {
+        /* batch * (isl - prefix) as Python's integers, then float(): exact below 2^53 */
+        if (mean_isl - mean_prefix > INT64_MAX / batch)
+            return AISIM_DECODE_MISS;
+        int64_t new_tokens = batch * (mean_isl - mean_prefix);
+        double t = (double)new_tokens;
+        if (t >= EXACT_LIMIT)
+            return AISIM_DECODE_MISS;
+        raw = 4.209989e-7 * (t * t) + 1.518344e-2 * t + 16.50142;
+    } else {
+        return AISIM_EINVAL;
+    }
+    if (!isfinite(raw))
+        return AISIM_DECODE_MISS;
+    return modeled(raw > 0.0 ? raw : 0.0, ratio, out_ms) == 0 ? AISIM_OK : AISIM_DECODE_MISS;
+}
+
 /* ---- the run ---- */
 
 static size_t lower_bound(const int64_t *keys, size_t n, int64_t key)

@@ -18,6 +18,7 @@ from ..engine.request import SimRequest, never_scheduled, request_name
 from ..errors import AisimError, SimulationError
 from ..report import Collector, _uuid_text
 from ..runtime.event_queue import EventQueue
+from . import plain_native
 from .checks import install_checks_from_env
 from .cluster import ClusterPool
 from .records import make_record, make_summary_record
@@ -347,6 +348,8 @@ class Simulation:
         """``_next_time`` and ``_step`` of a plain run (``_plain``) in one loop, until the next
         event is past ``limit``; returns its time. The same events in the same order: only
         the branches for scaling, telemetry and windows are gone, and a step's calls."""
+        if plain_native.eligible(self, limit) is None:
+            return plain_native.run(self, limit)   # the whole run in one C loop
         peek = self.queue.peek_time
         driver = self.driver
         next_ready, pop_ready = driver.next_ready_ms, driver.pop_ready

@@ -1,0 +1,890 @@
+/*
+ * plain_loop.c: a plain aggregated run as one C loop. Its twin and specification is the
+ * Python path it replaces, step for step: runtime/simulation.py's _run_plain (the clock,
+ * completions before arrivals before new passes, the livelock guard), workload/one_turn.py
+ * (sessions' starts and prompts as id ranges), round robin's place_unpinned, runtime/
+ * worker.py (a lone rank's pass, its extension and truncation), engine/vllm_native.py
+ * (submit, schedule with the prefill time of engine/timing.py, complete, the events) and,
+ * at each terminal, runtime/records.py token_times with report.Collector's _settled and
+ * _Totals.add over the values in uuid order. The ranks' own C (vllm_rank.c) does the
+ * engine work through its public entry points, so their state is the Python path's.
+ *
+ * Per request the loop keeps one entry from arrival to settlement (a ring over the uuids
+ * not yet settled, bounded by what is in flight), and nothing once it settles but the
+ * summary's samples.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aisim.h"
+#include "decode_run.cdef.h"
+#include "vllm_rank.cdef.h"
+#include "plain_loop.cdef.h"
+
+#define MAX_PASSES 4096              /* engine/decode_run.py MAX_PASSES */
+#define ID_LIMIT ((int64_t)1 << 32)  /* synthetic.py _ID_LIMIT */
+#define GOLDEN 0x9E3779B97F4A7C15ull /* workload/prompt.py's salt of blocks past the prompt */
+
+#define TRY(x) do { int status_ = (x); if (status_ < 0) return status_; } while (0)
+
+/* A request from arrival to settlement (a SummaryRecord's values as they become known). */
+typedef struct entry {
+    double arrival, terminal, first, second, last;
+    int64_t prompt_len, count, max_reused, first_reused, generated;
+    int8_t state;       /* 0 in flight, 1 completed, 2 another terminal */
+    int8_t admitted, has_first, has_second;
+} entry;
+
+typedef struct worker {
+    aisim_vllm_rank *rank;
+    const aisim_vllm_view *view;
+    int busy;
+    uint32_t generation;
+    double pass_end;        /* the worker's (Worker.pass_end_ms) */
+    double *ends;           /* the pass formed and its extension (RankBase._macro_ends) */
+    size_t n_ends;
+    double *pass_ends;      /* RankBase.pass_ends */
+    size_t n_pass_ends, pass_ends_cap;
+    int64_t *breaks;        /* (last before, first after) pairs */
+    size_t n_breaks, breaks_cap;   /* values */
+    int64_t *slot_uuid;     /* slot -> uuid */
+    size_t slot_cap;
+    int dirty;
+} worker;
+
+typedef struct event {
+    double time;
+    uint64_t seq;
+    int32_t worker;
+    uint32_t generation;
+} event;
+
+struct aisim_plain {
+    aisim_plain_config cfg;
+    aisim_rng *arrival_rng, *shape_rng;
+    const aisim_rng_view *arrival_view, *shape_view;
+    worker *workers;
+    /* pass completions: a min-heap on (time, seq), as runtime/event_queue.py orders them */
+    event *heap;
+    size_t heap_len, heap_cap;
+    uint64_t seq;
+    /* sessions */
+    double next_arrival;
+    int64_t made;
+    int64_t *ready_idx;     /* closed loop: ready sessions (FIFO: ready times never decrease) */
+    double *ready_ms;
+    size_t ready_head, ready_len, ready_cap;   /* ready_cap: a power of two */
+    int64_t active, next_pending;
+    /* requests by uuid: entries of [settle_uuid, next_uuid) in a ring */
+    entry *ring;
+    size_t ring_cap;        /* a power of two */
+    int64_t settle_uuid, next_uuid;
+    /* the summary's samples */
+    double *samples[4];
+    size_t n_samples[4], samples_cap[4];
+    /* the livelock guard */
+    double spin_t;
+    int64_t spins;
+    uint32_t ranges[8];     /* a prompt's (first, count) pairs */
+    aisim_decode_run run;
+    aisim_plain_view view;
+};
+
+enum { S_TTFT = 0, S_E2E = 1, S_TTST = 2, S_TPOT = 3 };
+
+static int grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+    size_t c = *cap ? *cap : 16;
+    void *grown;
+    if (need <= *cap)
+        return AISIM_OK;
+    while (c < need)
+        c *= 2;
+    grown = realloc(*array, c * elem);
+    if (!grown)
+        return AISIM_ENOMEM;
+    *array = grown;
+    *cap = c;
+    return AISIM_OK;
+}
+
+static int push_sample(aisim_plain *p, int which, double value)
+{
+    TRY(grow((void **)&p->samples[which], &p->samples_cap[which], p->n_samples[which] + 1,
+             sizeof(double)));
+    p->samples[which][p->n_samples[which]++] = value;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ the event heap */
+
+static int before(const event *a, const event *b)
+{
+    return a->time != b->time ? a->time < b->time : a->seq < b->seq;
+}
+
+static int heap_push(aisim_plain *p, double time, int32_t w, uint32_t generation)
+{
+    size_t i;
+    TRY(grow((void **)&p->heap, &p->heap_cap, p->heap_len + 1, sizeof *p->heap));
+    i = p->heap_len++;
+    event e = {time, p->seq++, w, generation};
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!before(&e, &p->heap[parent]))
+            break;
+        p->heap[i] = p->heap[parent];
+        i = parent;
+    }
+    p->heap[i] = e;
+    return AISIM_OK;
+}
+
+static event heap_pop(aisim_plain *p)
+{
+    event top = p->heap[0];
+    event last = p->heap[--p->heap_len];
+    size_t i = 0, n = p->heap_len;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && before(&p->heap[c + 1], &p->heap[c]))
+            c++;
+        if (!before(&p->heap[c], &last))
+            break;
+        p->heap[i] = p->heap[c];
+        i = c;
+    }
+    if (n)
+        p->heap[i] = last;
+    return top;
+}
+
+static double peek(const aisim_plain *p)
+{
+    return p->heap_len ? p->heap[0].time : INFINITY;
+}
+
+/* ------------------------------------------------------------ sessions (one_turn.py) */
+
+static int closed(const aisim_plain *p)
+{
+    return p->cfg.arrivals == AISIM_PLAIN_CLOSED;
+}
+
+/* OneTurnDriver._activate: sessions become ready now while there is room. */
+static int activate(aisim_plain *p, double now_ms)
+{
+    while (p->active < p->cfg.max_sessions && p->next_pending < p->cfg.sessions) {
+        if (p->ready_len == p->ready_cap) {
+            size_t cap = p->ready_cap ? 2 * p->ready_cap : 64, i;
+            int64_t *idx = malloc(cap * sizeof *idx);
+            double *ms = malloc(cap * sizeof *ms);
+            if (!idx || !ms) {
+                free(idx);
+                free(ms);
+                return AISIM_ENOMEM;
+            }
+            for (i = 0; i < p->ready_len; i++) {
+                idx[i] = p->ready_idx[(p->ready_head + i) & (p->ready_cap - 1)];
+                ms[i] = p->ready_ms[(p->ready_head + i) & (p->ready_cap - 1)];
+            }
+            free(p->ready_idx);
+            free(p->ready_ms);
+            p->ready_idx = idx;
+            p->ready_ms = ms;
+            p->ready_head = 0;
+            p->ready_cap = cap;
+        }
+        size_t at = (p->ready_head + p->ready_len) & (p->ready_cap - 1);
+        p->ready_idx[at] = p->next_pending++;
+        p->ready_ms[at] = now_ms;
+        p->ready_len++;
+        p->active++;
+    }
+    return AISIM_OK;
+}
+
+static double next_ready(const aisim_plain *p)
+{
+    if (closed(p))
+        return p->ready_len ? p->ready_ms[p->ready_head] : INFINITY;
+    return p->next_arrival;
+}
+
+/* first_arrivals' next start after session `made` - 1 started at `t`. */
+static int advance_arrival(aisim_plain *p)
+{
+    double t = p->next_arrival;
+    if (p->made >= p->cfg.sessions) {
+        p->next_arrival = INFINITY;
+        return AISIM_OK;
+    }
+    if (p->cfg.arrivals == AISIM_PLAIN_POISSON) {
+        TRY(aisim_rng_exponential(p->arrival_rng, p->cfg.gap_ms));
+        t += p->arrival_view->last_f64;
+    } else if (p->cfg.arrivals == AISIM_PLAIN_CONSTANT) {
+        t += p->cfg.gap_ms;
+    } else {
+        t = 0.0;
+    }
+    p->next_arrival = t;
+    return AISIM_OK;
+}
+
+/* SyntheticSessions._fresh_ranges into ranges from pair k on; returns the pairs written. */
+static size_t fresh_ranges(const aisim_plain *p, int64_t offset, int64_t count, uint32_t *ranges,
+                           size_t k)
+{
+    int64_t base = p->cfg.fresh_base, span = ID_LIMIT - base;
+    while (k < 4) {
+        int64_t start = offset % span;
+        if (start + count <= span) {
+            ranges[2 * k] = (uint32_t)(base + start);
+            ranges[2 * k + 1] = (uint32_t)count;
+            return k + 1;
+        }
+        int64_t head = span - start;
+        ranges[2 * k] = (uint32_t)(base + start);
+        ranges[2 * k + 1] = (uint32_t)head;
+        k++;
+        offset += head;
+        count -= head;
+    }
+    return k;
+}
+
+/* ------------------------------------------------------------ requests by uuid */
+
+static entry *entry_of(aisim_plain *p, int64_t uuid)
+{
+    return &p->ring[(size_t)uuid & (p->ring_cap - 1)];
+}
+
+static int new_entry(aisim_plain *p, entry **out)
+{
+    size_t live = (size_t)(p->next_uuid - p->settle_uuid);
+    if (live == p->ring_cap) {
+        size_t cap = p->ring_cap ? 2 * p->ring_cap : 1024;
+        entry *ring = malloc(cap * sizeof *ring);
+        int64_t u;
+        if (!ring)
+            return AISIM_ENOMEM;
+        for (u = p->settle_uuid; u < p->next_uuid; u++)
+            ring[(size_t)u & (cap - 1)] = *entry_of(p, u);
+        free(p->ring);
+        p->ring = ring;
+        p->ring_cap = cap;
+    }
+    entry *e = entry_of(p, p->next_uuid);
+    memset(e, 0, sizeof *e);
+    e->first_reused = -1;
+    *out = e;
+    return AISIM_OK;
+}
+
+/* Collector._settled and _Totals.add of the entry of the next uuid. */
+static int settle(aisim_plain *p, const entry *e)
+{
+    const aisim_plain_config *c = &p->cfg;
+    aisim_plain_view *v = &p->view;
+    if (!e->admitted)
+        return AISIM_OK;
+    v->fallback_committed += e->prompt_len > e->max_reused ? e->prompt_len - e->max_reused : 0;
+    if (e->state != 1)
+        return AISIM_OK;
+    int64_t output = e->count;
+    v->totals_completed++;
+    v->input_tokens += e->prompt_len;
+    v->output_tokens += output;
+    v->reused += e->max_reused;
+    if (e->first_reused > 0)
+        v->first_reused += e->first_reused;
+    double end = e->terminal - c->report_start_ms;
+    if (end > v->duration_ms)
+        v->duration_ms = end;
+    if (!e->has_first) {
+        double e2e = e->terminal - e->arrival;
+        if (!(e2e > 0.0))
+            e2e = 0.0;
+        /* _Sla.is_good_without_tokens */
+        if ((c->has_ttft || c->has_itl || c->has_e2e) && !c->has_ttft && !c->has_itl &&
+            c->has_e2e && e2e <= c->sla_e2e_ms)
+            v->good++;
+        return AISIM_OK;
+    }
+    double ttft = e->first - e->arrival;
+    if (!(ttft > 0.0))
+        ttft = 0.0;
+    double e2e = e->last - e->arrival;
+    if (!(e2e > 0.0))
+        e2e = 0.0;
+    TRY(push_sample(p, S_TTFT, ttft));
+    TRY(push_sample(p, S_E2E, e2e));
+    if (c->has_ttft || c->has_itl || c->has_e2e) {
+        /* _Sla.is_good */
+        int good = 1;
+        if (c->has_e2e && e2e > c->sla_e2e_ms)
+            good = 0;
+        else if (c->has_ttft && ttft > c->sla_ttft_ms)
+            good = 0;
+        else if (c->has_itl && output > 1 &&
+                 (e2e - ttft) / ((double)output - 1.0) > c->sla_itl_ms)
+            good = 0;
+        if (good) {
+            v->good++;
+            v->good_tokens += output;
+        }
+    }
+    if (e->has_second) {
+        double ttst = e->second - e->first;
+        TRY(push_sample(p, S_TTST, ttst > 0.0 ? ttst : 0.0));
+    }
+    if (output > 1) {
+        double span = e->last - e->first;
+        TRY(push_sample(p, S_TPOT, (span > 0.0 ? span : 0.0) / (double)(output - 1)));
+    }
+    return AISIM_OK;
+}
+
+/* Collector's arrival order: entries settle as soon as every earlier uuid has. */
+static int settle_ready(aisim_plain *p)
+{
+    while (p->settle_uuid < p->next_uuid) {
+        entry *e = entry_of(p, p->settle_uuid);
+        if (!e->state)
+            break;
+        TRY(settle(p, e));
+        p->settle_uuid++;
+    }
+    return AISIM_OK;
+}
+
+/* _ArrivalOrder.flush at the report: the terminals behind a request still in flight. */
+static int settle_rest(aisim_plain *p)
+{
+    int64_t u;
+    for (u = p->settle_uuid; u < p->next_uuid; u++) {
+        entry *e = entry_of(p, u);
+        if (e->state)
+            TRY(settle(p, e));
+    }
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ a worker's rank */
+
+static int take_slot(worker *w, int32_t slot, int64_t uuid)
+{
+    TRY(grow((void **)&w->slot_uuid, &w->slot_cap, (size_t)slot + 1, sizeof *w->slot_uuid));
+    w->slot_uuid[slot] = uuid;
+    return AISIM_OK;
+}
+
+/* NativeVllmRank.submit of session `index`'s request (OneTurnDriver._request). */
+static int submit(aisim_plain *p, worker *w, int64_t index, int64_t uuid)
+{
+    const aisim_plain_config *c = &p->cfg;
+    size_t k = 0;
+    int64_t own = c->own, start = index * own;
+    int64_t prompt_len = c->isl, max_output = c->osl, out_limit = c->osl;
+    uint64_t salt = (uint64_t)uuid * GOLDEN;
+    int slot;
+    if (c->shape_rng) {   /* SyntheticSessions.draw_prefix (gen_range over usize) */
+        int64_t group;
+        if ((uint64_t)c->groups > UINT32_MAX) {
+            TRY(aisim_rng_range_u64(p->shape_rng, 0, (uint64_t)c->groups));
+            group = (int64_t)p->shape_view->last_u64;
+        } else {
+            TRY(aisim_rng_range_u32(p->shape_rng, 0, (uint32_t)c->groups));
+            group = (int64_t)p->shape_view->last_u32;
+        }
+        p->ranges[0] = (uint32_t)(group * c->shared);
+        p->ranges[1] = (uint32_t)c->shared;
+        k = 1;
+    }
+    k = fresh_ranges(p, start, own, p->ranges, k);
+    int64_t blocks = (prompt_len + c->block_size - 1) / c->block_size;
+    if (c->max_model_len < 0 && !c->no_evict && c->caching && blocks <= c->num_blocks) {
+        slot = aisim_vllm_submit_ranges(w->rank, prompt_len, max_output, out_limit, p->ranges,
+                                        k, c->trace_block, salt);
+    } else {
+        /* VllmRank._limit_output, then _request_args: hashed only when it may fit */
+        int64_t limit = c->max_model_len;
+        if (limit >= 0 && prompt_len < limit)
+            out_limit = max_output < limit - prompt_len ? max_output : limit - prompt_len;
+        if (c->no_evict) {
+            int64_t room = c->num_blocks * c->block_size - prompt_len;
+            if (room < 0)
+                room = 0;
+            if (room < out_limit)
+                out_limit = room;
+        }
+        int hashed = (limit < 0 || prompt_len < limit) && blocks <= c->num_blocks;
+        if (c->caching && hashed)
+            slot = aisim_vllm_submit_ranges(w->rank, prompt_len, max_output, out_limit,
+                                            p->ranges, k, c->trace_block, salt);
+        else
+            slot = aisim_vllm_submit(w->rank, prompt_len, max_output, out_limit, NULL, 0, NULL,
+                                     NULL, 0, 0, salt);
+    }
+    if (slot < 0)
+        return slot;
+    return take_slot(w, (int32_t)slot, uuid);
+}
+
+static int push_pass_end(worker *w, double end)
+{
+    TRY(grow((void **)&w->pass_ends, &w->pass_ends_cap, w->n_pass_ends + 1, sizeof(double)));
+    w->pass_ends[w->n_pass_ends++] = end;
+    return AISIM_OK;
+}
+
+/* NativeVllmRank._schedule_events: admissions and preemptions. */
+static void schedule_events(aisim_plain *p, worker *w)
+{
+    const aisim_vllm_view *v = w->view;
+    size_t i;
+    for (i = 0; i < v->n_events; i++) {
+        const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
+        entry *e = entry_of(p, w->slot_uuid[f[1]]);
+        if (f[0] == AISIM_VLLM_ADMITTED) {
+            e->admitted = 1;
+            if (!f[3])
+                e->first_reused = f[2];
+            if (f[2] > e->max_reused)
+                e->max_reused = f[2];
+        } else {
+            e->generated = f[4];
+        }
+    }
+}
+
+/* Worker.start_pass of a lone rank: NativeVllmRank.schedule, then extend. *formed 0 when the
+ * rank had no work (the worker stays idle). */
+static int start_pass(aisim_plain *p, worker *w, double now_ms, double horizon_ms, int *formed)
+{
+    const aisim_plain_config *c = &p->cfg;
+    const aisim_vllm_view *v = w->view;
+    double prefill = 0.0, decode = 0.0, end;
+    *formed = 0;
+    if (!v->n_running && !v->n_waiting)
+        return AISIM_OK;
+    TRY(aisim_vllm_schedule(w->rank, now_ms));
+    if (v->n_events)
+        schedule_events(p, w);
+    if (v->pf_count) {
+        int64_t count = v->pf_count;
+        int status = aisim_prefill_timing_eval(c->prefill_kind, c->prefill_fixed_ms,
+                                               c->prefill_ratio, count, v->pf_isl / count,
+                                               v->pf_prefix / count, &prefill);
+        if (status == AISIM_DECODE_MISS)
+            return AISIM_PLAIN_TIMING;
+        TRY(status);
+    }
+    if (v->dec_batch) {
+        if (!v->decode_known)
+            return AISIM_PLAIN_TIMING;
+        decode = v->decode_ms;
+    }
+    end = (now_ms + prefill) + decode;
+    w->ends[0] = end;
+    w->n_ends = 1;
+    /* NativeVllmRank.extend */
+    if (v->plain_decode && v->n_dec != 0 && end < horizon_ms) {
+        int status = aisim_vllm_extend(w->rank, end, horizon_ms, c->cutoff_ms, MAX_PASSES,
+                                       w->ends, MAX_PASSES, &p->run, 0);
+        if (status == AISIM_DECODE_MISS || status == AISIM_VLLM_EXTEND_IN_PYTHON)
+            return AISIM_PLAIN_TIMING;
+        TRY(status);
+        w->n_ends = p->run.n_ends;
+        end = w->ends[w->n_ends - 1];
+    }
+    w->busy = 1;
+    w->pass_end = end;
+    *formed = 1;
+    return AISIM_OK;
+}
+
+/* records.token_times of a finished request's stretches st[0..2n). */
+static void token_times(const worker *w, entry *e, const int64_t *st, int64_t n)
+{
+    const double *ends = w->pass_ends;
+    int64_t i, count = 0;
+    e->has_first = 1;
+    e->first = ends[st[0]];
+    if (st[1] > st[0]) {
+        e->second = ends[st[0] + 1];
+        e->has_second = 1;
+    } else if (n > 1) {
+        e->second = ends[st[2]];
+        e->has_second = 1;
+    }
+    e->last = ends[st[2 * n - 1]];
+    for (i = 0; i < n; i++)
+        count += st[2 * i + 1] - st[2 * i] + 1;
+    e->count = count;
+}
+
+/* Worker.complete_pass: NativeVllmRank.complete and _completed, then the simulation's
+ * _finish_all (records, collector, driver) of each terminal in event order. */
+static int complete_pass(aisim_plain *p, worker *w)
+{
+    const aisim_vllm_view *v = w->view;
+    double end_ms = w->ends[w->n_ends - 1];
+    size_t i;
+    w->busy = 0;
+    for (i = 0; i < w->n_ends; i++)
+        TRY(push_pass_end(w, w->ends[i]));
+    TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, 0));
+    for (i = 0; i < v->n_events; i++) {
+        const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
+        entry *e = entry_of(p, w->slot_uuid[f[1]]);
+        if (f[0] == AISIM_VLLM_FINISHED) {
+            int64_t b = f[3];
+            const int64_t *st = v->stretches + 2 * f[2];
+            if (b > 0)
+                token_times(w, e, st, b);
+            if (b > 1) {   /* NativeVllmRank._count_breaks */
+                int64_t k;
+                TRY(grow((void **)&w->breaks, &w->breaks_cap, w->n_breaks + 2 * (size_t)(b - 1),
+                         sizeof *w->breaks));
+                for (k = 1; k < b; k++) {
+                    w->breaks[w->n_breaks++] = st[2 * k - 1];
+                    w->breaks[w->n_breaks++] = st[2 * k];
+                }
+            }
+            e->state = 1;
+            p->view.completed++;
+        } else if (f[0] == AISIM_VLLM_REJECTED) {
+            e->state = 2;
+        } else {
+            return AISIM_ECORRUPT;   /* an aggregated rank holds no source */
+        }
+        e->terminal = end_ms;
+        p->view.in_flight--;
+        if (closed(p)) {   /* OneTurnDriver.on_terminal */
+            p->active--;
+            TRY(activate(p, end_ms));
+        }
+    }
+    return settle_ready(p);
+}
+
+/* Worker.truncate: an arrival at arrival_ms meets the extended pass in flight. */
+static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms)
+{
+    worker *w = &p->workers[wi];
+    size_t lo = 0, hi = w->n_ends;
+    double end;
+    if (w->n_ends <= 1)
+        return AISIM_OK;
+    while (lo < hi) {   /* bisect_left */
+        size_t mid = lo + (hi - lo) / 2;
+        if (w->ends[mid] < arrival_ms)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < w->n_ends - 1)
+        w->n_ends = lo + 1;
+    end = w->ends[w->n_ends - 1];
+    if (end < w->pass_end) {
+        w->pass_end = end;
+        w->generation = w->generation + 1;
+        TRY(heap_push(p, end, wi, w->generation));
+    }
+    return AISIM_OK;
+}
+
+/* _register_arrival, round robin's place_unpinned and _deliver of one request. */
+static int arrive(aisim_plain *p, int64_t index, double now_ms)
+{
+    const aisim_plain_config *c = &p->cfg;
+    entry *e;
+    TRY(new_entry(p, &e));
+    int64_t uuid = p->next_uuid;
+    size_t at = (size_t)(p->view.rr_cursor % (int64_t)c->n_rr);
+    int32_t wi = c->rr_workers[at];
+    worker *w = &p->workers[wi];
+    e->arrival = now_ms;
+    e->prompt_len = c->isl;
+    TRY(submit(p, w, index, uuid));
+    p->next_uuid++;
+    p->view.rr_cursor = (int64_t)at + 1;
+    p->view.arrived++;
+    p->view.in_flight++;
+    if (w->busy)
+        return truncate_pass(p, wi, now_ms);
+    w->dirty = 1;
+    return AISIM_OK;
+}
+
+static int pop_ready(aisim_plain *p, double now_ms)
+{
+    if (closed(p)) {
+        while (p->ready_len && p->ready_ms[p->ready_head] <= now_ms) {
+            int64_t index = p->ready_idx[p->ready_head];
+            p->ready_head = (p->ready_head + 1) & (p->ready_cap - 1);
+            p->ready_len--;
+            TRY(arrive(p, index, now_ms));
+            p->made++;
+        }
+        return AISIM_OK;
+    }
+    while (p->next_arrival <= now_ms) {
+        TRY(arrive(p, p->made, now_ms));
+        p->made++;
+        TRY(advance_arrival(p));
+    }
+    return AISIM_OK;
+}
+
+/* Simulation._start_passes and _zero_time_pass. */
+static int start_passes(aisim_plain *p, double t)
+{
+    size_t i;
+    double horizon = NAN;
+    for (i = 0; i < p->cfg.n_workers; i++) {
+        worker *w = &p->workers[i];
+        int formed;
+        if (!w->dirty)
+            continue;
+        w->dirty = 0;
+        if (w->busy)
+            continue;
+        if (isnan(horizon))
+            horizon = next_ready(p);
+        TRY(start_pass(p, w, t, horizon, &formed));
+        if (!formed)
+            continue;
+        if (w->pass_end == t) {
+            const aisim_vllm_view *v = w->view;
+            if (v->pass_effect || v->chunked_pass) {
+                p->spins = 0;
+            } else if (!v->n_running && v->n_waiting) {
+                /* parked: the pass is over at once, and waits for the next arrival */
+                TRY(complete_pass(p, w));
+                continue;
+            } else {
+                if (t != p->spin_t) {
+                    p->spin_t = t;
+                    p->spins = 0;
+                }
+                if (++p->spins >= p->cfg.livelock_passes) {
+                    p->view.stuck_worker = (int32_t)i;
+                    p->view.stuck_ms = t;
+                    p->view.spins = p->spins;
+                    return AISIM_PLAIN_LIVELOCK;
+                }
+            }
+        }
+        TRY(heap_push(p, w->pass_end, (int32_t)i, w->generation));
+    }
+    return AISIM_OK;
+}
+
+/* Simulation._check_drained's question: the first rank waiting with nothing running. */
+static void find_stall(aisim_plain *p)
+{
+    size_t i;
+    p->view.stuck_worker = -1;
+    for (i = 0; i < p->cfg.n_workers; i++) {
+        worker *w = &p->workers[i];
+        int32_t head;
+        if (w->view->n_waiting && !w->view->n_running &&
+            aisim_vllm_queue(w->rank, 1, &head, 1) > 0) {
+            entry *e = entry_of(p, w->slot_uuid[head]);
+            p->view.stuck_worker = (int32_t)i;
+            p->view.stuck_uuid = w->slot_uuid[head];
+            p->view.stuck_prompt_len = e->prompt_len;
+            p->view.stuck_generated = e->generated;
+            return;
+        }
+    }
+}
+
+static void refresh_view(aisim_plain *p)
+{
+    aisim_plain_view *v = &p->view;
+    v->made = p->made;
+    v->next_arrival_ms = closed(p) ? INFINITY : p->next_arrival;
+    v->ttft = p->samples[S_TTFT];
+    v->e2e = p->samples[S_E2E];
+    v->n_ttft = p->n_samples[S_TTFT];
+    v->ttst = p->samples[S_TTST];
+    v->n_ttst = p->n_samples[S_TTST];
+    v->tpot = p->samples[S_TPOT];
+    v->n_tpot = p->n_samples[S_TPOT];
+}
+
+/* Simulation._run_plain until the next event is past the cutoff. */
+static int run(aisim_plain *p)
+{
+    const double limit = p->cfg.cutoff_ms;
+    aisim_plain_view *v = &p->view;
+    for (;;) {
+        double t = peek(p), ready = next_ready(p);
+        if (ready < t)
+            t = ready > v->now_ms ? ready : v->now_ms;
+        if (t > limit || t == INFINITY) {
+            v->next_ms = t;
+            return AISIM_OK;
+        }
+        v->now_ms = t;
+        if (peek(p) <= t) {
+            while (peek(p) <= t) {
+                event e = heap_pop(p);
+                worker *w = &p->workers[e.worker];
+                if (!w->busy || w->generation != e.generation)
+                    continue;   /* the pass was cut short and rescheduled earlier */
+                TRY(complete_pass(p, w));
+                w->dirty = 1;
+            }
+            ready = next_ready(p);
+        }
+        if (ready <= t)
+            TRY(pop_ready(p, t));
+        TRY(start_passes(p, t));
+    }
+}
+
+int aisim_plain_run(aisim_plain *p)
+{
+    int status;
+    if (!p)
+        return AISIM_EINVAL;
+    status = run(p);
+    if (status == AISIM_OK && p->view.next_ms == INFINITY && p->view.in_flight > 0) {
+        find_stall(p);
+        status = AISIM_PLAIN_STALLED;
+    }
+    if (status == AISIM_OK) {
+        status = settle_rest(p);
+        p->settle_uuid = p->next_uuid;
+    }
+    refresh_view(p);
+    return status;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
+{
+    aisim_plain *p;
+    size_t i;
+    if (!out || !config || !config->n_workers || !config->ranks || !config->rr_workers ||
+        !config->n_rr || config->block_size < 1 || config->trace_block < 1 ||
+        config->isl < 1 || config->osl < 0 || config->own < 0 || config->shared < 0 ||
+        config->fresh_base < 0 || config->fresh_base >= ID_LIMIT || config->sessions < 0 ||
+        config->arrivals < AISIM_PLAIN_POISSON || config->arrivals > AISIM_PLAIN_CLOSED ||
+        (config->arrivals == AISIM_PLAIN_POISSON && !config->arrival_rng) ||
+        (config->shape_rng && config->groups < 1) || config->rr_cursor < 0 ||
+        config->sessions > INT64_MAX / (config->own + 1) || config->livelock_passes < 1)
+        return AISIM_EINVAL;
+    for (i = 0; i < config->n_rr; i++)
+        if (config->rr_workers[i] < 0 || (size_t)config->rr_workers[i] >= config->n_workers)
+            return AISIM_EINVAL;
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return AISIM_ENOMEM;
+    p->cfg = *config;
+    p->workers = calloc(config->n_workers, sizeof *p->workers);
+    if (!p->workers) {
+        free(p);
+        return AISIM_ENOMEM;
+    }
+    for (i = 0; i < config->n_workers; i++) {
+        worker *w = &p->workers[i];
+        w->rank = config->ranks[i];
+        w->ends = malloc(MAX_PASSES * sizeof *w->ends);
+        if (!w->rank || !w->ends || aisim_vllm_view_of(w->rank, &w->view) != AISIM_OK) {
+            aisim_plain_free(p);
+            return AISIM_EINVAL;
+        }
+        w->dirty = 1;   /* Simulation.attach marks every worker */
+    }
+    p->arrival_rng = config->arrival_rng;
+    p->shape_rng = config->shape_rng;
+    if ((p->arrival_rng && aisim_rng_view_of(p->arrival_rng, &p->arrival_view) != AISIM_OK) ||
+        (p->shape_rng && aisim_rng_view_of(p->shape_rng, &p->shape_view) != AISIM_OK)) {
+        aisim_plain_free(p);
+        return AISIM_EINVAL;
+    }
+    p->settle_uuid = p->next_uuid = 1;
+    p->spin_t = -1.0;
+    p->view.rr_cursor = config->rr_cursor;
+    p->view.stuck_worker = -1;
+    if (config->arrivals == AISIM_PLAIN_CLOSED) {
+        if (activate(p, 0.0) != AISIM_OK) {
+            aisim_plain_free(p);
+            return AISIM_ENOMEM;
+        }
+    } else {
+        p->next_arrival = config->sessions ? 0.0 : INFINITY;
+    }
+    refresh_view(p);
+    *out = p;
+    return AISIM_OK;
+}
+
+int aisim_plain_free(aisim_plain *p)
+{
+    size_t i;
+    if (!p)
+        return AISIM_OK;
+    for (i = 0; p->workers && i < p->cfg.n_workers; i++) {
+        free(p->workers[i].ends);
+        free(p->workers[i].pass_ends);
+        free(p->workers[i].breaks);
+        free(p->workers[i].slot_uuid);
+    }
+    free(p->workers);
+    free(p->heap);
+    free(p->ready_idx);
+    free(p->ready_ms);
+    free(p->ring);
+    for (i = 0; i < 4; i++)
+        free(p->samples[i]);
+    free(p);
+    return AISIM_OK;
+}
+
+int aisim_plain_view_of(const aisim_plain *p, const aisim_plain_view **out)
+{
+    if (!p || !out)
+        return AISIM_EINVAL;
+    *out = &p->view;
+    return AISIM_OK;
+}
+
+int aisim_plain_pass_ends(const aisim_plain *p, size_t w, const double **out, size_t *n)
+{
+    if (!p || !out || !n || w >= p->cfg.n_workers)
+        return AISIM_EINVAL;
+    *out = p->workers[w].pass_ends;
+    *n = p->workers[w].n_pass_ends;
+    return AISIM_OK;
+}
+
+int aisim_plain_breaks(const aisim_plain *p, size_t w, const int64_t **out, size_t *n_pairs)
+{
+    if (!p || !out || !n_pairs || w >= p->cfg.n_workers)
+        return AISIM_EINVAL;
+    *out = p->workers[w].breaks;
+    *n_pairs = p->workers[w].n_breaks / 2;
+    return AISIM_OK;
+}
+
+int aisim_plain_drop_samples(aisim_plain *p, int32_t which)
+{
+    if (!p || which < 0 || which > 3)
+        return AISIM_EINVAL;
+    free(p->samples[which]);
+    p->samples[which] = NULL;
+    p->n_samples[which] = p->samples_cap[which] = 0;
+    refresh_view(p);
+    return AISIM_OK;
+}

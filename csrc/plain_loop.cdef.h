@@ -1,0 +1,129 @@
+/*
+ * plain_loop.cdef.h: a whole plain aggregated run in one C call (runtime/plain_native.py
+ * decides when a run is one and drives it; runtime/simulation.py's _run_plain with the
+ * one-turn synthetic driver, round robin and unwatched C vLLM ranks is its twin).
+ * Read by cffi as its cdef (no preprocessor lines). The ranks are aisim_vllm_rank
+ * handles, given as void pointers because vllm_rank.cdef.h comes later in cffi's order.
+ */
+
+typedef struct aisim_plain aisim_plain;
+
+/* How sessions become ready (workload/one_turn.py OneTurnDriver). */
+enum aisim_plain_arrivals {
+    AISIM_PLAIN_POISSON = 0,    /* first at 0, then exponential gaps of gap_ms (arrival_rng) */
+    AISIM_PLAIN_CONSTANT = 1,   /* every gap_ms from 0 */
+    AISIM_PLAIN_BURST = 2,      /* all at 0 */
+    AISIM_PLAIN_CLOSED = 3      /* closed loop: max_sessions at 0, the next at each terminal */
+};
+
+/* aisim_plain_run's answers besides AISIM_OK and the negative errors: what Python must word
+ * (the view says the details). */
+enum aisim_plain_status {
+    AISIM_PLAIN_LIVELOCK = 4,   /* LIVELOCK_PASSES effect-free zero-time passes in a row */
+    AISIM_PLAIN_STALLED = 5,    /* nothing left to happen with requests in flight */
+    AISIM_PLAIN_TIMING = 6      /* a modeled time the C path cannot give (Python would
+                                   raise, or need integers past 2^63) */
+};
+
+typedef struct aisim_plain_config {
+    /* sessions (one request each) */
+    int32_t arrivals;           /* enum aisim_plain_arrivals */
+    void *arrival_rng;          /* aisim_rng seeded with arrival_seed, nothing drawn (Poisson) */
+    double gap_ms;
+    int64_t sessions;
+    int64_t max_sessions;       /* closed loop */
+    /* prompts: session i's ids are its group prefix (shared blocks of a group drawn from
+     * shape_rng, when groups > 0 and shared > 0) then `own` fresh blocks from fresh_base +
+     * i * own, wrapped below 2^32 (synthetic.SyntheticSessions' layout) */
+    int64_t isl;
+    int64_t osl;
+    int64_t trace_block;
+    int64_t own;
+    int64_t shared;
+    int64_t fresh_base;
+    int64_t groups;
+    void *shape_rng;            /* aisim_rng (NULL: ungrouped) */
+    /* the deployment: one aisim_vllm_rank per worker, in worker order (dp 1) */
+    size_t n_workers;
+    void **ranks;
+    const int32_t *rr_workers;  /* round robin's worker list, as worker indices */
+    size_t n_rr;
+    int64_t rr_cursor;
+    /* the engine every rank shares */
+    int64_t block_size;
+    int64_t num_blocks;
+    int64_t max_model_len;      /* -1: none */
+    int32_t caching;
+    int32_t no_evict;
+    /* prefill timing (decode timing is the ranks' own): AISIM_DECODE_FIXED or _POLYNOMIAL */
+    int32_t prefill_kind;
+    double prefill_fixed_ms;
+    double prefill_ratio;
+    double cutoff_ms;           /* max_sim_time_ms (INFINITY: none) */
+    int64_t livelock_passes;
+    /* the summary */
+    double report_start_ms;
+    int32_t has_ttft;
+    int32_t has_itl;
+    int32_t has_e2e;
+    double sla_ttft_ms;
+    double sla_itl_ms;
+    double sla_e2e_ms;
+} aisim_plain_config;
+
+/* Kept current by aisim_plain_run: the simulation's counters and the summary's inputs
+ * (report._Totals' fields, its samples in uuid order; the collector's fallback count). */
+typedef struct aisim_plain_view {
+    double now_ms;
+    double next_ms;             /* the first event past the run (INFINITY: drained) */
+    int64_t arrived;
+    int64_t completed;
+    int64_t in_flight;
+    int64_t made;               /* sessions made into requests */
+    double next_arrival_ms;     /* timed: the next session's start (INFINITY: none) */
+    int64_t rr_cursor;
+    int64_t totals_completed;
+    int64_t input_tokens;
+    int64_t output_tokens;
+    int64_t reused;
+    int64_t first_reused;
+    int64_t good;
+    int64_t good_tokens;
+    int64_t fallback_committed;
+    double duration_ms;
+    const double *ttft;
+    const double *e2e;
+    size_t n_ttft;              /* = n_e2e */
+    const double *ttst;
+    size_t n_ttst;
+    const double *tpot;
+    size_t n_tpot;
+    /* with AISIM_PLAIN_STALLED: the first worker whose rank waits with nothing running
+     * (-1: none) and its head; with AISIM_PLAIN_LIVELOCK: the worker and the time */
+    int32_t stuck_worker;
+    int64_t stuck_uuid;
+    int64_t stuck_prompt_len;
+    int64_t stuck_generated;
+    double stuck_ms;
+    int64_t spins;
+} aisim_plain_view;
+
+/* The ranks and rngs are borrowed: they outlive the handle. */
+int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config);
+int aisim_plain_free(aisim_plain *p);
+int aisim_plain_view_of(const aisim_plain *p, const aisim_plain_view **out);
+/* The whole run. AISIM_OK, an aisim_plain_status or an error (the rank's, or ENOMEM). */
+int aisim_plain_run(aisim_plain *p);
+/* After the run, worker w's rank's pass end times (RankBase.pass_ends) and its break gaps
+ * as (last pass before, first pass after) pairs, one per break of a finished request in
+ * the order the Python rank counts them (NativeVllmRank._count_breaks). */
+int aisim_plain_pass_ends(const aisim_plain *p, size_t w, const double **out, size_t *n);
+int aisim_plain_breaks(const aisim_plain *p, size_t w, const int64_t **out, size_t *n_pairs);
+/* Frees a sample array once Python copied it (0 ttft, 1 e2e, 2 ttst, 3 tpot): the summary's
+ * samples are held once, not twice, at the peak. */
+int aisim_plain_drop_samples(aisim_plain *p, int32_t which);
+
+/* timing.StepTimer.prefill of the built-in models (decode_run.c): AISIM_OK with *out_ms, or
+ * AISIM_DECODE_MISS when Python must compute it (or raise). */
+int aisim_prefill_timing_eval(int32_t kind, double fixed_ms, double ratio, int64_t batch,
+                              int64_t mean_isl, int64_t mean_prefix, double *out_ms);

@@ -1,0 +1,167 @@
+"""The plain aggregated run in one C loop (runtime/plain_native.py, csrc/plain_loop.c)
+against its twin, the Python loop (``Simulation._run_plain``) over the same C ranks.
+
+Seeded random payloads the C loop takes (1 to 4 workers, small KV pools that preempt,
+budgets, max_num_seqs, max_model_len, prefix groups, Poisson, constant rate, burst and
+closed-loop arrivals, fixed and polynomial timing, SLAs, time cutoffs) must give the same
+report summary (wall time aside) or the same error line both ways; the C loop must have run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from aisimulate_core import AisimError, run_replay
+from aisimulate_core import native
+from aisimulate_core.runtime import plain_native
+from report_invariants import comparable
+
+pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
+                                reason="the C loop runs on the C backend")
+
+CASES = 300
+
+
+def _payload(rng):
+    block = rng.choice([2, 3, 4, 8, 16, 32])
+    isl = rng.randint(1, 300)
+    osl = rng.choice([1, 1, 2, 3, 5, 8, 20, 60]) if rng.random() < 0.9 else rng.randint(1, 6)
+    blocks_needed = -(-(isl + osl) // block)
+    draw = rng.random()
+    if draw < 0.35:           # room for the prompts of a few, not their outputs: preemptions
+        num_blocks = -(-isl // block) * rng.choice([1, 2, 3]) + rng.randint(1, 4)
+        osl = rng.choice([osl, 20, 60, 120])
+        blocks_needed = -(-(isl + osl) // block)
+        num_blocks = max(num_blocks, blocks_needed)
+    elif draw < 0.85:         # room for a few requests at once
+        num_blocks = blocks_needed * rng.choice([1, 1, 2, 3, 5, 10, 40])
+    else:                     # too little for some: rejections, stalls
+        num_blocks = rng.randint(max(1, blocks_needed // 2), blocks_needed)
+    rank = {
+        "backend": rng.choice(["vllm", "vllm", "vllm", "trtllm"]),
+        "block_size": block,
+        "num_gpu_blocks": num_blocks,
+        "max_num_seqs": rng.choice([1, 2, 3, 8, 16, 64, 256]),
+        "max_num_batched_tokens": rng.choice([8, 32, 64, 200, 512, 8192]),
+        "enable_prefix_caching": rng.random() < 0.8,
+        "enable_chunked_prefill": rng.random() < 0.9,
+        "preemption_mode": rng.choice(["lifo", "fifo"]),
+        "timing_model": (
+            {"type": "polynomial"} if rng.random() < 0.5 else
+            {"type": "fixed", "prefill_ms": rng.choice([0.5, 3.0, 10.0, 25.5]),
+             "decode_ms": rng.choice([0.25, 1.0, 5.0, 7.3])}),
+    }
+    if rng.random() < 0.25:
+        rank["max_model_len"] = rng.randint(max(2, isl - 3), isl + osl + 5)
+    traffic = {
+        "source_type": "synthetic",
+        "isl": isl,
+        "osl": osl,
+        "request_count": rng.randint(1, 120),
+        "arrival_seed": rng.randint(0, 1000),
+    }
+    load = rng.choice(["poisson", "poisson", "constant_rate", "concurrency", "concurrency"])
+    traffic["load_type"] = load
+    if load == "concurrency":
+        traffic["concurrency"] = rng.randint(1, 12)
+    else:
+        traffic["request_rate"] = rng.choice([5.0, 40.0, 200.0, 1000.0, 5000.0, 50000.0])
+    if rng.random() < 0.5:
+        traffic["shared_prefix_ratio"] = rng.choice([0.1, 0.5, 0.9, 1.0])
+        traffic["num_prefix_groups"] = rng.randint(1, 5)
+    spec = {
+        "version": 1,
+        "topology": {"kind": "aggregated",
+                     "workers": {"initial_workers": rng.randint(1, 4)}},
+        "engine": {"rank": rank},
+        "record_per_request": False,
+    }
+    if rng.random() < 0.4:
+        # (an E2E bound stands alone)
+        keys = ("e2e_ms",) if rng.random() < 0.3 else \
+            [key for key in ("ttft_ms", "itl_ms") if rng.random() < 0.7]
+        spec["sla"] = {key: rng.choice([5.0, 30.0, 100.0, 400.0, 50]) for key in keys}
+    if rng.random() < 0.25:
+        spec["max_sim_time_ms"] = rng.choice([1.0, 50.0, 300.0, 2000.0])
+    return {"spec": spec, "traffic": traffic}
+
+
+def _report(payload):
+    try:
+        report = run_replay(json.loads(json.dumps(payload)))
+    except AisimError as error:
+        return f"{type(error).__name__}: {error}"
+    summary = comparable(json.loads(report.to_json()))
+    return summary
+
+
+class _Count:
+    """How many runs went through the C loop (plain_native.run, called for real)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.calls = 0
+
+    def __call__(self, sim, limit):
+        self.calls += 1
+        return self.run(sim, limit)
+
+
+def test_random_runs_match_the_python_loop(monkeypatch):
+    rng = random.Random(20261201)
+    counter = _Count(plain_native.run)
+    monkeypatch.setattr(plain_native, "run", counter)
+    ran = 0
+    for case in range(CASES):
+        payload = _payload(rng)
+        before = counter.calls
+        monkeypatch.setattr(plain_native, "ENABLED", True)
+        fast = _report(payload)
+        took = counter.calls - before
+        monkeypatch.setattr(plain_native, "ENABLED", False)
+        slow = _report(payload)
+        assert counter.calls == before + took
+        assert fast == slow, (case, payload)
+        ran += took
+    # (a payload the validation refuses never reaches a loop)
+    assert ran > CASES * 0.95
+
+
+def test_the_c_loop_takes_the_plain_case_and_declines_others(monkeypatch):
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec import load_payload
+    payload = _payload(random.Random(5))
+    payload["spec"]["engine"]["rank"].pop("max_model_len", None)
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    assert plain_native.eligible(sim, sim.max_sim_time_ms) is None
+    payload["spec"]["record_per_request"] = True
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    assert plain_native.eligible(sim, sim.max_sim_time_ms) == "records kept"
+    monkeypatch.setattr(plain_native, "ENABLED", False)
+    payload["spec"]["record_per_request"] = False
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    assert plain_native.eligible(sim, sim.max_sim_time_ms) == "switched off"
+
+
+def test_a_stalled_run_words_the_python_loops_error(monkeypatch):
+    # chunked prefill off and a prompt above the token budget: the head can never start
+    payload = {
+        "spec": {"version": 1, "topology": {"kind": "aggregated",
+                                            "workers": {"initial_workers": 2}},
+                 "engine": {"rank": {"backend": "vllm", "block_size": 16,
+                                     "num_gpu_blocks": 64, "max_num_seqs": 8,
+                                     "max_num_batched_tokens": 32,
+                                     "enable_chunked_prefill": False,
+                                     "timing_model": {"type": "fixed", "prefill_ms": 1.0,
+                                                      "decode_ms": 1.0}}},
+                 "record_per_request": False},
+        "traffic": {"source_type": "synthetic", "load_type": "poisson", "isl": 40, "osl": 4,
+                    "request_count": 3, "request_rate": 10.0, "arrival_seed": 1},
+    }
+    fast = _report(payload)
+    monkeypatch.setattr(plain_native, "ENABLED", False)
+    assert fast == _report(payload)
+    assert isinstance(fast, str) and "can never be scheduled" in fast

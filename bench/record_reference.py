@@ -197,6 +197,12 @@ _FO = "tests/fixtures/features_offload/"
 CASES += [("features_offload/" + _n, _FO + _n + ".json", True) for _n in sorted(
     f[:-5] for f in os.listdir(os.path.join(ROOT, _FO)) if f.endswith(".json"))]
 
+# t. SGLang P/D, the destination-first handoff (FEATURES.md §8): tests/fixtures/features_sglang/
+# (generate.py writes them, README.md says what each settles), into reference/features_sglang/
+_FS = "tests/fixtures/features_sglang/"
+CASES += [("features_sglang/" + _n, _FS + _n + ".json", True) for _n in sorted(
+    f[:-5] for f in os.listdir(os.path.join(ROOT, _FS)) if f.endswith(".json"))]
+
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it
 _HANG_PROBE = """

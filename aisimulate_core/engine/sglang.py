@@ -49,6 +49,8 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
     # run the decode-only passes that follow a pass as one event (``extend``); the
     # differential test switches it off to compare
     extension = True
+    # a prefill forward costs its predicted time (a disaggregated decode role's does not)
+    charges_prefill = True
 
     def __init__(self, engine, timer, pool=None, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):
@@ -154,14 +156,15 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         if self._lpm_sorts():
             lpm_order(self, waiting)
         can_run = ()
-        if waiting and not defer:
+        if waiting and not defer and self._may_prefill():
             can_run, sum_isl, sum_prefix, computed = self._prefill_batch(now_ms, watched)
         batch = len(can_run)
         self.prefill_in_pass = batch > 0 and computed > 0
         self.model_work_in_pass = self.prefill_in_pass
         retraction = None
         if batch:
-            prefill_ms = self.timer.prefill(batch, sum_isl // batch, sum_prefix // batch)
+            prefill_ms = self.timer.prefill(batch, sum_isl // batch, sum_prefix // batch) \
+                if self.charges_prefill else 0.0
             fresh = []
             for r in can_run:
                 if r.computed < r.prompt_len + r.generated:
@@ -185,7 +188,7 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
             if self._emitted_any:
                 self.model_work_in_pass = True
             if not running and not self._emitted_any and not self._done and not rejected \
-                    and waiting and not defer and retraction is None:
+                    and waiting and not defer and retraction is None and self._may_prefill():
                 self._stalled()
             if self._starved:
                 # The lone decoder found no page and nothing changed. With the admission ratio
@@ -219,6 +222,11 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         if watched:
             self._watch_formed(now_ms, batch)
         return end_ms
+
+    def _may_prefill(self):
+        """Whether the waiting queue may form a prefill batch now (a disaggregated decode role
+        keeps it shut while destinations wait)."""
+        return True
 
     # ------------------------------------------------------------------ decode-only runs
     def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
@@ -707,6 +715,11 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         self._done.append((r, "completed"))
 
     # ------------------------------------------------------------------ pass completion
+    def _report_done(self, r, end_ms, status):
+        """A terminal at this pass's end (a disaggregated prefill role holds the source
+        instead)."""
+        self.cb.on_finish(r, end_ms, status)
+
     def complete(self):
         if self._macro_ends is not None:
             self._complete_extension()
@@ -723,7 +736,7 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
             for r, status in done:
                 if status == "completed":
                     self._record_itl(r)
-                self.cb.on_finish(r, end_ms, status)
+                self._report_done(r, end_ms, status)
         if watched:
             self._watch_settled()
 

@@ -140,8 +140,9 @@ class SglangKv:
         r.committed_blocks = 0
         r.computed = 0
 
-    def _finish_kv(self, r):
-        """A finished request leaves its whole pages on the tree, unlocked."""
+    def _finish_kv(self, r, access=None):
+        """A finished request leaves its whole pages on the tree, unlocked (stamped ``access``,
+        by default the next completion stamp of the pass)."""
         cache = self.cache
         node = r.seq
         if node is None:
@@ -160,7 +161,8 @@ class SglangKv:
         cache.free(r.held_blocks - upto)
         if upto > r.committed_blocks:
             tokens = ensure_tokens(r, upto)
-            access = self._stamp2()
+            if access is None:
+                access = self._stamp2()
             _, present = cache.insert(node, tokens, r.committed_blocks, upto, access, access)
             if present:
                 cache.free(present)

@@ -11,6 +11,7 @@ from ..engine.vllm_native import supports
 from ..engine.vllm_offload import VllmOffloadRank
 from ..engine.offload_g3 import VllmG3Rank
 from ..engine.vllm_native_roles import RANK_CLASSES
+from ..engine.sglang_roles import SGLANG_ROLE_RANKS
 from ..errors import ConfigError
 from ..guards import (TraceFormatLookup, call_provider, check_scaling_policy, malformed,
                       scaling_policy, timing_model)
@@ -24,6 +25,7 @@ from ..spec.topology import AggregatedTopology
 from ..spec.validate import role_path
 from .cluster import Cluster
 from .disaggregated import DisaggregatedSimulation, TransferModel
+from .sglang_handoff import SglangDisaggregatedSimulation
 from .router import Router
 from .scaling import NoScaling
 from .simulation import Simulation
@@ -74,6 +76,8 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
             # the SGLang rank's pass in C where it covers the configuration
             # (engine/sglang_native.py); the Python SglangRank stays for the rest
             engine_cls = sglang_native.rank_class(rank_cfg, dp_size=dp)
+        elif rank_cfg.backend == "sglang":
+            engine_cls = SGLANG_ROLE_RANKS[role]   # destination-first roles (Python)
         elif role == "aggregated" and getattr(rank_cfg, "native_host_offload", None) is not None:
             # KV offload tiers (engine/vllm_offload.py; G3 behind G2: engine/offload_g3.py)
             engine_cls = VllmG3Rank if rank_cfg.g3_offload is not None else VllmOffloadRank
@@ -235,7 +239,7 @@ def _build_disaggregated(payload, registries, progress, on_event):
         # where the role was written: once evolved below, the spec names both roles
         path = paths[stage] = role_path(spec.engine, stage, "$.spec.engine")
         backend = spec.engine.role(stage).rank.backend
-        if backend not in ("vllm", "trtllm"):  # a payload loaded without the support check
+        if backend not in ("vllm", "trtllm", "sglang"):  # loaded without the support check
             raise ConfigError(f"{path}.rank.backend: '{backend}' is not supported yet in a "
                               "disaggregated topology")
         roles[stage] = materialize_capacity(registries, spec.engine.role(stage), stage, path)
@@ -247,7 +251,10 @@ def _build_disaggregated(payload, registries, progress, on_event):
         payload, registries, [timers["prefill"], timers["decode"]])
     prefill, decode = roles["prefill"], roles["decode"]
     topology = spec.topology
-    sim = DisaggregatedSimulation(
+    # SGLang hands off destination-first (runtime/sglang_handoff.py)
+    sim_cls = SglangDisaggregatedSimulation if prefill.rank.backend == "sglang" else \
+        DisaggregatedSimulation
+    sim = sim_cls(
         transfer=TransferModel(prefill.rank, topology.handoff_latency_ms),
         prefill_gpus_per_worker=prefill.dp_size * prefill.tensor_parallel_size,
         driver=driver, collector=collector,

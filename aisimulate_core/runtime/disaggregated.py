@@ -567,6 +567,8 @@ class DisaggregatedSimulation(Simulation):
                     self._defer(handoff.decode_key, handoff.decode.rank, kind, handoff, t)
                 else:
                     self._activate(handoff, t)
+            elif kind > CANCEL_SOURCE:
+                self._extra_action(kind, handoff, t)  # an action of a subclass's handoff
             elif self.workers[handoff.prefill_key].busy:  # RELEASE_SOURCE, CANCEL_SOURCE
                 self._defer(handoff.prefill_key, handoff.prefill.rank, kind, handoff, t)
             else:
@@ -583,6 +585,9 @@ class DisaggregatedSimulation(Simulation):
                     handoff.released_ms = t
                     if handoff.record is not None:
                         handoff.record.source_released_ms = t
+
+    def _extra_action(self, kind, handoff, t):
+        raise SimulationError(f"internal: unknown handoff action {kind}")
 
     def _defer(self, key, rank, kind, handoff, t):
         """Run the action on ``rank`` when its worker ``key`` finishes the pass in flight (cut
@@ -617,9 +622,11 @@ class DisaggregatedSimulation(Simulation):
         request.route = None
         copy = self._copy(handoff, request.max_output)
         if not rank.accept(copy):
-            # the decode ranks can never hold it: the request fails, its source is dropped
+            # the decode ranks can never hold it: the request fails, its source (if the
+            # handoff holds one yet) is dropped
             self._finish(handoff, t, "failed")
-            self._actions.append((CANCEL_SOURCE, handoff))
+            if handoff.prefill is not None:
+                self._actions.append((CANCEL_SOURCE, handoff))
             return
         handoff.decode = copy
         key = worker.idx

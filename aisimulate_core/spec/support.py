@@ -21,7 +21,6 @@ UNSUPPORTED: tuple[tuple[str, str, tuple[Any, ...]], ...] = (
     ("payload", "capture_performance_diagnostics", (False,)),
     ("spec", "encoder", (None,)),
     ("rank", "backend", ("vllm", "trtllm", "sglang")),
-    ("disaggregated_rank", "backend", ("vllm", "trtllm")),  # SGLang hands off destination-first
     ("rank", "frontend", (None,)),
     ("rank", "vision", (False,)),
     ("traffic", "cached_prefix_tokens", (0,)),

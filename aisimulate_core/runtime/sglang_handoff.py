@@ -1,0 +1,125 @@
+"""SGLang's destination-first handoff (FEATURES.md §8) on the disaggregated event loop.
+
+The order of a request: at arrival it is placed on a decode rank (round robin over the decode
+pool) and its destination reservation requested; once reserved (at once when that worker has no
+pass in flight, else at one of its pass ends or activations: engine/sglang_roles.py), it is
+placed on a prefill rank (round robin over the prefill pool, advanced then) as the hidden
+one-token copy; the prefill pass that completes it holds the source; the KV transfer starts
+then (``destination_missing`` moves the tokens the reservation allocated); activation and the
+source release follow as in the source-first order (runtime/disaggregated.py). The record's
+``routing_history`` lists the decode placement first.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from .disaggregated import (CANCEL_SOURCE, RESERVE, START_TRANSFER, SUBMIT,
+                            DisaggregatedSimulation, _name, _RoleEvents)
+from .records import _record, make_disagg_record
+
+CANCEL_DESTINATION = CANCEL_SOURCE + 1   # a reserved destination whose prefill failed
+
+
+class _HandoffEvents(_RoleEvents):
+    """A held source joins the sources held by the pass ends at this time in arrival order
+    (the reference starts their transfers in that order, whatever the worker, the rank or the
+    batch order)."""
+
+    __slots__ = ()
+
+    def on_source_held(self, copy, end_ms):
+        handoff = copy.handoff
+        handoff.held_ms = end_ms
+        bisect.insort(self.sim._sources, handoff, key=_arrival)
+
+
+def _arrival(handoff):
+    return handoff.request.uuid
+
+
+class SglangDisaggregatedSimulation(DisaggregatedSimulation):
+    FIRST_ACTION = RESERVE          # the decode placement and its reservation come first
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.events = _HandoffEvents(self)
+        self._sources = []          # handoffs whose source the pass completing now held
+
+    def _complete(self, key, t, immediate=False):
+        produced = super()._complete(key, t, immediate)
+        if immediate and self._sources:
+            self._start_transfers()
+            produced = True
+        return produced
+
+    def _complete_due(self, t):
+        done = super()._complete_due(t)
+        if self._sources:
+            # the sources every pass ending now held, in arrival order (whatever the worker)
+            self._start_transfers()
+        return done
+
+    def _start_transfers(self):
+        """Their destinations are reserved already: the transfers start."""
+        actions = self._actions
+        for handoff in self._sources:
+            actions.append((START_TRANSFER, handoff))
+        self._sources = []
+
+    def _reserved(self, got, t):
+        copy, missing_tokens = got
+        handoff = copy.handoff
+        handoff.reserved_ms = t
+        handoff.transfer_tokens = missing_tokens
+        self._actions.append((SUBMIT, handoff))   # now the prefill placement
+
+    def _finish(self, handoff, end_ms, status):
+        request = handoff.request
+        request.terminal_ms = end_ms
+        request.terminal_status = status
+        if handoff.prefill is None:
+            # refused by the decode rank (max_model_len, pool size): it fails at once, before
+            # any prefill (the reference's record names no worker)
+            route = handoff.decode_route
+            record = _record(request, status, (None, None, None, 0), 0, None, [], None, None,
+                             [route if isinstance(route, dict) else ("decode", *route)])
+        else:
+            record = make_disagg_record(handoff, status)
+            record.routing.reverse()              # the decode placement came first
+            decode = handoff.decode
+            if handoff.held_ms is None and decode is not None and decode.seq is not None:
+                # the prefill failed (rejected): its reserved destination is dropped, as an
+                # action of its own (after this round's passes start; at the end of the decode
+                # worker's pass in flight)
+                self._actions.append((CANCEL_DESTINATION, handoff))
+        handoff.record = record
+        self._terminal(request, end_ms, status, record)
+
+    def _extra_action(self, kind, handoff, t):
+        # CANCEL_DESTINATION
+        key = handoff.decode_key
+        copy = handoff.decode
+        rank = copy.rank
+        if self.workers[key].busy:
+            self._defer(key, rank, kind, handoff, t)
+            return
+        rank.cancel(copy)
+        self._idle[1].add(key)
+        got = rank.retry()
+        if got is not None:
+            self._reserved(got, t)
+
+    def _stuck_request(self):
+        for worker in self.decode_workers:
+            for rank in worker.ranks:
+                if rank.pending:
+                    r = rank.pending[0]
+                    ps = rank.page_size
+                    return (f"request {_name(r)} can never get its KV reserved on decode "
+                            f"worker {worker.worker_id}: its prompt needs "
+                            f"{-(-r.prompt_len // ps) * ps} KV tokens, {rank.kv_summary()}")
+        return super()._stuck_request()   # (a queue that never starts)
+
+
+__all__ = ["SglangDisaggregatedSimulation"]

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Seeded random SGLang P/D workloads, ours against the reference (FEATURES.md §8, §10).
+
+Generates small disaggregated SGLang payloads (1-2 prefill and 1-2 decode workers, page 1, 4
+or 16, prefix sharing through shared hash ids, transfer bandwidths and both timing modes,
+decode pools from comfortable to tight, chunked prefills, a few max_num_seqs limits), runs
+each on our simulator (in process) and on the reference (../shared/tools/peer_run.py, one
+process per case, with a timeout: the reference livelocks on some tight decode pools, §8.5),
+compares the canonical forms (tests/cluster_compare.py) and prints the count of exact matches.
+
+    .venv/bin/python bench/fuzz_sglang_pd.py [--cases N] [--seed S] [--keep DIR] [--show K]
+
+Run from the project root. ``--keep DIR`` writes every mismatching payload (and its trace)
+there; ``--show K`` prints the first differences of K mismatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from cluster_compare import compare  # noqa: E402
+
+REF_PYTHON = ROOT.parent / "ref-venv" / "bin" / "python"
+PEER_RUN = ROOT.parent / "shared" / "tools" / "peer_run.py"
+
+
+def make_case(rng: random.Random, trace_path: str):
+    """One payload (dict) and its mooncake trace rows."""
+    ps = rng.choice((1, 1, 4, 16, 16))
+    n = rng.randint(3, 12)
+    groups = [[1000 * g + k for k in range(rng.randint(1, 6))] for g in range(rng.randint(1, 4))]
+    rows = []
+    seen = set()
+    t = 0.0
+    for i in range(n):
+        t += rng.choice((0.0, 0.0, 0.5, 1.0, 2.5, 5.0, 7.0, 12.0, 20.0, 40.0))
+        prefix = rng.choice(groups)[:rng.randint(0, 6)] if rng.random() < 0.7 else []
+        own = [90000 + 100 * i + k for k in range(rng.randint(0 if prefix else 1, 3))]
+        hashes = prefix + own
+        length = 16 * len(hashes) - rng.choice((0, 0, 0, 1, 5, 15))
+        if length < 1:
+            length = 1
+        output = rng.choice((1, 2, 3, 5, 8, 13, 20, 30))
+        while (t, length, output) in seen:   # records are matched by this key
+            output += 1
+        seen.add((t, length, output))
+        rows.append({"timestamp": t, "input_length": length, "output_length": output,
+                     "hash_ids": hashes})
+    longest = max(r["input_length"] + r["output_length"] for r in rows)
+    pages = lambda tokens: -(-tokens // ps)  # noqa: E731
+    tight = rng.random() < 0.35
+    decode_blocks = (pages(longest) + rng.randint(2, 6)) * (1 if tight else rng.randint(2, 6)) \
+        if rng.random() < 0.8 else 16384 // ps
+    prefill_blocks = 16384 // ps if rng.random() < 0.8 else pages(max(
+        r["input_length"] for r in rows)) * rng.randint(2, 4)
+    if rng.random() < 0.7:
+        timing = {"type": "fixed", "prefill_ms": float(rng.choice((10, 4, 7.5))),
+                  "decode_ms": float(rng.choice((5, 2, 3.5)))}
+    else:
+        timing = {"type": "polynomial"}
+
+    def rank(blocks):
+        r = {"backend": "sglang", "block_size": ps, "num_gpu_blocks": blocks,
+             "max_num_seqs": rng.choice((64, 64, 64, 2, 3)),
+             "timing_model": timing}
+        if rng.random() < 0.3:
+            r["enable_prefix_caching"] = False if rng.random() < 0.3 else True
+        sg = {}
+        if rng.random() < 0.3:
+            sg["chunked_prefill_size"] = rng.choice((32, 48, 64))
+        if rng.random() < 0.2:
+            sg["schedule_policy"] = "lpm"
+        if sg:
+            r["sglang"] = sg
+        return r
+
+    prefill = rank(prefill_blocks)
+    decode = rank(decode_blocks)
+    if rng.random() < 0.15:
+        # outputs cut at the limit, and now and then a prompt the decode side refuses
+        decode["max_model_len"] = max(r["input_length"] for r in rows) + rng.choice((-8, 1, 6))
+    if rng.random() < 0.15:
+        prefill["max_model_len"] = max(r["input_length"] for r in rows) - rng.choice((0, 8))
+    if rng.random() < 0.15:
+        decode["prefill_decode_interval"] = rng.choice((1, 2))
+    if rng.random() < 0.8:
+        bw = rng.choice((0.5, 1.0, 2.0, 4.0))
+        bpt = rng.choice((50000, 100000, 200000))
+        mode = rng.choice(("full_prompt", "destination_missing"))
+        for r in (prefill, decode):
+            r["kv_transfer_bandwidth"] = bw
+            r["kv_transfer_bytes_per_token"] = bpt
+            r["kv_transfer_timing_mode"] = mode
+    topology = {"kind": "disaggregated",
+                "prefill": {"initial_workers": rng.choice((1, 1, 2))},
+                "decode": {"initial_workers": rng.choice((1, 1, 2))}}
+    # attention DP on either pool now and then (FEATURES.md §12.6)
+    prefill_dp = 2 if rng.random() < 0.15 else 1
+    decode_dp = 2 if rng.random() < 0.15 else 1
+    engine = {"dp_size": 1, "tensor_parallel_size": 1, "rank": decode,
+              "prefill": {"dp_size": prefill_dp, "tensor_parallel_size": 1, "rank": prefill},
+              "decode": {"dp_size": decode_dp, "tensor_parallel_size": 1, "rank": decode}}
+    payload = {"spec": {"version": 1, "topology": topology, "engine": engine,
+                        "adapters": {"placement": {"provider": "round_robin"},
+                                     "scaling": {"provider": "none"}},
+                        "record_per_request": True},
+               "traffic": {"source_type": "trace", "trace_path": trace_path,
+                           "trace_format": "mooncake", "trace_block_size": 16}}
+    return payload, rows
+
+
+def run_reference(payload_path: Path, timeout_s: float):
+    env = dict(os.environ, DYN_LOG="error")
+    try:
+        done = subprocess.run([str(REF_PYTHON), str(PEER_RUN), str(payload_path), "--per-request"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return "timeout", None
+    if done.returncode != 0:
+        return "error", (done.stderr.strip().splitlines() or [""])[-1]
+    return "ok", json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_ours(payload: dict):
+    from aisimulate_core import run_replay
+
+    try:
+        report = run_replay(json.dumps(payload))
+    except Exception as exc:   # any failure of ours is a mismatch
+        return "error", f"{type(exc).__name__}: {exc}"
+    out = json.loads(report.to_json())
+    return "ok", (out, out.pop("per_request", None) or [])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--timeout", type=float, default=5.0)
+    ap.add_argument("--keep", type=Path, default=None)
+    ap.add_argument("--show", type=int, default=3)
+    args = ap.parse_args(argv)
+    os.chdir(ROOT)
+    matches = skipped = 0
+    mismatched = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for i in range(args.cases):
+            rng = random.Random(args.seed * 1_000_003 + i)
+            trace = tmp / f"case{i}.jsonl"
+            payload, rows = make_case(rng, str(trace))
+            trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            path = tmp / f"case{i}.json"
+            path.write_text(json.dumps(payload, indent=1))
+            status, theirs = run_reference(path, args.timeout)
+            if status == "timeout":
+                skipped += 1        # the reference livelocked (FEATURES.md §8.5)
+                continue
+            mine_status, mine = run_ours(payload)
+            if status == "error":
+                problems = [] if mine_status == "error" else [f"reference failed: {theirs}"]
+            elif mine_status == "error":
+                problems = [f"ours failed: {mine}"]
+            else:
+                problems = compare(mine[0], mine[1], theirs)
+            if problems:
+                mismatched.append((i, problems))
+                if args.keep is not None:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    kept_trace = args.keep / f"case{i}.jsonl"
+                    kept_trace.write_text(trace.read_text())
+                    payload["traffic"]["trace_path"] = str(kept_trace)
+                    (args.keep / f"case{i}.json").write_text(json.dumps(payload, indent=1))
+            else:
+                matches += 1
+    compared = args.cases - skipped
+    for i, problems in mismatched[:args.show]:
+        print(f"case {i}: {len(problems)} differences")
+        for line in problems[:8]:
+            print("   ", line)
+    print(f"{matches} of {compared} SGLang P/D workloads match the reference exactly "
+          f"({skipped} skipped: the reference did not finish within {args.timeout:g} s)")
+    return 0 if matches == compared else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

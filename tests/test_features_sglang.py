@@ -1,0 +1,123 @@
+"""The SGLang engine features of FEATURES.md against the reference: the disaggregated
+destination-first handoff (§8) and MTP bursts on SGLang decode passes (§1.4).
+
+The shared cases of ../shared/bench/features/ are compared in place; our own recorded cases
+(tests/fixtures/features_sglang/, recorded by bench/record_reference.py into
+tests/fixtures/reference/features_sglang/) settle each rule and open question (README.md there).
+Comparison in the canonical form of FEATURES.md §10 (tests/cluster_compare.py). Every case runs
+on the default backend in process and, all together in one subprocess, with
+``AISIMULATE_BACKEND=python``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cluster_compare import compare
+from feature_cases import SHARED_CASES, case_output, python_backend_problems, run_payload
+
+ROOT = Path(__file__).resolve().parents[1]
+OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_sglang"
+
+SHARED = ["f11_sglang_pd_1p1d", "f12_sglang_pd_2p2d_pressure"]
+# recorded by us (tests/fixtures/features_sglang/README.md says what each settles)
+OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
+
+
+def _case(name):
+    return case_output(name, SHARED, OWN_RECORDED)
+
+
+def problems_of(name):
+    """Differences between our run of case ``name`` and the reference's."""
+    payload, theirs = _case(name)
+    report = run_payload(payload.read_text())
+    return compare(report.summary, report.per_request, theirs)
+
+
+@pytest.mark.parametrize("name", SHARED + OWN)
+def test_case_matches_the_reference(name):
+    problems = problems_of(name)
+    assert problems == [], "\n".join(problems[:20])
+
+
+def test_cases_match_on_the_python_backend():
+    """Every case again with AISIMULATE_BACKEND=python (Python radix and block pools)."""
+    names = [n for n in SHARED if (SHARED_CASES / f"{n}.json").exists()] + OWN
+    assert python_backend_problems("test_features_sglang", names) == {}
+
+
+# -- the destination-first handoff ----------------------------------------------------------------
+
+
+def _records(name):
+    payload, _ = _case(name)
+    report = run_payload(payload.read_text())
+    return {(r["arrival_time_ms"], r["input_length"]): r for r in report.per_request}
+
+
+def test_the_worked_example_of_the_features_doc():
+    """FEATURES.md §8.2/8.3 on f11: reserved at arrival on an idle decoder, then one reservation
+    per decode pass end or activation; routing lists the decode placement first;
+    destination_missing moves only the tokens the decode side lacks."""
+    records = _records("f11_sglang_pd_1p1d")
+    first = records[(0.0, 64)]
+    assert (first["destination_reserved_ms"], first["prefill_admit_ms"], first["source_held_ms"],
+            first["destination_activated_ms"], first["first_token_ms"]) == (
+        0.0, 0.0, 10.0, pytest.approx(16.4), pytest.approx(21.4))
+    assert [h["pool"] for h in first["routing_history"]] == ["decode", "prefill"]
+    assert [records[(t, isl)]["destination_reserved_ms"] for t, isl in
+            ((18.0, 32), (18.5, 32), (19.0, 80))] == pytest.approx([21.4, 26.4, 31.4])
+    # the idle decoder at 300 reserves at once; the identical 64-token prompt moves nothing
+    last = records[(300.0, 64)]
+    assert last["destination_reserved_ms"] == 300.0
+    assert last["destination_activated_ms"] == last["source_held_ms"]
+
+
+def test_a_refused_destination_fails_at_arrival():
+    """A prompt not shorter than the decode max_model_len fails when it arrives, before any
+    prefill, and its record names no worker (as the reference's)."""
+    record = _records("pd_decode_refuses_max_model_len")[(19.0, 80)]
+    assert record["terminal_status"] == "failed"
+    assert record["terminal_time_ms"] == 19.0
+    assert (record["prefill_worker_idx"], record["decode_worker_idx"]) == (None, None)
+    assert [h["pool"] for h in record["routing_history"]] == ["decode"]
+
+
+def test_the_c_ranks_decline_the_roles():
+    """The roles are Python ranks (engine/sglang_roles.py) on either backend."""
+    from aisimulate_core.engine.sglang_roles import SglangDecodeRank, SglangPrefillRank
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec.load import load_payload
+
+    payload, _ = _case("f12_sglang_pd_2p2d_pressure")
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        sim = build_simulation(load_payload(payload.read_text()))
+    finally:
+        os.chdir(cwd)
+    assert {type(r) for w in sim.prefill_workers for r in w.ranks} == {SglangPrefillRank}
+    assert {type(r) for w in sim.decode_workers for r in w.ranks} == {SglangDecodeRank}
+
+
+def test_the_recorded_cases_exercise_what_they_claim():
+    """Retractions readmitted on a decode rank with reuse, attention DP on each pool, failures
+    and rejections, and sources held together on two ranks."""
+    def fixture(name):
+        return json.loads((OWN_RECORDED / f"{name}.json").read_text())
+
+    readmits = [a for r in fixture("pd_decode_retract_readmit")["per_request"]
+                for a in r["admission_history"] if a["pool"] == "decode" and a["is_readmission"]]
+    assert any(a["reused_input_tokens"] > 0 for a in readmits)
+    for name, role in (("pd_decode_dp2", "decode"), ("pd_prefill_dp2_retract", "prefill")):
+        payload = json.loads((ROOT / fixture(name)["payload"]).read_text())
+        assert payload["spec"]["engine"][role]["dp_size"] == 2
+    statuses = {r["terminal_status"] for r in fixture("pd_prefill_rejects")["per_request"]}
+    assert statuses == {"completed", "rejected"}
+    held = fixture("pd_held_order_across_ranks")["per_request"]
+    assert len({r["source_held_ms"] for r in held if r["arrival_time_ms"] > 0}) == 1

@@ -437,11 +437,11 @@ class Collector:
         totals = self._totals
         itl, rate_per_user = self._token_distributions()
         dists: list[tuple[list[str], DistributionStats]] = [
-            (_dist_keys("ttft"), exact_stats(totals.ttft)),
-            (_dist_keys("ttst"), exact_stats(totals.ttst)),
-            (_dist_keys("tpot"), exact_stats(totals.tpot)),
+            (_dist_keys("ttft"), totals.stats("ttft")),
+            (_dist_keys("ttst"), totals.stats("ttst")),
+            (_dist_keys("tpot"), totals.stats("tpot")),
             (_dist_keys("itl"), itl.stats()),
-            (_dist_keys("e2e_latency"), exact_stats(totals.e2e)),
+            (_dist_keys("e2e_latency"), totals.stats("e2e")),
             (_dist_keys("output_token_throughput_per_user", ""), rate_per_user.stats()),
         ]
         values: dict[str, float] = {}
@@ -457,7 +457,7 @@ class _Totals:
 
     __slots__ = ("sla", "start_ms", "completed", "input_tokens", "output_tokens", "reused",
                  "first_reused", "duration_ms", "good", "good_tokens", "ttft", "ttst", "tpot",
-                 "e2e")
+                 "e2e", "known")
 
     def __init__(self, sla: _Sla | None, start_ms: float) -> None:
         self.sla = sla
@@ -466,6 +466,16 @@ class _Totals:
         self.reused = self.first_reused = self.good = self.good_tokens = 0
         self.duration_ms = 0.0
         self.ttft, self.ttst, self.tpot, self.e2e = (array("d") for _ in range(4))
+        self.known = {}   # name -> (its sample count, exact_stats of it) computed elsewhere
+
+    def stats(self, name: str) -> DistributionStats:
+        """``exact_stats`` of sample array ``name``, or what ``fill_totals`` was given for it
+        while no sample was added since."""
+        values = getattr(self, name)
+        known = self.known.get(name)
+        if known is not None and known[0] == len(values):
+            return known[1]
+        return exact_stats(values)
 
     def add(self, rec: RequestRecord) -> None:
         # once per completed request: _nonneg, _ttst and _mean_tpot inlined
@@ -511,11 +521,12 @@ class _Totals:
 def fill_totals(collector: Collector, *, completed: int, input_tokens: int, output_tokens: int,
                 reused: int, first_reused: int, duration_ms: float, good: int, good_tokens: int,
                 committed_prefill: int, ttft: array, e2e: array, ttst: array,
-                tpot: array) -> None:
+                tpot: array, stats: dict | None = None) -> None:
     """What ``Collector._settled`` and ``_Totals.add`` would have gathered from a run's
     terminals, gathered elsewhere (runtime/plain_native.py's C loop): the counts and sums, and
     each sample array in the order the summary adds them (uuid order), taken without a copy
-    into an empty collector."""
+    into an empty collector; ``stats``: name -> ``exact_stats`` of that array, when computed
+    already (they stand while nothing is added)."""
     totals = collector._totals
     totals.completed += completed
     totals.input_tokens += input_tokens
@@ -532,6 +543,8 @@ def fill_totals(collector: Collector, *, completed: int, input_tokens: int, outp
             mine.extend(values)
         else:
             setattr(totals, name, values)
+            if stats is not None and name in stats:
+                totals.known[name] = (len(values), stats[name])
     collector._fallback_committed_prefill += committed_prefill
 
 

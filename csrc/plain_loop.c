@@ -878,6 +878,63 @@ int aisim_plain_breaks(const aisim_plain *p, size_t w, const int64_t **out, size
     return AISIM_OK;
 }
 
+/* stats.round_half_away and rank_index */
+static size_t rank_index(size_t n, double percentile)
+{
+    double x = (double)(n - 1) * percentile / 100.0;
+    double whole = floor(fabs(x));
+    if (fabs(x) - whole >= 0.5)
+        whole += 1.0;
+    double rank = x >= 0 ? whole : -whole;
+    size_t index = rank > 0 ? (size_t)rank : 0;
+    return index < n - 1 ? index : n - 1;
+}
+
+static int ascending(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double seq_sum(const double *values, size_t n)
+{
+    double total = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++)
+        total += values[i];
+    return total;
+}
+
+int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out)
+{
+    static const double percentiles[5] = {50.0, 75.0, 90.0, 95.0, 99.0};
+    double *values, centre, squares = 0.0;
+    size_t n, i;
+    if (!p || !out || which < 0 || which > 3)
+        return AISIM_EINVAL;
+    values = p->samples[which];
+    n = p->n_samples[which];
+    if (!n) {
+        for (i = 0; i < 9; i++)
+            out[i] = 0.0;
+        return AISIM_OK;
+    }
+    out[0] = seq_sum(values, n) / (double)n;   /* the mean, in the summary's order */
+    qsort(values, n, sizeof *values, ascending);
+    out[1] = values[0];
+    out[2] = values[n - 1];
+    for (i = 0; i < 5; i++)
+        out[3 + i] = values[rank_index(n, percentiles[i])];
+    /* population_std over the ascending order, as stats.exact_stats computes it */
+    centre = seq_sum(values, n) / (double)n;
+    for (i = 0; i < n; i++) {
+        double centred = values[i] - centre;
+        squares += centred * centred;
+    }
+    out[8] = sqrt(squares / (double)n);
+    return AISIM_OK;
+}
+
 int aisim_plain_drop_samples(aisim_plain *p, int32_t which)
 {
     if (!p || which < 0 || which > 3)

@@ -119,6 +119,10 @@ int aisim_plain_run(aisim_plain *p);
  * the order the Python rank counts them (NativeVllmRank._count_breaks). */
 int aisim_plain_pass_ends(const aisim_plain *p, size_t w, const double **out, size_t *n);
 int aisim_plain_breaks(const aisim_plain *p, size_t w, const int64_t **out, size_t *n_pairs);
+/* stats.exact_stats of sample array `which` (0 ttft, 1 e2e, 2 ttst, 3 tpot) into out[9]
+ * (mean, min, max, median, p75, p90, p95, p99, std): the mean over the summary's order, the
+ * rest over the ascending order, which the call leaves the array in (copy it first). */
+int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out);
 /* Frees a sample array once Python copied it (0 ttft, 1 e2e, 2 ttst, 3 tpot): the summary's
  * samples are held once, not twice, at the peak. */
 int aisim_plain_drop_samples(aisim_plain *p, int32_t which);

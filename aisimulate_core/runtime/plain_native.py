@@ -24,6 +24,7 @@ from ..engine.request import never_scheduled
 from ..engine.timing import FixedTiming, PolynomialTiming, StepTimer
 from ..engine.vllm_native import NativeVllmRank
 from ..errors import SimulationError
+from ..stats import DistributionStats
 from ..workload.one_turn import OneTurnDriver
 from ..workload.rng import CStdRng, StdRng
 from .worker import Worker
@@ -244,16 +245,21 @@ def _fill_collector(collector, loop, view):
     """The summary's inputs C accumulated, into the collector (report.fill_totals)."""
     from ..report import fill_totals
     lib = native.lib
-    samples = {}
+    samples, stats = {}, {}
     counts = (view.n_ttft, view.n_ttft, view.n_ttst, view.n_tpot)
+    out = native.ffi.new("double[9]")
     for which, name in enumerate(_SAMPLES):
         samples[name] = native.c_array("d", getattr(view, name), counts[which])
+        # (after the copy: it sorts C's array)
+        native.check_status(lib.aisim_plain_sample_stats(loop, which, out),
+                            "aisim_plain_sample_stats")
+        stats[name] = DistributionStats(*out)
         lib.aisim_plain_drop_samples(loop, which)   # held once at the peak
     fill_totals(collector, completed=view.totals_completed, input_tokens=view.input_tokens,
                 output_tokens=view.output_tokens, reused=view.reused,
                 first_reused=view.first_reused, duration_ms=view.duration_ms, good=view.good,
                 good_tokens=view.good_tokens, committed_prefill=view.fallback_committed,
-                **samples)
+                stats=stats, **samples)
 
 
 class _Head:

@@ -86,6 +86,7 @@ struct aisim_plain {
     /* the livelock guard */
     double spin_t;
     int64_t spins;
+    int64_t steps;          /* loop steps, for progress reports */
     uint32_t ranges[8];     /* a prompt's (first, count) pairs */
     aisim_decode_run run;
     aisim_plain_view view;
@@ -748,6 +749,8 @@ static int run(aisim_plain *p)
         if (ready <= t)
             TRY(pop_ready(p, t));
         TRY(start_passes(p, t));
+        if (p->cfg.progress_every && ++p->steps % p->cfg.progress_every == 0)
+            return AISIM_PLAIN_PROGRESS;
     }
 }
 
@@ -757,6 +760,10 @@ int aisim_plain_run(aisim_plain *p)
     if (!p)
         return AISIM_EINVAL;
     status = run(p);
+    if (status == AISIM_PLAIN_PROGRESS) {
+        refresh_view(p);
+        return status;
+    }
     if (status == AISIM_OK && p->view.next_ms == INFINITY && p->view.in_flight > 0) {
         find_stall(p);
         status = AISIM_PLAIN_STALLED;
@@ -782,7 +789,8 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
         config->arrivals < AISIM_PLAIN_POISSON || config->arrivals > AISIM_PLAIN_CLOSED ||
         (config->arrivals == AISIM_PLAIN_POISSON && !config->arrival_rng) ||
         (config->shape_rng && config->groups < 1) || config->rr_cursor < 0 ||
-        config->sessions > INT64_MAX / (config->own + 1) || config->livelock_passes < 1)
+        config->sessions > INT64_MAX / (config->own + 1) || config->livelock_passes < 1 ||
+        config->progress_every < 0)
         return AISIM_EINVAL;
     for (i = 0; i < config->n_rr; i++)
         if (config->rr_workers[i] < 0 || (size_t)config->rr_workers[i] >= config->n_workers)

@@ -21,8 +21,10 @@ enum aisim_plain_arrivals {
 enum aisim_plain_status {
     AISIM_PLAIN_LIVELOCK = 4,   /* LIVELOCK_PASSES effect-free zero-time passes in a row */
     AISIM_PLAIN_STALLED = 5,    /* nothing left to happen with requests in flight */
-    AISIM_PLAIN_TIMING = 6      /* a modeled time the C path cannot give (Python would
+    AISIM_PLAIN_TIMING = 6,     /* a modeled time the C path cannot give (Python would
                                    raise, or need integers past 2^63) */
+    AISIM_PLAIN_PROGRESS = 7    /* progress_every steps more were taken: report progress,
+                                   then call aisim_plain_run again to go on */
 };
 
 typedef struct aisim_plain_config {
@@ -61,6 +63,7 @@ typedef struct aisim_plain_config {
     double prefill_ratio;
     double cutoff_ms;           /* max_sim_time_ms (INFINITY: none) */
     int64_t livelock_passes;
+    int64_t progress_every;     /* loop steps between progress reports (0: none) */
     /* the summary */
     double report_start_ms;
     int32_t has_ttft;
@@ -112,7 +115,8 @@ typedef struct aisim_plain_view {
 int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config);
 int aisim_plain_free(aisim_plain *p);
 int aisim_plain_view_of(const aisim_plain *p, const aisim_plain_view **out);
-/* The whole run. AISIM_OK, an aisim_plain_status or an error (the rank's, or ENOMEM). */
+/* The whole run (or, with progress_every, the next steps of it). AISIM_OK, an
+ * aisim_plain_status or an error (the rank's, or ENOMEM). */
 int aisim_plain_run(aisim_plain *p);
 /* After the run, worker w's rank's pass end times (RankBase.pass_ends) and its break gaps
  * as (last pass before, first pass after) pairs, one per break of a finished request in

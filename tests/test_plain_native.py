@@ -89,9 +89,9 @@ def _payload(rng):
     return {"spec": spec, "traffic": traffic}
 
 
-def _report(payload):
+def _report(payload, progress=None):
     try:
-        report = run_replay(json.loads(json.dumps(payload)))
+        report = run_replay(json.loads(json.dumps(payload)), progress=progress)
     except AisimError as error:
         return f"{type(error).__name__}: {error}"
     summary = comparable(json.loads(report.to_json()))
@@ -110,10 +110,9 @@ class _Count:
         return self.run(sim, limit)
 
 
-def test_random_runs_match_the_python_loop(monkeypatch):
+def test_random_runs_match_the_python_loop(monkeypatch, counted):
     rng = random.Random(20261201)
-    counter = _Count(plain_native.run)
-    monkeypatch.setattr(plain_native, "run", counter)
+    counter = counted
     ran = 0
     for case in range(CASES):
         payload = _payload(rng)
@@ -146,22 +145,46 @@ def test_the_c_loop_takes_the_plain_case_and_declines_others(monkeypatch):
     assert plain_native.eligible(sim, sim.max_sim_time_ms) == "switched off"
 
 
-def test_a_stalled_run_words_the_python_loops_error(monkeypatch):
+_STALL = {
+    "spec": {"version": 1, "topology": {"kind": "aggregated", "workers": {"initial_workers": 2}},
+             "engine": {"rank": {"backend": "vllm", "block_size": 16, "num_gpu_blocks": 64,
+                                 "max_num_seqs": 8, "max_num_batched_tokens": 32,
+                                 "enable_chunked_prefill": False,
+                                 "timing_model": {"type": "fixed", "prefill_ms": 1.0,
+                                                  "decode_ms": 1.0}}},
+             "record_per_request": False},
+    "traffic": {"source_type": "synthetic", "load_type": "poisson", "isl": 40, "osl": 4,
+                "request_count": 3, "request_rate": 10.0, "arrival_seed": 1},
+}
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """plain_native.run, counting the runs that went through it."""
+    counter = _Count(plain_native.run)
+    monkeypatch.setattr(plain_native, "run", counter)
+    return counter
+
+
+def test_a_stalled_run_words_the_python_loops_error(monkeypatch, counted):
     # chunked prefill off and a prompt above the token budget: the head can never start
-    payload = {
-        "spec": {"version": 1, "topology": {"kind": "aggregated",
-                                            "workers": {"initial_workers": 2}},
-                 "engine": {"rank": {"backend": "vllm", "block_size": 16,
-                                     "num_gpu_blocks": 64, "max_num_seqs": 8,
-                                     "max_num_batched_tokens": 32,
-                                     "enable_chunked_prefill": False,
-                                     "timing_model": {"type": "fixed", "prefill_ms": 1.0,
-                                                      "decode_ms": 1.0}}},
-                 "record_per_request": False},
-        "traffic": {"source_type": "synthetic", "load_type": "poisson", "isl": 40, "osl": 4,
-                    "request_count": 3, "request_rate": 10.0, "arrival_seed": 1},
-    }
+    payload = _STALL
     fast = _report(payload)
+    assert counted.calls == 1
     monkeypatch.setattr(plain_native, "ENABLED", False)
     assert fast == _report(payload)
     assert isinstance(fast, str) and "can never be scheduled" in fast
+
+
+def test_progress_is_reported_at_the_same_steps(monkeypatch, counted):
+    # a progress callback hears the loop every 4096 steps, from C as from Python
+    payload = json.loads(json.dumps(_STALL))
+    payload["spec"]["engine"]["rank"]["enable_chunked_prefill"] = True
+    payload["traffic"].update(request_count=6000, request_rate=400.0, osl=6)
+    calls = {True: [], False: []}
+    for enabled in (True, False):
+        monkeypatch.setattr(plain_native, "ENABLED", enabled)
+        summary = _report(payload, progress=lambda *args: calls[enabled].append(args))
+        assert isinstance(summary, dict) and summary["completed_requests"] == 6000
+    assert counted.calls == 1
+    assert len(calls[True]) >= 2 and calls[True] == calls[False]

@@ -37,7 +37,7 @@ _SAMPLES = ("ttft", "e2e", "ttst", "tpot")
 
 
 def eligible(sim, limit):
-    """Whether ``sim.run_until(limit)`` can run in C: the reason it cannot, or None."""
+    """Why ``sim.run_until(limit)`` cannot run in C, or None when it can."""
     if not ENABLED:
         return "switched off"
     if native.lib is None or native.resolve_backend() != "c":
@@ -45,7 +45,7 @@ def eligible(sim, limit):
     if limit != sim.max_sim_time_ms or sim.now_ms != 0.0 or sim.arrived or sim.queue.peek_time() \
             != math.inf:
         return "not a whole run from its start"
-    if sim.on_event is not None or sim.progress is not None or sim.max_in_flight is not None \
+    if sim.on_event is not None or sim.max_in_flight is not None \
             or sim._external or "_terminal" in sim.__dict__ or "_on_finish" in sim.__dict__:
         return "callbacks, an in-flight cap or submissions"
     from .simulation import Simulation
@@ -176,8 +176,9 @@ def run(sim, limit):
     config.prefill_fixed_ms = timer.model.prefill if kind == lib.AISIM_DECODE_FIXED else 0.0
     config.prefill_ratio = timer.prefill_ratio
     config.cutoff_ms = sim.max_sim_time_ms
-    from .simulation import LIVELOCK_PASSES
+    from .simulation import LIVELOCK_PASSES, PROGRESS_STEPS
     config.livelock_passes = LIVELOCK_PASSES
+    config.progress_every = 0 if sim.progress is None else PROGRESS_STEPS
     totals = sim.collector._totals
     config.report_start_ms = totals.start_ms
     sla = totals.sla
@@ -194,6 +195,10 @@ def run(sim, limit):
     lib.aisim_plain_view_of(loop, views)
     view = views[0]
     status = lib.aisim_plain_run(loop)
+    progress = sim.progress
+    while status == lib.AISIM_PLAIN_PROGRESS:   # _run_plain's call every PROGRESS_STEPS
+        progress(view.now_ms, view.completed, driver.total or view.arrived)
+        status = lib.aisim_plain_run(loop)
     _take_state(sim, loop, view, ranks)
     if status == lib.AISIM_PLAIN_STALLED:
         raise _stalled(sim, view)

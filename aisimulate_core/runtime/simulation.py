@@ -37,6 +37,7 @@ _GEN_MASK = 0xFFFF_FFFF
 # collecting less often frees nothing later. Set for the call and restored (mypy's build does
 # the same); the cyclic garbage held meanwhile is at most this many objects.
 RUN_GC_THRESHOLD = 100_000
+PROGRESS_STEPS = 4096   # loop steps between two calls of a progress callback
 
 
 def raise_gc_threshold():
@@ -298,7 +299,7 @@ class Simulation:
                     step(t)
                     if progress is not None:
                         steps += 1
-                        if steps % 4096 == 0:
+                        if steps % PROGRESS_STEPS == 0:
                             progress(self.now_ms, self.completed,
                                      self.driver.total or self.arrived)
         finally:
@@ -392,7 +393,7 @@ class Simulation:
                 self._start_passes(t, cutoff)
             if progress is not None:
                 steps += 1
-                if steps % 4096 == 0:
+                if steps % PROGRESS_STEPS == 0:
                     progress(self.now_ms, self.completed, driver.total or self.arrived)
 
     def _next_time(self):

@@ -164,3 +164,11 @@ def test_reading_some_keys_only(tmp_path):
     for path in paths.values():
         assert list(read_records(path, keys=keys)) == [
             {k: r[k] for k in keys if k in r} for r in full], path
+
+
+def test_a_non_finite_number_is_an_empty_cell_as_the_json_lines_null():
+    import msgspec
+
+    for value in (float("nan"), float("inf"), -float("inf")):
+        assert msgspec.json.encode(value) == b"null"
+        assert encode_cell(value) is None and decode_cell("") is None

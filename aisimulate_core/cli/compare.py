@@ -93,6 +93,8 @@ def _value_text(value: Any) -> str:
         return "-"
     if isinstance(value, int):
         return f"{value:,}"
+    if abs(value) >= 1e5:  # durations in ms: every digit, not an exponent
+        return f"{value:,.0f}"
     return f"{value:,.6g}"
 
 

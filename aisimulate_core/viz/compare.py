@@ -6,7 +6,7 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from aisimulate_core.viz.figure import Plot, PlotError, new_figure, save_png
-from aisimulate_core.viz.runs import FROM_RECORDS, LATENCIES, latency_series
+from aisimulate_core.viz.runs import FROM_RECORDS, LATENCIES, latency_series, scale_latency_axis
 
 
 def plot_cdf_overlay(runs: Sequence[tuple[str, Iterable[Mapping[str, Any]] | None,
@@ -39,6 +39,7 @@ def plot_cdf_overlay(runs: Sequence[tuple[str, Iterable[Mapping[str, Any]] | Non
                 ax.plot(line["x"], line["y"], marker="o", label=f"{line['label']} (percentiles)")
         if series[name]:
             ax.set_ylim(0, 1.02)
+            scale_latency_axis(ax, [line["x"] for line in series[name]])
             ax.legend(fontsize="small", loc="lower right")
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)

@@ -78,6 +78,16 @@ def latency_series(records: Iterable[Mapping[str, Any]] | None,
     return series
 
 
+def scale_latency_axis(ax, lines: Iterable[Sequence[float]]) -> str:
+    """A log time axis where the values span more than two decades (a long tail would squash
+    the body of the CDF against the left edge), else linear; returns the scale set."""
+    positive = [x for xs in lines for x in xs if x > 0]
+    scale = "log" if positive and max(positive) > 100 * min(positive) else "linear"
+    ax.set_xscale(scale)
+    ax.set_xlabel("ms (log scale)" if scale == "log" else "ms")
+    return scale
+
+
 def plot_latency_cdfs(records: Iterable[Mapping[str, Any]] | None,
                       summary: Mapping[str, Any] | None, path: str | os.PathLike) -> Plot:
     """TTFT, ITL, TPOT and E2E CDFs in four panels, as a PNG at ``path``.
@@ -87,7 +97,8 @@ def plot_latency_cdfs(records: Iterable[Mapping[str, Any]] | None,
     per-token times), the report ``summary``'s min/median/p75/p90/p95/p99/max outline.
 
     ``series``: ``{"ttft" | "itl" | "tpot" | "e2e": {"x": ms, "y": fraction, "source":
-    "records" | "report percentiles"}}``.
+    "records" | "report percentiles"}}``; a panel whose values span more than two decades is
+    drawn on a log time axis.
     """
     series = latency_series(records, summary)
     if not series:
@@ -108,6 +119,7 @@ def plot_latency_cdfs(records: Iterable[Mapping[str, Any]] | None,
         else:
             ax.plot(data["x"], data["y"], marker="o", label="report percentiles")
         ax.set_ylim(0, 1.02)
+        scale_latency_axis(ax, [data["x"]])
         ax.legend(fontsize="small", loc="lower right")
     written = save_png(figure, path)
     return Plot(written, series)
@@ -271,11 +283,11 @@ def plot_telemetry(samples: Sequence[Mapping[str, Any]],
         kinds = [(c, name) for c, name in (("tab:green", "workers start"),
                                             ("tab:red", "workers drain"),
                                             ("tab:gray", "ready / removed")) if c in colours]
-        axes[2].add_artist(axes[2].legend(fontsize="small", loc="upper right"))
-        axes[2].legend(handles=[Line2D([], [], color=c, linestyle=":", linewidth=1.5, label=name)
-                                for c, name in kinds],
-                       fontsize="small", loc="upper left", title="scaling operations",
-                       title_fontsize="small")
+        figure.legend(handles=[Line2D([], [], color=c, linestyle=":", linewidth=1.5, label=name)
+                               for c, name in kinds],
+                      fontsize="small", loc="outside lower center", ncols=len(kinds),
+                      title="scaling operations (the report's lifecycle_operations)",
+                      title_fontsize="small")
     axes[1].set_ylim(0, 1.05)
     axes[2].yaxis.get_major_locator().set_params(integer=True)
     axes[2].set_xlabel("simulated time (s)" + (f"; dotted lines: the {len(series['operations'])} "

@@ -34,6 +34,10 @@ class VllmRank(RankBase):
     # every request is outside open stretches: each pass stamps its tokens (state_cache)
     stretchless = False
     state = None                 # the state_cache bookkeeping (engine/vllm_state_cache.py)
+    # a router hears of the blocks a pass caches anew only, not of recomputed copies of cached
+    # ones (the reference's rule; the C rank, the twin of the other configurations, reports
+    # every committed block yet): on for the ranks only Python runs (MTP, state_cache)
+    stores_new_only = False
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0, scheduler_id=0):
         self._take_settings(engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id)
@@ -101,6 +105,7 @@ class VllmRank(RankBase):
         self.mtp = None
         if getattr(engine, "aic_nextn", None) is not None:
             self.mtp = MtpBursts(engine, scheduler_id, draws=not self.holds_sources)
+            self.stores_new_only = True
         # prefill_schedule_interval's gate (engine/vllm_psi.py): a worker of several ranks
         # moves its wave; a lone rank's stays 0 and never defers
         self.psi = cadence_of(engine)
@@ -588,9 +593,14 @@ class VllmRank(RankBase):
                 gone.insert_all(self._evicted_in_flight)
             index = self._in_flight_index = (stored, gone)
         stored, gone = index
-        # resident blocks are indexed unless this pass stored them; gone ones are indexed until
-        # this pass ends, unless this pass had stored them in the first place
+        # resident blocks are indexed unless this pass stored them (a copy this pass stored
+        # after evicting the indexed one is still indexed: its removal comes at the pass end
+        # too); gone ones are indexed until this pass ends, unless this pass had stored them in
+        # the first place
         count = stored.leading_absent(hashes, 0, held) if stored is not None else held
+        if count < held and gone is not None:
+            while count < held and (hashes[count] in gone or hashes[count] not in stored):
+                count += 1
         if count < held:
             return count
         run = gone.leading(hashes, held) if gone is not None else 0
@@ -868,11 +878,18 @@ class VllmRank(RankBase):
         done = r.committed_blocks
         if full_blocks > done:
             hashes = self._lookup_hashes(r, full_blocks)
+            fresh = None
+            if self.observer is not None and self.stores_new_only:
+                # a block whose hash another copy already caches makes no store event (the
+                # reference's cache_private); its copy is indexed already
+                match = self.pool.match
+                fresh = [h for i, h in enumerate(hashes[done:full_blocks], done)
+                         if not match(hashes, i)]
             self.pool.commit(r.seq, hashes, done, full_blocks - done)
             self.kv_version += 1
             r.committed_blocks = full_blocks
             if self.observer is not None:
-                self._stored.append(hashes[done:full_blocks])
+                self._stored.append(hashes[done:full_blocks] if fresh is None else fresh)
                 self._in_flight_index = None
 
     def _lookup_hashes(self, r, n_blocks):

@@ -222,6 +222,7 @@ class StateCacheRank(VllmRank):
     """The vLLM rank of an aggregated worker with ``state_cache``."""
 
     stretchless = True
+    stores_new_only = True
     _preempting = None
 
     def __init__(self, engine, timer, pool, **kwargs):

@@ -309,3 +309,33 @@ def test_missing_extras_name_the_extra(tmp_path, monkeypatch):
         run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1, plots=False)
     assert str(caught.value) == ("search policy optuna needs optuna, which is not installed: "
                                  "pip install 'aisimulate-core[sweep]'")
+
+
+def test_aic_estimates_the_kv_capacity_of_each_shape(tmp_path):
+    pytest.importorskip("aisimulate_aic_timing")
+    path = tmp_path / "aic.json"
+    path.write_text(json.dumps({
+        "base": json.loads((ROOT / "examples/aic_qwen3_32b_h200.json").read_text()),
+        "set": {"traffic.request_count": 4},
+        "axes": {"deployment": ["agg:1", "agg:1xtp2", "disagg:1+1xtp2"]},
+        "goal": {"kind": "max_goodput"}}))
+    result = run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    blocks = {r["overrides"]["deployment"]: r["kv_blocks"] for r in result.rows}
+    # Qwen3-32B on one H200 (vLLM, block 16, 0.9 of memory): the plugin README's 15,616
+    assert blocks["agg:1"] == {"aggregated": 15616}
+    assert blocks["agg:1xtp2"]["aggregated"] > 2 * 15616  # two GPUs hold one copy of the weights
+    assert blocks["disagg:1+1xtp2"] == {"prefill": 15616, "decode": blocks["agg:1xtp2"]["aggregated"]}
+    assert [r["gpus"] for r in result.rows] == [1, 2, 3]
+
+
+def test_one_sweep_at_a_time_writes_a_ledger(tmp_path):
+    from aisimulate_core.cli.outputs import CliError
+    from aisimulate_core.sweep.ledger import Ledger
+
+    first = Ledger(tmp_path)
+    try:
+        with pytest.raises(CliError, match="another sweep is writing this ledger"):
+            Ledger(tmp_path)
+    finally:
+        first.close()
+    Ledger(tmp_path).close()  # free again once the first is done

@@ -170,6 +170,13 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return escape_controls(str(value))
 
 
+def _blocks(blocks: Any) -> str:
+    """KV blocks of one rank: ``15,616``, or prefill+decode ``15,616+46,971``."""
+    if not isinstance(blocks, dict) or not blocks:
+        return "-"
+    return "+".join(_fmt(blocks[role]) for role in ("aggregated", "prefill", "decode") if role in blocks)
+
+
 def format_result(result) -> str:
     """The points as a table (grid order), the chosen point and the files written."""
     from aisimulate_core.sweep.goals import goal_metric, value
@@ -179,7 +186,9 @@ def format_result(result) -> str:
     metric = goal_metric(goal)
     extra = list(goal.metrics) if goal.kind == "pareto" else \
         ([metric] if metric and metric != "gpus" else [])
-    header = ["point", *(_short(a.name) for a in spec.axes), "GPUs", "within SLA",
+    shapes = any(axis.is_deployment for axis in spec.axes)
+    header = ["point", *(_short(a.name) for a in spec.axes), "GPUs",
+              *(["KV blocks/rank"] if shapes else []), "within SLA",
               *(_short(m) for m in extra), "p90 TTFT ms", "p90 ITL ms", "status"]
     table = [header]
     front = {row["point"] for row in result.front}
@@ -192,7 +201,8 @@ def format_result(result) -> str:
         if len(status) > 70:
             status = status[:67] + "..."
         table.append([f"{row['point']}{mark}", *(_fmt(row["overrides"].get(a.name)) for a in spec.axes),
-                      _fmt(row.get("gpus")), "-" if fraction is None else f"{fraction * 100:.2f} %",
+                      _fmt(row.get("gpus")), *([_blocks(row.get("kv_blocks"))] if shapes else []),
+                      "-" if fraction is None else f"{fraction * 100:.2f} %",
                       *(_fmt(value(row, m)) for m in extra),
                       _fmt(summary.get("p90_ttft_ms"), 1), _fmt(summary.get("p90_itl_ms"), 2),
                       status])

@@ -8,9 +8,9 @@ per sweep and written to a local file once per node.
 
 from __future__ import annotations
 
-import concurrent.futures
 import multiprocessing
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -25,16 +25,29 @@ def missing_extra(module: str, what: str) -> SweepError:
     return SweepError(f"{what} needs {module}, which is not installed: pip install '{SWEEP_EXTRA}'")
 
 
+def _quiet_worker() -> None:
+    """A worker process leaves Ctrl-C and SIGTERM to its parent, which ends the pool itself
+    (the command's SIGTERM handler, inherited by a fork, would print a traceback here)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _evaluate_task(task: tuple) -> tuple:
+    key, document, plugin_options, labels = task
+    return key, evaluate(document, plugin_options, labels)
+
+
 class LocalExecutor:
     """``jobs`` worker processes (forked where the platform can: they start with the modules
-    and caches of this one); one job runs the points in this process."""
+    and caches of this one); one job runs the points in this process. An interrupt ends the
+    workers at once (their points are not in the ledger: a rerun runs them)."""
 
     name = "local"
 
     def __init__(self, jobs: int, plugin_options: tuple) -> None:
         self.jobs = max(1, jobs)
         self.plugin_options = plugin_options
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._pool = None
 
     def run(self, tasks: Iterable[Task]) -> Iterator[tuple[Any, dict]]:
         tasks = list(tasks)
@@ -45,20 +58,20 @@ class LocalExecutor:
         if self._pool is None:
             methods = multiprocessing.get_all_start_methods()
             context = multiprocessing.get_context("fork" if "fork" in methods else None)
-            self._pool = concurrent.futures.ProcessPoolExecutor(self.jobs, mp_context=context)
-        futures = {self._pool.submit(evaluate, document, self.plugin_options, labels): key
-                   for key, document, labels in tasks}
+            self._pool = context.Pool(self.jobs, initializer=_quiet_worker)
+        work = [(key, document, self.plugin_options, labels) for key, document, labels in tasks]
         try:
-            for future in concurrent.futures.as_completed(futures):
-                yield futures[future], future.result()
+            yield from self._pool.imap_unordered(_evaluate_task, work, chunksize=1)
         except BaseException:
-            for future in futures:
-                future.cancel()
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
             raise
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.close()
+            self._pool.join()
             self._pool = None
 
 

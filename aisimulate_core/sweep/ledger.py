@@ -65,6 +65,7 @@ class Ledger:
                         self.rows[row["payload_hash"]] = row
         try:
             self._handle = open(self.path, "a", encoding="utf-8")
+            _lock(self._handle, self.path)
             if self._handle.tell() > 0 and not _ends_with_newline(self.path):
                 self._handle.write("\n")  # after a line cut short: the next row on its own line
         except OSError as error:
@@ -82,6 +83,22 @@ class Ledger:
 
     def close(self) -> None:
         self._handle.close()
+
+
+def _lock(handle, path: Path) -> None:
+    """One sweep at a time writes a ledger (where the platform has flock)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise CliError(f"{escape_controls(str(path))}: another sweep is writing this ledger; "
+                       "wait for it or give another --out") from None
+    except OSError:
+        pass  # a file system without locks: go on unlocked
 
 
 def _ends_with_newline(path: Path) -> bool:

@@ -110,6 +110,16 @@ def make_case(rng: random.Random, trace_path: str):
     engine = {"dp_size": 1, "tensor_parallel_size": 1, "rank": decode,
               "prefill": {"dp_size": prefill_dp, "tensor_parallel_size": 1, "rank": prefill},
               "decode": {"dp_size": decode_dp, "tensor_parallel_size": 1, "rank": decode}}
+    # (drawn last: the cases drawn before MTP was added stay as they were)
+    if rng.random() < 0.3:
+        # MTP bursts on the decode side (FEATURES.md §1.4); prefill copies never draw
+        nextn = rng.choice((1, 2, 3))
+        for r in (prefill, decode):
+            r["aic_nextn"] = nextn
+            if rng.random() < 0.5:
+                r["aic_nextn_accept_rates"] = rng.choice(("1,1,1", "0.5,0.5,0.5", "0.9,0.2"))
+            if rng.random() < 0.3:
+                r["aic_mtp_seed"] = rng.randint(0, 1000)
     payload = {"spec": {"version": 1, "topology": topology, "engine": engine,
                         "adapters": {"placement": {"provider": "round_robin"},
                                      "scaling": {"provider": "none"}},

@@ -23,7 +23,7 @@ from feature_cases import SHARED_CASES, case_output, python_backend_problems, ru
 ROOT = Path(__file__).resolve().parents[1]
 OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_sglang"
 
-SHARED = ["f11_sglang_pd_1p1d", "f12_sglang_pd_2p2d_pressure"]
+SHARED = ["f2_mtp_sglang_2w", "f11_sglang_pd_1p1d", "f12_sglang_pd_2p2d_pressure"]
 # recorded by us (tests/fixtures/features_sglang/README.md says what each settles)
 OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
 
@@ -121,3 +121,36 @@ def test_the_recorded_cases_exercise_what_they_claim():
     assert statuses == {"completed", "rejected"}
     held = fixture("pd_held_order_across_ranks")["per_request"]
     assert len({r["source_held_ms"] for r in held if r["arrival_time_ms"] > 0}) == 1
+
+
+# -- MTP ------------------------------------------------------------------------------------------
+
+
+def test_mtp_examples_of_the_features_doc():
+    """FEATURES.md §1.4: 16/20 with the default rates: first token 10 (the prefill forward, no
+    draw), TTST 5, last token 55 (nine decode bursts 2,2,2,2,3,1,2,2,3); "1,1": last at 45."""
+    record = _records("mtp_1620_default")[(0.0, 16)]
+    assert (record["first_token_ms"], record["ttst_ms"], record["last_token_ms"]) == (
+        10.0, 5.0, 55.0)
+    assert record["itl_ms"] == pytest.approx(45 / 19)
+    assert _records("mtp_1620_all_accept")[(0.0, 16)]["last_token_ms"] == 45.0
+
+
+def test_mtp_declines_the_c_rank():
+    """The C SGLang rank declines aic_nextn: the Python rank bursts."""
+    from aisimulate_core.engine.sglang_native import supports
+    from aisimulate_core.spec.load import load_payload
+
+    payload, _ = _case("mtp_1620_default")
+    doc = json.loads(payload.read_text())
+    rank = load_payload(doc, check_support=False).spec.engine.rank
+    assert "aic_nextn" in supports(rank, backend="c")
+    doc["spec"]["engine"]["rank"].pop("aic_nextn")
+    assert supports(load_payload(doc, check_support=False).spec.engine.rank, backend="c") is None
+
+
+def test_mtp_bursts_under_retraction_are_recorded():
+    """The burst page check retracts (FEATURES.md §12.1): both recorded cases readmit."""
+    for name in ("mtp_retract_burst_pages", "mtp_retract_sampled"):
+        fixture = json.loads((OWN_RECORDED / f"{name}.json").read_text())
+        assert sum(r["readmission_count"] for r in fixture["per_request"]) > 0

@@ -39,12 +39,13 @@ from .request import FINISHED, PREEMPTED, RUNNING, never_scheduled
 from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, refused_passes, retraction_ratio
 from .sglang_cluster import SglangClusterHooks
 from .sglang_kv import SglangKv, stamp
+from .sglang_mtp import SglangBursts, SglangMtpSteps
 from .sglang_running import RunningBatch
 from .sglang_stall import fit_reason, head_stall_reason, starved_decoder_reason
 from .sglang_tokens import ensure_tokens, lpm_order, lpm_ranked
 
 
-class SglangRank(SglangClusterHooks, SglangKv, RankBase):
+class SglangRank(SglangClusterHooks, SglangMtpSteps, SglangKv, RankBase):
     config_path = "$.spec.engine.rank"     # SGLang runs aggregated only
     # run the decode-only passes that follow a pass as one event (``extend``); the
     # differential test switches it off to compare
@@ -92,6 +93,10 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
         self._ends_finishing = False  # ... whose last pass is one in which members finish
         self._extendable = False     # the pass just formed left nothing that waits for its end
         self._decode_run = None      # the loop of a run without admission checks, made once
+        # MTP bursts on decode passes (sglang_mtp.py): every pass its own event then
+        self.mtp = SglangBursts(engine, scheduler_id) if engine.aic_nextn is not None else None
+        if self.mtp is not None:
+            self.extension = False
         self._init_cluster_hooks()
 
     def _take_settings(self, engine, timer, callbacks, worker_idx, dp_rank, scheduler_id):
@@ -642,16 +647,19 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
             self.running.join(r, r.bucket_key)
 
     def _decode_step(self, watched):
-        """One decode forward over ``running``; returns (its time, a retraction ratio or None)."""
+        """One decode forward over ``running``; returns (its time, a retraction ratio or None).
+        With MTP the memory check asks for every member's longest burst and the members burst
+        (sglang_mtp.py)."""
         running = self.running
         if not running:
             return 0.0, None
         cache = self.cache
         retraction = None
-        need = running.growth()
+        mtp = self.mtp
+        need = running.growth() if mtp is None else self._burst_need()
         while cache.available() + cache.evictable_size < need and len(running) > 1:
             self._retract(self._shortest_output())
-            need = running.growth()
+            need = running.growth() if mtp is None else self._burst_need()
             retraction = True
         evictable = cache.evictable_size
         if cache.available() < need:
@@ -671,6 +679,9 @@ class SglangRank(SglangClusterHooks, SglangKv, RankBase):
             self._starved = retraction is None and evictable == 0
             return 0.0, retraction
         self._emitted_any = True
+        if mtp is not None:
+            self._emit_bursts(need, watched)
+            return decode_ms, retraction
         done = running.record_decode(self.pass_index)
         if self._catch_up:
             self._cache_caught_up(done, watched)

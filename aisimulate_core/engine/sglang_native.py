@@ -55,6 +55,8 @@ def supports(engine, *, dp_size=1, backend=None):
     sg = engine.sglang
     if sg.host_loop:
         return "sglang.host_loop"
+    if engine.aic_nextn is not None:
+        return "aic_nextn (MTP bursts: the Python rank, engine/sglang_mtp.py)"
     if not 1 <= engine.block_size <= MAX_PAGE_SIZE:
         return f"block_size {engine.block_size} (at most {MAX_PAGE_SIZE})"
     for name, value in (("num_gpu_blocks", engine.num_gpu_blocks),

@@ -195,6 +195,13 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
     def schedule(self, now_ms):
         promoted = bool(self.prebuilt) and self._promote(now_ms)
         end = super().schedule(now_ms)
+        if end is None and self._done:
+            # only activations with nothing to generate: a zero-time pass completes them
+            for r in self._finishing:
+                self._finish_kv(r)
+            self._finishing = []
+            self.pass_effect = True
+            self.pass_end_ms = end = now_ms
         self._idle_pass = end == now_ms and not self.pass_effect and not promoted
         return end
 
@@ -208,9 +215,13 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
             r.admissions.append((now_ms, 0, bool(r.admissions)))
             if r.first_reused is None:
                 r.first_reused = 0
+            promoted = True
+            if r.generated >= r.out_limit:
+                r.open_start = None
+                self._complete(r)         # nothing to generate: done with this pass, no token
+                continue
             self._join_seq += 1
             running.join(r, self._join_seq)
-            promoted = True
         return promoted
 
     def _may_prefill(self):

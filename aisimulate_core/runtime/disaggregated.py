@@ -551,17 +551,7 @@ class DisaggregatedSimulation(Simulation):
             elif kind == RESERVE:
                 self._reserve_destination(handoff, t)
             elif kind == START_TRANSFER:
-                delay = self.transfer.delay_ms(handoff.request.prompt_len, handoff.transfer_tokens)
-                if delay > 0:
-                    done_ms = t + delay
-                    heapq.heappush(self._transfers, (done_ms, self._transfer_order, handoff))
-                    self._transfer_order += 1
-                    inbound = self._inbound.get(handoff.decode_key)
-                    if inbound is None:
-                        inbound = self._inbound[handoff.decode_key] = []
-                    heapq.heappush(inbound, done_ms)
-                else:
-                    actions.append((ACTIVATE, handoff))
+                self._start_transfer(handoff, t)
             elif kind == ACTIVATE:
                 if self.workers[handoff.decode_key].busy:
                     self._defer(handoff.decode_key, handoff.decode.rank, kind, handoff, t)
@@ -585,6 +575,26 @@ class DisaggregatedSimulation(Simulation):
                     handoff.released_ms = t
                     if handoff.record is not None:
                         handoff.record.source_released_ms = t
+
+    def _start_transfer(self, handoff, t):
+        """The KV leaves the source: activation at its arrival (queued now if it takes no
+        time)."""
+        delay = self.transfer.delay_ms(handoff.request.prompt_len, handoff.transfer_tokens)
+        if delay > 0:
+            done_ms = t + delay
+            heapq.heappush(self._transfers, (done_ms, self._transfer_rank(handoff), handoff))
+            inbound = self._inbound.get(handoff.decode_key)
+            if inbound is None:
+                inbound = self._inbound[handoff.decode_key] = []
+            heapq.heappush(inbound, done_ms)
+        else:
+            self._actions.append((ACTIVATE, handoff))
+
+    def _transfer_rank(self, handoff):
+        """Where a transfer stands among those completing at the same time: start order."""
+        order = self._transfer_order
+        self._transfer_order = order + 1
+        return order
 
     def _extra_action(self, kind, handoff, t):
         raise SimulationError(f"internal: unknown handoff action {kind}")

@@ -12,60 +12,21 @@ source release follow as in the source-first order (runtime/disaggregated.py). T
 
 from __future__ import annotations
 
-import bisect
-
 from .disaggregated import (CANCEL_SOURCE, RESERVE, START_TRANSFER, SUBMIT,
-                            DisaggregatedSimulation, _name, _RoleEvents)
+                            DisaggregatedSimulation, _name)
 from .records import _record, make_disagg_record
 
 CANCEL_DESTINATION = CANCEL_SOURCE + 1   # a reserved destination whose prefill failed
 
 
-class _HandoffEvents(_RoleEvents):
-    """A held source joins the sources held by the pass ends at this time in arrival order
-    (the reference starts their transfers in that order, whatever the worker, the rank or the
-    batch order)."""
-
-    __slots__ = ()
-
-    def on_source_held(self, copy, end_ms):
-        handoff = copy.handoff
-        handoff.held_ms = end_ms
-        bisect.insort(self.sim._sources, handoff, key=_arrival)
-
-
-def _arrival(handoff):
-    return handoff.request.uuid
-
-
 class SglangDisaggregatedSimulation(DisaggregatedSimulation):
     FIRST_ACTION = RESERVE          # the decode placement and its reservation come first
+    HELD_ACTION = START_TRANSFER    # the destination is reserved already
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.events = _HandoffEvents(self)
-        self._sources = []          # handoffs whose source the pass completing now held
-
-    def _complete(self, key, t, immediate=False):
-        produced = super()._complete(key, t, immediate)
-        if immediate and self._sources:
-            self._start_transfers()
-            produced = True
-        return produced
-
-    def _complete_due(self, t):
-        done = super()._complete_due(t)
-        if self._sources:
-            # the sources every pass ending now held, in arrival order (whatever the worker)
-            self._start_transfers()
-        return done
-
-    def _start_transfers(self):
-        """Their destinations are reserved already: the transfers start."""
-        actions = self._actions
-        for handoff in self._sources:
-            actions.append((START_TRANSFER, handoff))
-        self._sources = []
+    def _transfer_rank(self, handoff):
+        # transfers completing at the same time arrive in the order of their requests'
+        # arrival (those taking no time are activated in the order their sources were held)
+        return handoff.request.uuid
 
     def _reserved(self, got, t):
         copy, missing_tokens = got

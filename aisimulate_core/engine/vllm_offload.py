@@ -99,6 +99,7 @@ class VllmOffloadRank(VllmRank):
         self._refs = {}             # uuid -> the host keys of its prompt blocks
         self._last_store = {}       # uuid -> (done, submitted, keys) of its latest D2H
         self._holds = []            # keys of finished requests' stores the engine waits for
+        self._skipq = set()         # uuids of the waiting requests that waited for a transfer
         self._loads = {}            # uuid -> [done, g1 tokens, host blocks, keys, finished]
         self._loading = {}          # host key -> loads reading it
         self._d2h_done = {}         # G1 block -> done time of the latest D2H reading it
@@ -213,6 +214,15 @@ class VllmOffloadRank(VllmRank):
         if done > self._preempt_fence:
             self._preempt_fence = done
         super()._preempt(r, P)
+        # the requests that waited for a transfer keep their queue ahead of the ordinary one
+        # (vLLM's skipped_waiting): the victim goes first in the ordinary queue, behind them
+        waiting, skipq = self.waiting, self._skipq
+        if skipq and len(waiting) > 1 and waiting[1].uuid in skipq:
+            waiting.popleft()
+            k = 0
+            while k < len(waiting) and waiting[k].uuid in skipq:
+                k += 1
+            waiting.insert(k, r)
 
     def _retire(self, r, end_ms):
         uuid = r.uuid
@@ -302,7 +312,10 @@ class VllmOffloadRank(VllmRank):
             if load is not None:
                 if not load[4]:
                     skipped.append(waiting.popleft())   # its H2D is still running
+                    self._skipq.add(r.uuid)
                     continue
+                if len(running) + len(self._loads) > self.max_seqs:
+                    break
                 budget = self._admit_loaded(r, load, now_ms, budget)
                 if budget is None:
                     break
@@ -313,19 +326,18 @@ class VllmOffloadRank(VllmRank):
                 budget = super()._admit_head(now_ms, budget)
                 continue
             outcome = self._host_lookup(r, now_ms)
-            if outcome == "wait":
+            if outcome == "wait" or outcome == "loading":
                 skipped.append(waiting.popleft())
+                self._skipq.add(r.uuid)
                 continue
-            if outcome == "full":
+            if outcome == "full" or not self._seat_free():
                 break
-            if outcome == "loading":
-                skipped.append(waiting.popleft())
-                continue
             self._blocked = (None, -1, 0)
             fresh = not r.admissions
             budget = super()._admit_head(now_ms, budget)
             if budget is None:
                 break
+            self._skipq.discard(r.uuid)
             if fresh and r.admissions:
                 self.tier_split[r.uuid] = (r.first_reused, 0)
         if skipped:
@@ -403,8 +415,15 @@ class VllmOffloadRank(VllmRank):
     def _read_below(self, keys, now_ms):
         """Read ``keys`` from the tier below into their reserved host slots."""
 
+    def _seat_free(self):
+        """Whether max_num_seqs leaves room for one more request: a request with a load (in
+        flight, or done and not admitted yet) takes a seat too. Checked after the lookup."""
+        return len(self.running) + len(self._loads) < self.max_seqs
+
     def _start_load(self, r, hashes, g1, hit, now_ms):
         pool = self.pool
+        if not self._seat_free():
+            return "full"
         # room for the whole request, as an ordinary admission checks (its G1 hits referenced
         # by others cost nothing), though only the loaded blocks are reserved now
         active_hits = pool.match_counts(hashes)[1]
@@ -470,6 +489,7 @@ class VllmOffloadRank(VllmRank):
             return None
         self.waiting.popleft()
         del self._loads[r.uuid]
+        self._skipq.discard(r.uuid)
         fresh = not r.admissions
         r.computed = cached
         r.status = RUNNING

@@ -154,3 +154,28 @@ def test_mtp_bursts_under_retraction_are_recorded():
     for name in ("mtp_retract_burst_pages", "mtp_retract_sampled"):
         fixture = json.loads((OWN_RECORDED / f"{name}.json").read_text())
         assert sum(r["readmission_count"] for r in fixture["per_request"]) > 0
+
+
+# -- telemetry ------------------------------------------------------------------------------------
+
+TELEMETRY = ROOT / "tests" / "fixtures" / "reference" / "features_sglang_telemetry"
+
+
+@pytest.mark.parametrize("name, interval", [("f11_sglang_pd_1p1d", 7.0),
+                                            ("f12_sglang_pd_2p2d_pressure", 10.0)])
+def test_telemetry_of_the_roles_matches_the_reference(name, interval):
+    """Telemetry samples (peer_run --telemetry, recorded beside the fixtures): a decode rank's
+    waiting gauge counts its pending, reserved and prebuilt destinations, its active blocks the
+    reserved pages; a prefill rank's the held sources until their release."""
+    from aisimulate_core import run_replay
+
+    payload, _ = _case(name)
+    theirs = json.loads((TELEMETRY / f"{name}.tel{interval:g}.json").read_text())
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        report = run_replay(payload.read_text(), telemetry_interval_ms=interval)
+    finally:
+        os.chdir(cwd)
+    assert compare(report.summary, report.per_request, theirs,
+                   samples=report.telemetry["samples"]) == []

@@ -75,6 +75,8 @@ class SglangPrefillRank(_BetweenPasses, SglangRank):
         """The decode side has the KV (or the handoff failed): cache the prompt, unlock it."""
         self.held_sources -= 1
         SglangRank._finish_kv(self, r, self._between_stamp())
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
 
 
 class SglangDecodeRank(_BetweenPasses, SglangRank):
@@ -95,6 +97,17 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
     def holds_kv(self):
         return self.holds > 0 or bool(self.pending) or bool(self.prebuilt)
 
+    def live_gauges(self):
+        # destinations waiting for their reservation, their KV or a running slot count as
+        # waiting, as the reference's metrics show
+        active, inactive, running, waiting = super().live_gauges()
+        return active, inactive, running, waiting + len(self.pending) + self.holds + len(
+            self.prebuilt)
+
+    def _refresh_gauges(self):
+        if self.capture_gauges:
+            self._gauges = self.live_gauges()
+
     # ------------------------------------------------------------------ the destination
     def accept(self, r):
         """Take destination ``r`` (the full output) into the pending FIFO; False when this rank
@@ -108,6 +121,7 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         if -(-r.prompt_len // ps) * ps > self.total_kv_tokens:
             return False
         self.pending.append(r)
+        self._refresh_gauges()
         return True
 
     def cancel(self, r):
@@ -120,6 +134,7 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         r.seq = None
         r.held_blocks = r.committed_blocks = 0
         self.generation += 1
+        self._refresh_gauges()
 
     def retry(self):
         """Reserve the pending head if it is due and fits; returns ``(request, tokens the
@@ -174,6 +189,7 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         head.held_blocks = allocated
         head.computed = 0
         self.holds += 1
+        self._refresh_gauges()
         return head, fresh
 
     def activate(self, r):
@@ -190,6 +206,7 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         r.computed = r.prompt_len
         r.status = WAITING
         self.prebuilt.append(r)
+        self._refresh_gauges()
 
     # ------------------------------------------------------------------ passes
     def schedule(self, now_ms):

@@ -36,12 +36,10 @@ typedef struct entry {
     int8_t admitted, has_first, has_second;
 } entry;
 
-typedef struct worker {
+typedef struct rank_state {
     aisim_vllm_rank *rank;
     const aisim_vllm_view *view;
-    int busy;
-    uint32_t generation;
-    double pass_end;        /* the worker's (Worker.pass_end_ms) */
+    int active;             /* in the worker's pass in flight */
     double *ends;           /* the pass formed and its extension (RankBase._macro_ends) */
     size_t n_ends;
     double *pass_ends;      /* RankBase.pass_ends */
@@ -50,6 +48,17 @@ typedef struct worker {
     size_t n_breaks, breaks_cap;   /* values */
     int64_t *slot_uuid;     /* slot -> uuid */
     size_t slot_cap;
+} rank_state;
+
+/* runtime/worker.py's Worker: a lone rank extends its passes; an attention-DP group's ranks
+ * pass in lockstep, each pass ending at the slowest rank's end. */
+typedef struct worker {
+    rank_state *ranks;
+    size_t n_ranks;
+    int busy;
+    uint32_t generation;
+    double pass_end;        /* Worker.pass_end_ms */
+    int64_t rank_cursor;    /* round robin's next rank of this worker */
     int dirty;
 } worker;
 
@@ -65,6 +74,7 @@ struct aisim_plain {
     aisim_rng *arrival_rng, *shape_rng;
     const aisim_rng_view *arrival_view, *shape_view;
     worker *workers;
+    rank_state *ranks;      /* worker w's are ranks[w * dp_size ...] */
     /* pass completions: a min-heap on (time, seq), as runtime/event_queue.py orders them */
     event *heap;
     size_t heap_len, heap_cap;
@@ -377,7 +387,7 @@ static int settle_rest(aisim_plain *p)
 
 /* ------------------------------------------------------------ a worker's rank */
 
-static int take_slot(worker *w, int32_t slot, int64_t uuid)
+static int take_slot(rank_state *w, int32_t slot, int64_t uuid)
 {
     TRY(grow((void **)&w->slot_uuid, &w->slot_cap, (size_t)slot + 1, sizeof *w->slot_uuid));
     w->slot_uuid[slot] = uuid;
@@ -385,7 +395,7 @@ static int take_slot(worker *w, int32_t slot, int64_t uuid)
 }
 
 /* NativeVllmRank.submit of session `index`'s request (OneTurnDriver._request). */
-static int submit(aisim_plain *p, worker *w, int64_t index, int64_t uuid)
+static int submit(aisim_plain *p, rank_state *w, int64_t index, int64_t uuid)
 {
     const aisim_plain_config *c = &p->cfg;
     size_t k = 0;
@@ -436,7 +446,7 @@ static int submit(aisim_plain *p, worker *w, int64_t index, int64_t uuid)
     return take_slot(w, (int32_t)slot, uuid);
 }
 
-static int push_pass_end(worker *w, double end)
+static int push_pass_end(rank_state *w, double end)
 {
     TRY(grow((void **)&w->pass_ends, &w->pass_ends_cap, w->n_pass_ends + 1, sizeof(double)));
     w->pass_ends[w->n_pass_ends++] = end;
@@ -444,7 +454,7 @@ static int push_pass_end(worker *w, double end)
 }
 
 /* NativeVllmRank._schedule_events: admissions and preemptions. */
-static void schedule_events(aisim_plain *p, worker *w)
+static void schedule_events(aisim_plain *p, rank_state *w)
 {
     const aisim_vllm_view *v = w->view;
     size_t i;
@@ -463,9 +473,10 @@ static void schedule_events(aisim_plain *p, worker *w)
     }
 }
 
-/* Worker.start_pass of a lone rank: NativeVllmRank.schedule, then extend. *formed 0 when the
- * rank had no work (the worker stays idle). */
-static int start_pass(aisim_plain *p, worker *w, double now_ms, double horizon_ms, int *formed)
+/* NativeVllmRank.schedule, then (a lone rank: extend) its extend. *formed 0 when the rank
+ * had no work. */
+static int schedule_rank(aisim_plain *p, rank_state *w, double now_ms, double horizon_ms,
+                         int extend, int *formed)
 {
     const aisim_plain_config *c = &p->cfg;
     const aisim_vllm_view *v = w->view;
@@ -494,23 +505,51 @@ static int start_pass(aisim_plain *p, worker *w, double now_ms, double horizon_m
     w->ends[0] = end;
     w->n_ends = 1;
     /* NativeVllmRank.extend */
-    if (v->plain_decode && v->n_dec != 0 && end < horizon_ms) {
+    if (extend && v->plain_decode && v->n_dec != 0 && end < horizon_ms) {
         int status = aisim_vllm_extend(w->rank, end, horizon_ms, c->cutoff_ms, MAX_PASSES,
                                        w->ends, MAX_PASSES, &p->run, 0);
         if (status == AISIM_DECODE_MISS || status == AISIM_VLLM_EXTEND_IN_PYTHON)
             return AISIM_PLAIN_TIMING;
         TRY(status);
         w->n_ends = p->run.n_ends;
-        end = w->ends[w->n_ends - 1];
     }
-    w->busy = 1;
-    w->pass_end = end;
     *formed = 1;
     return AISIM_OK;
 }
 
+/* Worker.start_pass: every rank with work forms its pass; a group's passes all end at the
+ * slowest one's end. *formed 0 when no rank had work (the worker stays idle). */
+static int start_pass(aisim_plain *p, worker *w, double now_ms, double horizon_ms, int *formed)
+{
+    size_t i;
+    int any = 0;
+    double end = 0.0;
+    for (i = 0; i < w->n_ranks; i++) {
+        rank_state *r = &w->ranks[i];
+        int ran;
+        TRY(schedule_rank(p, r, now_ms, horizon_ms, w->n_ranks == 1, &ran));
+        r->active = ran;
+        if (ran) {
+            double rank_end = r->ends[r->n_ends - 1];
+            if (!any || rank_end > end)
+                end = rank_end;
+            any = 1;
+        }
+    }
+    *formed = any;
+    if (!any)
+        return AISIM_OK;
+    if (w->n_ranks > 1)
+        for (i = 0; i < w->n_ranks; i++)
+            if (w->ranks[i].active)
+                w->ranks[i].ends[0] = end;
+    w->busy = 1;
+    w->pass_end = end;
+    return AISIM_OK;
+}
+
 /* records.token_times of a finished request's stretches st[0..2n). */
-static void token_times(const worker *w, entry *e, const int64_t *st, int64_t n)
+static void token_times(const rank_state *w, entry *e, const int64_t *st, int64_t n)
 {
     const double *ends = w->pass_ends;
     int64_t i, count = 0;
@@ -529,14 +568,14 @@ static void token_times(const worker *w, entry *e, const int64_t *st, int64_t n)
     e->count = count;
 }
 
-/* Worker.complete_pass: NativeVllmRank.complete and _completed, then the simulation's
- * _finish_all (records, collector, driver) of each terminal in event order. */
-static int complete_pass(aisim_plain *p, worker *w)
+/* NativeVllmRank.complete and _completed, then the simulation's _finish_all (records,
+ * collector, driver) of each terminal in event order. */
+static int complete_rank(aisim_plain *p, rank_state *w)
 {
     const aisim_vllm_view *v = w->view;
     double end_ms = w->ends[w->n_ends - 1];
     size_t i;
-    w->busy = 0;
+    w->active = 0;
     for (i = 0; i < w->n_ends; i++)
         TRY(push_pass_end(w, w->ends[i]));
     TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, 0));
@@ -574,24 +613,37 @@ static int complete_pass(aisim_plain *p, worker *w)
     return settle_ready(p);
 }
 
-/* Worker.truncate: an arrival at arrival_ms meets the extended pass in flight. */
+/* Worker.complete_pass: each rank of the pass, in rank order. */
+static int complete_pass(aisim_plain *p, worker *w)
+{
+    size_t i;
+    w->busy = 0;
+    for (i = 0; i < w->n_ranks; i++)
+        if (w->ranks[i].active)
+            TRY(complete_rank(p, &w->ranks[i]));
+    return AISIM_OK;
+}
+
+/* Worker.truncate: an arrival at arrival_ms meets the extended pass in flight (a group's
+ * passes are never extended). */
 static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms)
 {
     worker *w = &p->workers[wi];
-    size_t lo = 0, hi = w->n_ends;
+    rank_state *r = &w->ranks[0];
+    size_t lo = 0, hi = r->n_ends;
     double end;
-    if (w->n_ends <= 1)
+    if (w->n_ranks > 1 || r->n_ends <= 1)
         return AISIM_OK;
     while (lo < hi) {   /* bisect_left */
         size_t mid = lo + (hi - lo) / 2;
-        if (w->ends[mid] < arrival_ms)
+        if (r->ends[mid] < arrival_ms)
             lo = mid + 1;
         else
             hi = mid;
     }
-    if (lo < w->n_ends - 1)
-        w->n_ends = lo + 1;
-    end = w->ends[w->n_ends - 1];
+    if (lo < r->n_ends - 1)
+        r->n_ends = lo + 1;
+    end = r->ends[r->n_ends - 1];
     if (end < w->pass_end) {
         w->pass_end = end;
         w->generation = w->generation + 1;
@@ -610,11 +662,13 @@ static int arrive(aisim_plain *p, int64_t index, double now_ms)
     size_t at = (size_t)(p->view.rr_cursor % (int64_t)c->n_rr);
     int32_t wi = c->rr_workers[at];
     worker *w = &p->workers[wi];
+    int64_t dp_rank = w->rank_cursor;
     e->arrival = now_ms;
     e->prompt_len = c->isl;
-    TRY(submit(p, w, index, uuid));
+    TRY(submit(p, &w->ranks[dp_rank], index, uuid));
     p->next_uuid++;
     p->view.rr_cursor = (int64_t)at + 1;
+    w->rank_cursor = (dp_rank + 1) % (int64_t)w->n_ranks;
     p->view.arrived++;
     p->view.in_flight++;
     if (w->busy)
@@ -643,6 +697,30 @@ static int pop_ready(aisim_plain *p, double now_ms)
     return AISIM_OK;
 }
 
+/* Worker.progressed: some rank of the pass just formed changed something. */
+static int progressed(const worker *w)
+{
+    size_t i;
+    for (i = 0; i < w->n_ranks; i++) {
+        const aisim_vllm_view *v = w->ranks[i].view;
+        if (w->ranks[i].active && (v->pass_effect || v->chunked_pass))
+            return 1;
+    }
+    return 0;
+}
+
+/* Worker.blocked: every rank of the pass runs nothing and has a queue it cannot start. */
+static int blocked(const worker *w)
+{
+    size_t i;
+    for (i = 0; i < w->n_ranks; i++) {
+        const aisim_vllm_view *v = w->ranks[i].view;
+        if (w->ranks[i].active && (v->n_running || !v->n_waiting))
+            return 0;
+    }
+    return 1;
+}
+
 /* Simulation._start_passes and _zero_time_pass. */
 static int start_passes(aisim_plain *p, double t)
 {
@@ -662,10 +740,9 @@ static int start_passes(aisim_plain *p, double t)
         if (!formed)
             continue;
         if (w->pass_end == t) {
-            const aisim_vllm_view *v = w->view;
-            if (v->pass_effect || v->chunked_pass) {
+            if (progressed(w)) {
                 p->spins = 0;
-            } else if (!v->n_running && v->n_waiting) {
+            } else if (blocked(w)) {
                 /* parked: the pass is over at once, and waits for the next arrival */
                 TRY(complete_pass(p, w));
                 continue;
@@ -692,13 +769,14 @@ static void find_stall(aisim_plain *p)
 {
     size_t i;
     p->view.stuck_worker = -1;
-    for (i = 0; i < p->cfg.n_workers; i++) {
-        worker *w = &p->workers[i];
+    for (i = 0; i < p->cfg.n_workers * p->cfg.dp_size; i++) {
+        rank_state *w = &p->ranks[i];
         int32_t head;
         if (w->view->n_waiting && !w->view->n_running &&
             aisim_vllm_queue(w->rank, 1, &head, 1) > 0) {
             entry *e = entry_of(p, w->slot_uuid[head]);
-            p->view.stuck_worker = (int32_t)i;
+            p->view.stuck_worker = (int32_t)(i / p->cfg.dp_size);
+            p->view.stuck_rank = (int32_t)(i % p->cfg.dp_size);
             p->view.stuck_uuid = w->slot_uuid[head];
             p->view.stuck_prompt_len = e->prompt_len;
             p->view.stuck_generated = e->generated;
@@ -711,6 +789,8 @@ static void refresh_view(aisim_plain *p)
 {
     aisim_plain_view *v = &p->view;
     v->made = p->made;
+    for (size_t i = 0; p->cfg.rank_cursors_out && i < p->cfg.n_workers; i++)
+        p->cfg.rank_cursors_out[i] = p->workers[i].rank_cursor;
     v->next_arrival_ms = closed(p) ? INFINITY : p->next_arrival;
     v->ttft = p->samples[S_TTFT];
     v->e2e = p->samples[S_E2E];
@@ -782,7 +862,9 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
 {
     aisim_plain *p;
     size_t i;
-    if (!out || !config || !config->n_workers || !config->ranks || !config->rr_workers ||
+    if (!out || !config || !config->n_workers || !config->dp_size ||
+        config->dp_size > SIZE_MAX / sizeof(rank_state) / config->n_workers || !config->ranks ||
+        !config->rr_workers ||
         !config->n_rr || config->block_size < 1 || config->trace_block < 1 ||
         config->isl < 1 || config->osl < 0 || config->own < 0 || config->shared < 0 ||
         config->fresh_base < 0 || config->fresh_base >= ID_LIMIT || config->sessions < 0 ||
@@ -800,15 +882,26 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
         return AISIM_ENOMEM;
     p->cfg = *config;
     p->workers = calloc(config->n_workers, sizeof *p->workers);
-    if (!p->workers) {
-        free(p);
+    p->ranks = calloc(config->n_workers * config->dp_size, sizeof *p->ranks);
+    if (!p->workers || !p->ranks) {
+        aisim_plain_free(p);
         return AISIM_ENOMEM;
+    }
+    for (i = 0; i < config->n_workers * config->dp_size; i++) {
+        rank_state *r = &p->ranks[i];
+        r->rank = config->ranks[i];
+        r->ends = malloc(MAX_PASSES * sizeof *r->ends);
+        if (!r->rank || !r->ends || aisim_vllm_view_of(r->rank, &r->view) != AISIM_OK) {
+            aisim_plain_free(p);
+            return AISIM_EINVAL;
+        }
     }
     for (i = 0; i < config->n_workers; i++) {
         worker *w = &p->workers[i];
-        w->rank = config->ranks[i];
-        w->ends = malloc(MAX_PASSES * sizeof *w->ends);
-        if (!w->rank || !w->ends || aisim_vllm_view_of(w->rank, &w->view) != AISIM_OK) {
+        w->ranks = &p->ranks[i * config->dp_size];
+        w->n_ranks = config->dp_size;
+        w->rank_cursor = config->rank_cursors ? config->rank_cursors[i] : 0;
+        if (w->rank_cursor < 0 || (size_t)w->rank_cursor >= w->n_ranks) {
             aisim_plain_free(p);
             return AISIM_EINVAL;
         }
@@ -843,12 +936,13 @@ int aisim_plain_free(aisim_plain *p)
     size_t i;
     if (!p)
         return AISIM_OK;
-    for (i = 0; p->workers && i < p->cfg.n_workers; i++) {
-        free(p->workers[i].ends);
-        free(p->workers[i].pass_ends);
-        free(p->workers[i].breaks);
-        free(p->workers[i].slot_uuid);
+    for (i = 0; p->ranks && i < p->cfg.n_workers * p->cfg.dp_size; i++) {
+        free(p->ranks[i].ends);
+        free(p->ranks[i].pass_ends);
+        free(p->ranks[i].breaks);
+        free(p->ranks[i].slot_uuid);
     }
+    free(p->ranks);
     free(p->workers);
     free(p->heap);
     free(p->ready_idx);
@@ -868,21 +962,22 @@ int aisim_plain_view_of(const aisim_plain *p, const aisim_plain_view **out)
     return AISIM_OK;
 }
 
-int aisim_plain_pass_ends(const aisim_plain *p, size_t w, const double **out, size_t *n)
+int aisim_plain_pass_ends(const aisim_plain *p, size_t rank, const double **out, size_t *n)
 {
-    if (!p || !out || !n || w >= p->cfg.n_workers)
+    if (!p || !out || !n || rank >= p->cfg.n_workers * p->cfg.dp_size)
         return AISIM_EINVAL;
-    *out = p->workers[w].pass_ends;
-    *n = p->workers[w].n_pass_ends;
+    *out = p->ranks[rank].pass_ends;
+    *n = p->ranks[rank].n_pass_ends;
     return AISIM_OK;
 }
 
-int aisim_plain_breaks(const aisim_plain *p, size_t w, const int64_t **out, size_t *n_pairs)
+int aisim_plain_breaks(const aisim_plain *p, size_t rank, const int64_t **out,
+                       size_t *n_pairs)
 {
-    if (!p || !out || !n_pairs || w >= p->cfg.n_workers)
+    if (!p || !out || !n_pairs || rank >= p->cfg.n_workers * p->cfg.dp_size)
         return AISIM_EINVAL;
-    *out = p->workers[w].breaks;
-    *n_pairs = p->workers[w].n_breaks / 2;
+    *out = p->ranks[rank].breaks;
+    *n_pairs = p->ranks[rank].n_breaks / 2;
     return AISIM_OK;
 }
 

@@ -45,12 +45,16 @@ typedef struct aisim_plain_config {
     int64_t fresh_base;
     int64_t groups;
     void *shape_rng;            /* aisim_rng (NULL: ungrouped) */
-    /* the deployment: one aisim_vllm_rank per worker, in worker order (dp 1) */
+    /* the deployment: dp_size aisim_vllm_ranks per worker, worker by worker (rank r of
+     * worker w at w * dp_size + r) */
     size_t n_workers;
+    size_t dp_size;
     void **ranks;
     const int32_t *rr_workers;  /* round robin's worker list, as worker indices */
     size_t n_rr;
     int64_t rr_cursor;
+    const int64_t *rank_cursors;  /* round robin's next rank of each worker (NULL: 0) */
+    int64_t *rank_cursors_out;    /* where the run leaves them (NULL: nowhere) */
     /* the engine every rank shares */
     int64_t block_size;
     int64_t num_blocks;
@@ -101,9 +105,10 @@ typedef struct aisim_plain_view {
     size_t n_ttst;
     const double *tpot;
     size_t n_tpot;
-    /* with AISIM_PLAIN_STALLED: the first worker whose rank waits with nothing running
-     * (-1: none) and its head; with AISIM_PLAIN_LIVELOCK: the worker and the time */
+    /* with AISIM_PLAIN_STALLED: the first rank that waits with nothing running (worker -1:
+     * none) and its head; with AISIM_PLAIN_LIVELOCK: the worker and the time */
     int32_t stuck_worker;
+    int32_t stuck_rank;
     int64_t stuck_uuid;
     int64_t stuck_prompt_len;
     int64_t stuck_generated;
@@ -118,11 +123,12 @@ int aisim_plain_view_of(const aisim_plain *p, const aisim_plain_view **out);
 /* The whole run (or, with progress_every, the next steps of it). AISIM_OK, an
  * aisim_plain_status or an error (the rank's, or ENOMEM). */
 int aisim_plain_run(aisim_plain *p);
-/* After the run, worker w's rank's pass end times (RankBase.pass_ends) and its break gaps
- * as (last pass before, first pass after) pairs, one per break of a finished request in
- * the order the Python rank counts them (NativeVllmRank._count_breaks). */
-int aisim_plain_pass_ends(const aisim_plain *p, size_t w, const double **out, size_t *n);
-int aisim_plain_breaks(const aisim_plain *p, size_t w, const int64_t **out, size_t *n_pairs);
+/* After the run, rank `rank`'s (w * dp_size + r) pass end times (RankBase.pass_ends) and
+ * its break gaps as (last pass before, first pass after) pairs, one per break of a finished
+ * request in the order the Python rank counts them (NativeVllmRank._count_breaks). */
+int aisim_plain_pass_ends(const aisim_plain *p, size_t rank, const double **out, size_t *n);
+int aisim_plain_breaks(const aisim_plain *p, size_t rank, const int64_t **out,
+                       size_t *n_pairs);
 /* stats.exact_stats of sample array `which` (0 ttft, 1 e2e, 2 ttst, 3 tpot) into out[9]
  * (mean, min, max, median, p75, p90, p95, p99, std): the mean over the summary's order, the
  * rest over the ascending order, which the call leaves the array in (copy it first). */

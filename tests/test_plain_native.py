@@ -1,10 +1,11 @@
 """The plain aggregated run in one C loop (runtime/plain_native.py, csrc/plain_loop.c)
 against its twin, the Python loop (``Simulation._run_plain``) over the same C ranks.
 
-Seeded random payloads the C loop takes (1 to 4 workers, small KV pools that preempt,
-budgets, max_num_seqs, max_model_len, prefix groups, Poisson, constant rate, burst and
-closed-loop arrivals, fixed and polynomial timing, SLAs, time cutoffs) must give the same
-report summary (wall time aside) or the same error line both ways; the C loop must have run.
+Seeded random payloads the C loop takes (1 to 4 workers, attention DP 1 to 3, small KV
+pools that preempt, budgets, max_num_seqs, max_model_len, prefix groups, Poisson, constant
+rate, burst and closed-loop arrivals, fixed and polynomial timing, SLAs, time cutoffs) must
+give the same report summary (wall time aside) or the same error line both ways; the C loop
+must have run.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _payload(rng):
         "version": 1,
         "topology": {"kind": "aggregated",
                      "workers": {"initial_workers": rng.randint(1, 4)}},
-        "engine": {"rank": rank},
+        "engine": {"rank": rank, "dp_size": rng.choice([1, 1, 1, 2, 3])},
         "record_per_request": False,
     }
     if rng.random() < 0.4:

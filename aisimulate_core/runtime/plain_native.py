@@ -87,10 +87,13 @@ def _driver_reason(driver):
 
 def _deployment_reason(sim):
     workers = sim.workers
-    if not workers or any(type(w) is not Worker or len(w.ranks) != 1 or w.busy
-                          or w.generation for w in workers):
-        return "attention DP or a worker of another kind"
-    ranks = [w.ranks[0] for w in workers]
+    if not workers:
+        return "no worker"
+    dp = len(workers[0].ranks)
+    if any(type(w) is not Worker or len(w.ranks) != dp or w.busy or w.generation
+           or w._cadence or w._round_ranks for w in workers):
+        return "a worker of another kind"
+    ranks = [rank for w in workers for rank in w.ranks]
     first = ranks[0]
     for rank in ranks:
         if type(rank) is not NativeVllmRank or rank.role != "aggregated" or rank.watched \
@@ -116,7 +119,8 @@ def _deployment_reason(sim):
             [w.idx for w in workers] != list(range(len(workers))):
         return "workers out of order"
     ids = {w.worker_id: w.idx for w in workers}
-    if any(v.worker_id not in ids or v.dp_size != 1 for v in policy._workers):
+    if any(v.worker_id not in ids or v.dp_size != dp for v in policy._workers) or any(
+            not 0 <= policy._rank_cursors.get(w.worker_id, 0) < dp for w in workers):
         return "round robin over other workers"
     sla = sim.collector._totals.sla
     if sla is not None:
@@ -136,7 +140,7 @@ def run(sim, limit):
     shape = driver._shape
     resolved = shape.resolved
     workers = sim.workers
-    ranks = [w.ranks[0] for w in workers]
+    ranks = [rank for w in workers for rank in w.ranks]
     first = ranks[0]
     timer = first.timer
     keep = []   # what the config points to lives through the run
@@ -159,15 +163,20 @@ def run(sim, limit):
     if shape.grouped:
         config.shape_rng = shape._rng._rng
     config.n_workers = len(workers)
+    config.dp_size = len(workers[0].ranks)
     handles = ffi.new("void *[]", [rank._rank for rank in ranks])
     ids = {w.worker_id: w.idx for w in workers}
     policy = sim.router.policy.policy
     rr = ffi.new("int32_t[]", [ids[v.worker_id] for v in policy._workers])
-    keep += [handles, rr]
+    cursors = ffi.new("int64_t[]", [policy._rank_cursors.get(w.worker_id, 0) for w in workers])
+    cursors_out = ffi.new("int64_t[]", len(workers))
+    keep += [handles, rr, cursors, cursors_out]
     config.ranks = handles
     config.rr_workers = rr
     config.n_rr = len(policy._workers)
     config.rr_cursor = policy._cursor
+    config.rank_cursors = cursors
+    config.rank_cursors_out = cursors_out
     config.block_size, config.num_blocks = first.block_size, first.num_blocks
     config.max_model_len = -1 if first.max_model_len is None else first.max_model_len
     config.caching, config.no_evict = bool(first.caching), bool(first.no_evict)
@@ -200,13 +209,17 @@ def run(sim, limit):
         progress(view.now_ms, view.completed, driver.total or view.arrived)
         status = lib.aisim_plain_run(loop)
     _take_state(sim, loop, view, ranks)
+    for w, worker in enumerate(workers):
+        policy._rank_cursors[worker.worker_id] = cursors_out[w]
     if status == lib.AISIM_PLAIN_STALLED:
         raise _stalled(sim, view)
     if status == lib.AISIM_PLAIN_LIVELOCK:
+        worker = workers[view.stuck_worker]
+        rank = next((r for r in worker.ranks if r.has_work()), worker.ranks[0])
         raise SimulationError(
-            f"worker {view.stuck_worker} dp rank 0 cannot progress at {view.stuck_ms} ms: "
-            f"{view.spins} passes in a row took no time and changed nothing (the livelock "
-            f"limit); {ranks[view.stuck_worker].kv_summary()}")
+            f"worker {worker.idx} dp rank {rank.dp_rank} cannot progress at {view.stuck_ms} "
+            f"ms: {view.spins} passes in a row took no time and changed nothing (the livelock "
+            f"limit); {rank.kv_summary()}")
     if status == lib.AISIM_PLAIN_TIMING:
         raise SimulationError(f"{timer.name}: a modeled pass time is out of the range the "
                               f"reference's Duration holds")
@@ -234,7 +247,7 @@ def _take_state(sim, loop, view, ranks):
     sim._dirty.clear()
     out, n = ffi.new("double **"), ffi.new("size_t *")
     pairs = ffi.new("int64_t **")
-    for w, rank in enumerate(ranks):
+    for w, rank in enumerate(ranks):   # (worker by worker, as C numbers them)
         native.check_status(lib.aisim_plain_pass_ends(loop, w, out, n), "aisim_plain_pass_ends")
         rank.pass_ends = native.c_array("d", out[0], n[0])
         native.check_status(lib.aisim_plain_breaks(loop, w, pairs, n), "aisim_plain_breaks")
@@ -282,7 +295,7 @@ class _Head:
 def _stalled(sim, view):
     """Simulation._check_drained's error for a run that ended with requests in flight."""
     if view.stuck_worker >= 0:
-        rank = sim.workers[view.stuck_worker].ranks[0]
+        rank = sim.workers[view.stuck_worker].ranks[view.stuck_rank]
         head = _Head(view.stuck_uuid, view.stuck_prompt_len, view.stuck_generated)
         return SimulationError(never_scheduled(rank.stall_reason(head), head))
     return SimulationError(f"the replay cannot progress with {view.in_flight} requests in "

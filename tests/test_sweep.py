@@ -339,3 +339,10 @@ def test_one_sweep_at_a_time_writes_a_ledger(tmp_path):
     finally:
         first.close()
     Ledger(tmp_path).close()  # free again once the first is done
+
+
+def test_an_unreachable_ray_address_is_one_line():
+    pytest.importorskip("ray")
+    with pytest.raises(SweepError) as caught:
+        RayExecutor("127.0.0.1:9", OPTIONS, TraceDigests())  # the discard port: refused
+    assert str(caught.value) == "--executor ray: cannot reach Ray at 127.0.0.1:9: Connection refused"

@@ -143,7 +143,9 @@ def _check_goal_needs_sla(spec) -> None:
     """A goal on the share of requests within SLA needs the payload's SLA."""
     from aisimulate_core.sweep.point import point_document
 
-    if spec.goal.min_good_fraction is None and spec.goal.kind != "max_goodput":
+    goal = spec.goal
+    reads_goodput = goal.kind == "max_goodput" and (goal.metric or "goodput").startswith("goodput")
+    if goal.min_good_fraction is None and not reads_goodput:
         return
     first = point_document(spec.base, spec.fixed, spec.axes, tuple(0 for _ in spec.axes))
     root = first.get("spec", {}) if "spec" in first or "traffic" in first else first

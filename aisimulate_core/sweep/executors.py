@@ -96,6 +96,22 @@ def _ray_evaluate(document: dict, traces: dict, plugin_options: tuple, labels: t
     return evaluate(localize_traces(document, files), plugin_options, labels)
 
 
+def _check_reachable(address: str | None) -> None:
+    """A plain ``HOST:PORT`` that refuses connections is one line at once (Ray itself retries
+    for minutes); ``auto``, ``ray://`` and other forms are left to Ray."""
+    import re
+    import socket
+
+    match = re.fullmatch(r"\[?([^\[\]/]+?)\]?:(\d+)", address or "")
+    if match is None:
+        return
+    try:
+        socket.create_connection((match.group(1), int(match.group(2))), timeout=5).close()
+    except OSError as error:
+        raise SweepError(f"--executor ray: cannot reach Ray at {address}: "
+                         f"{error.strerror or error}") from None
+
+
 class RayExecutor:
     """Points as Ray tasks (one CPU each) on the cluster at ``address`` (None: the Ray this
     process already joined, or a new local one); results stream back as they finish."""
@@ -110,6 +126,7 @@ class RayExecutor:
         self._ray = ray
         self._owned = not ray.is_initialized()
         if self._owned:
+            _check_reachable(address)
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
                          logging_level="ERROR")

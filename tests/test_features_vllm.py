@@ -404,3 +404,19 @@ def test_telemetry_of_the_shared_cases(name, tmp_path):
     summary, records, samples = run_case(ROOT, case, telemetry_interval_ms=7.0, tmp=tmp_path)
     problems = compare(summary, records, theirs, samples=samples)
     assert [p for p in problems if "avg_accept_length" not in p] == []
+
+
+def test_the_unrolled_burst_draws_are_stdrng_accepted_tokens():
+    """engine/mtp.py draws bursts without StdRng.accepted_tokens' per-draw calls: the same
+    bursts from the same generator, rates of 1 (no draw) and 0 (a draw, rejected) included."""
+    from types import SimpleNamespace
+
+    from aisimulate_core.engine.mtp import MtpBursts
+    from aisimulate_core.workload.rng import StdRng
+
+    for rates in ("0.85,0.3,0,0,0", "1,0.5,1,0.25", "0", "1,1,1,1,1", "0.999,0.001"):
+        engine = SimpleNamespace(aic_nextn=5, aic_nextn_accept_rates=rates, aic_mtp_seed=7)
+        bursts = MtpBursts(engine, 3)
+        reference = StdRng(10)
+        assert [bursts.draw() for _ in range(200)] == [
+            reference.accepted_tokens(bursts.rates) for _ in range(200)]

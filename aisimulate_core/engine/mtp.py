@@ -39,12 +39,18 @@ def accept_rates(nextn, text):
 class MtpBursts:
     """One rank's burst sampler and the bursts of its pass in flight."""
 
-    __slots__ = ("rng", "rates", "max_burst", "draws", "bursts", "preempted", "sampled")
+    __slots__ = ("rng", "rates", "max_burst", "draws", "bursts", "preempted", "sampled",
+                 "_thresholds", "_next_u64")
 
     def __init__(self, engine, scheduler_id, *, draws=True):
         nextn = engine.aic_nextn
         self.rates = accept_rates(nextn, engine.aic_nextn_accept_rates)
         self.rng = StdRng((engine.aic_mtp_seed + scheduler_id) & _U64)
+        # StdRng.accepted_tokens unrolled: a rate of 1 accepts without a draw, any other
+        # accepts iff one u64 is below floor(rate x 2^64)
+        self._thresholds = [None if rate == 1.0 else int(rate * 18446744073709551616.0)
+                            for rate in self.rates]
+        self._next_u64 = self.rng.next_u64
         # a prefill-role copy stops at its first token: a burst of one, no draw
         self.draws = draws
         self.max_burst = nextn + 1 if draws else 1
@@ -98,9 +104,10 @@ class MtpBursts:
         bs = rank.block_size
         bursts = self.bursts
         sampled = self.sampled = []
+        draw = self.draw
         for r in emitters:
             remaining = r.out_limit - r.generated
-            tokens = self.rng.accepted_tokens(self.rates) if self.draws else 1
+            tokens = draw() if self.draws else 1
             burst = tokens if tokens < remaining else remaining
             bursts.append((r, burst))
             sampled.append(tokens)
@@ -110,11 +117,22 @@ class MtpBursts:
                 pool.allocate(r.seq, grow)
                 r.held_blocks += grow
                 rank.held_total += grow
-            if rank.caching:
+            if rank.caching and (length - 1) // bs > r.committed_blocks:
                 rank._commit_full_blocks(r, (length - 1) // bs)
             if rank.state is not None and burst > 1:
                 rank._burst_state(r, length - burst, burst)
         return emitters
+
+    def draw(self):
+        """One burst's accepted tokens: ``StdRng.accepted_tokens(rates)`` without its per-draw
+        calls."""
+        tokens = 1
+        next_u64 = self._next_u64
+        for limit in self._thresholds:
+            if limit is not None and next_u64() >= limit:
+                break
+            tokens += 1
+        return tokens
 
     def decode_steps(self):
         """(decode forwards, the tokens they accepted) of the pass in flight: the bursts of

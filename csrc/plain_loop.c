@@ -789,6 +789,8 @@ static void refresh_view(aisim_plain *p)
 {
     aisim_plain_view *v = &p->view;
     v->made = p->made;
+    v->active = p->active;
+    v->next_pending = p->next_pending;
     for (size_t i = 0; p->cfg.rank_cursors_out && i < p->cfg.n_workers; i++)
         p->cfg.rank_cursors_out[i] = p->workers[i].rank_cursor;
     v->next_arrival_ms = closed(p) ? INFINITY : p->next_arrival;
@@ -1035,6 +1037,48 @@ int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out)
         squares += centred * centred;
     }
     out[8] = sqrt(squares / (double)n);
+    return AISIM_OK;
+}
+
+int aisim_plain_ready(const aisim_plain *p, int64_t *index, double *ready_ms, size_t cap)
+{
+    size_t i;
+    if (!p || (cap && (!index || !ready_ms)) || p->ready_len > INT32_MAX)
+        return AISIM_EINVAL;
+    for (i = 0; i < p->ready_len && i < cap; i++) {
+        index[i] = p->ready_idx[(p->ready_head + i) & (p->ready_cap - 1)];
+        ready_ms[i] = p->ready_ms[(p->ready_head + i) & (p->ready_cap - 1)];
+    }
+    return (int)p->ready_len;
+}
+
+static int event_order(const void *a, const void *b)
+{
+    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+int aisim_plain_events(aisim_plain *p, double *times, int64_t *idents, size_t cap)
+{
+    size_t i, n;
+    if (!p || (cap && (!times || !idents)) || p->heap_len > INT32_MAX)
+        return AISIM_EINVAL;
+    n = p->heap_len;
+    qsort(p->heap, n, sizeof *p->heap, event_order);   /* a sorted array is a heap */
+    for (i = 0; i < n && i < cap; i++) {
+        times[i] = p->heap[i].time;
+        idents[i] = ((int64_t)p->heap[i].worker << 32) | p->heap[i].generation;
+    }
+    return (int)n;
+}
+
+int aisim_plain_worker(const aisim_plain *p, size_t w, int32_t *busy, uint32_t *generation,
+                       double *pass_end_ms)
+{
+    if (!p || !busy || !generation || !pass_end_ms || w >= p->cfg.n_workers)
+        return AISIM_EINVAL;
+    *busy = p->workers[w].busy;
+    *generation = p->workers[w].generation;
+    *pass_end_ms = p->workers[w].pass_end;
     return AISIM_OK;
 }
 

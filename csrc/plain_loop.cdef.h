@@ -88,6 +88,8 @@ typedef struct aisim_plain_view {
     int64_t in_flight;
     int64_t made;               /* sessions made into requests */
     double next_arrival_ms;     /* timed: the next session's start (INFINITY: none) */
+    int64_t active;             /* closed loop: sessions started and not ended */
+    int64_t next_pending;       /* closed loop: the next session to become ready */
     int64_t rr_cursor;
     int64_t totals_completed;
     int64_t input_tokens;
@@ -133,6 +135,15 @@ int aisim_plain_breaks(const aisim_plain *p, size_t rank, const int64_t **out,
  * (mean, min, max, median, p75, p90, p95, p99, std): the mean over the summary's order, the
  * rest over the ascending order, which the call leaves the array in (copy it first). */
 int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out);
+/* Closed loop: the sessions ready and not made yet, in ready order (up to cap copied);
+ * returns how many there are. */
+int aisim_plain_ready(const aisim_plain *p, int64_t *index, double *ready_ms, size_t cap);
+/* After the run: the pass completions still queued (a cutoff's), in pop order, as the
+ * simulation's event queue holds them (ident = worker << 32 | generation); returns how many
+ * (up to cap copied). And worker w's busy flag, generation and pass end. */
+int aisim_plain_events(aisim_plain *p, double *times, int64_t *idents, size_t cap);
+int aisim_plain_worker(const aisim_plain *p, size_t w, int32_t *busy, uint32_t *generation,
+                       double *pass_end_ms);
 /* Frees a sample array once Python copied it (0 ttft, 1 e2e, 2 ttst, 3 tpot): the summary's
  * samples are held once, not twice, at the peak. */
 int aisim_plain_drop_samples(aisim_plain *p, int32_t which);

@@ -189,3 +189,41 @@ def test_progress_is_reported_at_the_same_steps(monkeypatch, counted):
         assert isinstance(summary, dict) and summary["completed_requests"] == 6000
     assert counted.calls == 1
     assert len(calls[True]) >= 2 and calls[True] == calls[False]
+
+
+def _state(payload):
+    """What a simulation holds after its run: counters, the driver's and the round robin's
+    positions, each rank's pass history (the error line instead, if it fails)."""
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec import load_payload
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    try:
+        sim.run()
+    except AisimError as error:
+        return f"{type(error).__name__}: {error}"
+    driver, policy = sim.driver, sim.router.policy.policy
+    ranks = [rank for worker in sim.workers for rank in worker.ranks]
+    return {
+        "counts": (sim.now_ms, sim.arrived, sim.completed, sim.in_flight, sim._next_uuid,
+                   sim.is_done()),
+        "driver": (driver._drawn, getattr(driver, "_made", None),
+                   getattr(driver, "_next_ms", None), sorted(driver._heap),
+                   getattr(driver, "_active", None), getattr(driver, "_next_pending", None)),
+        "round_robin": (policy._cursor, dict(policy._rank_cursors)),
+        "workers": [(w.busy, w.generation, w.pass_end_ms) for w in sim.workers],
+        "queue": sim.queue.peek_time(),
+        "ranks": [(list(rank.pass_ends), rank.break_gaps, list(rank.itl_diff),
+                   rank.committed_prefill_tokens, rank.itl_gaps()) for rank in ranks],
+        "report": comparable(json.loads(sim.report().to_json())),
+    }
+
+
+def test_a_run_leaves_the_simulation_as_the_python_loop_does(monkeypatch, counted):
+    rng = random.Random(77)
+    for case in range(60):
+        payload = _payload(rng)
+        monkeypatch.setattr(plain_native, "ENABLED", True)
+        fast = _state(payload)
+        monkeypatch.setattr(plain_native, "ENABLED", False)
+        assert fast == _state(payload), (case, payload)
+    assert counted.calls == 60

@@ -241,10 +241,30 @@ def _take_state(sim, loop, view, ranks):
     sim.collector.on_arrival(view.arrived)
     sim.router.policy.policy._cursor = view.rr_cursor
     driver = sim.driver
+    if driver._shape.grouped:
+        driver._drawn = view.made   # (C drew the group of each request it made)
     if driver.max_sessions is None:
         driver._made = view.made
         driver._next_ms = view.next_arrival_ms
+    else:
+        n = lib.aisim_plain_ready(loop, ffi.NULL, ffi.NULL, 0)
+        index, ready = ffi.new("int64_t[]", n), ffi.new("double[]", n)
+        native.check_status(lib.aisim_plain_ready(loop, index, ready, n), "aisim_plain_ready")
+        driver._heap = [(ready[i], index[i], 0) for i in range(n)]   # in heap order already
+        driver._active = view.active
+        driver._next_pending = view.next_pending
     sim._dirty.clear()
+    from .simulation import PASS_DONE
+    n = lib.aisim_plain_events(loop, ffi.NULL, ffi.NULL, 0)
+    times, idents = ffi.new("double[]", n), ffi.new("int64_t[]", n)
+    native.check_status(lib.aisim_plain_events(loop, times, idents, n), "aisim_plain_events")
+    for i in range(n):   # passes in flight at a cutoff: the queue the Python loop leaves
+        sim.queue.push(times[i], PASS_DONE, idents[i])
+    busy, generation, end = ffi.new("int32_t *"), ffi.new("uint32_t *"), ffi.new("double *")
+    for w, worker in enumerate(sim.workers):
+        native.check_status(lib.aisim_plain_worker(loop, w, busy, generation, end),
+                            "aisim_plain_worker")
+        worker.busy, worker.generation, worker.pass_end_ms = bool(busy[0]), generation[0], end[0]
     out, n = ffi.new("double **"), ffi.new("size_t *")
     pairs = ffi.new("int64_t **")
     for w, rank in enumerate(ranks):   # (worker by worker, as C numbers them)

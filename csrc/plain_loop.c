@@ -1063,7 +1063,8 @@ int aisim_plain_events(aisim_plain *p, double *times, int64_t *idents, size_t ca
     if (!p || (cap && (!times || !idents)) || p->heap_len > INT32_MAX)
         return AISIM_EINVAL;
     n = p->heap_len;
-    qsort(p->heap, n, sizeof *p->heap, event_order);   /* a sorted array is a heap */
+    if (n > 1)
+        qsort(p->heap, n, sizeof *p->heap, event_order);   /* a sorted array is a heap */
     for (i = 0; i < n && i < cap; i++) {
         times[i] = p->heap[i].time;
         idents[i] = ((int64_t)p->heap[i].worker << 32) | p->heap[i].generation;

@@ -227,3 +227,16 @@ def test_a_run_leaves_the_simulation_as_the_python_loop_does(monkeypatch, counte
         monkeypatch.setattr(plain_native, "ENABLED", False)
         assert fast == _state(payload), (case, payload)
     assert counted.calls == 60
+
+
+def test_fresh_ids_that_wrap_past_2_to_the_32(monkeypatch, counted):
+    # 2^31 - 5 groups of 2 shared blocks leave 10 fresh ids: every fifth request wraps them
+    payload = json.loads(json.dumps(_STALL))
+    payload["spec"]["engine"]["rank"].update(enable_chunked_prefill=True,
+                                             max_num_batched_tokens=256)
+    payload["traffic"].update(isl=64, osl=3, request_count=40, request_rate=300.0,
+                              shared_prefix_ratio=0.5, num_prefix_groups=2 ** 31 - 5)
+    fast = _report(payload)
+    monkeypatch.setattr(plain_native, "ENABLED", False)
+    assert isinstance(fast, dict) and fast == _report(payload)
+    assert counted.calls == 1 and fast["completed_requests"] == 40

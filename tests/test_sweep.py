@@ -346,3 +346,17 @@ def test_an_unreachable_ray_address_is_one_line():
     with pytest.raises(SweepError) as caught:
         RayExecutor("127.0.0.1:9", OPTIONS, TraceDigests())  # the discard port: refused
     assert str(caught.value) == "--executor ray: cannot reach Ray at 127.0.0.1:9: Connection refused"
+
+
+def test_cli_set_overrides_every_point(tmp_path, capsys):
+    path = sweep_file(tmp_path, axes={WORKERS: [1, 2]})
+    assert main(["sweep", str(path), "--jobs", "1", "--quiet", "--no-plots", "--out",
+                 str(tmp_path / "out"), "--set", "traffic.request_count=50",
+                 "--set", "spec.engine.rank.backend=nope"]) == 0
+    capsys.readouterr()
+    rows = [json.loads(line) for line in (tmp_path / "out/ledger.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["failed", "failed"]
+    assert all(r["error"].startswith("--set spec.engine.rank.backend=nope: $.spec.engine.rank.backend:")
+               for r in rows)
+    assert main(["sweep", str(path), "--quiet", "--set", "spec..x=1"]) == 2
+    assert capsys.readouterr().err.startswith("aisimulate: error: --set spec..x=1: cannot read the path")

@@ -32,6 +32,9 @@ def add_sweep_parser(commands, add_common) -> argparse.ArgumentParser:
     sweep.add_argument("--retry-failed", action="store_true",
                        help="run again the points the ledger records as failed")
     sweep.add_argument("--no-plots", action="store_true", help="write no PNG plots")
+    sweep.add_argument(
+        "--set", action="append", default=[], metavar="PATH=VALUE",
+        help="override a field of every point's payload, after the file's 'set' (repeatable)")
     shown = sweep.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     shown.add_argument("--progress", action="store_true",
@@ -99,6 +102,9 @@ class SweepProgress:
 
 
 def sweep_command(args: argparse.Namespace, pm) -> int:
+    import attrs
+
+    from aisimulate_core.overrides import parse_overrides
     from aisimulate_core.sweep import default_jobs, load_sweep, run_sweep
     from aisimulate_core.sweep.executors import LocalExecutor, RayExecutor
     from aisimulate_core.sweep.point import use_plugin_manager
@@ -106,7 +112,10 @@ def sweep_command(args: argparse.Namespace, pm) -> int:
     jobs = _jobs(args)
     if args.address and args.executor != "ray":
         raise CliError("--address: needs --executor ray")
+    extra = parse_overrides(args.set)
     spec = load_sweep(args.sweep, output=args.out)
+    if extra:
+        spec = attrs.evolve(spec, fixed=(*spec.fixed, *extra))
     _check_goal_needs_sla(spec)
     plugin_options = (not args.disable_plugin_autoload, tuple(args.plugin))
     use_plugin_manager(plugin_options, pm)  # local points (and forked workers) share it

@@ -23,6 +23,7 @@ last pass's completions and before the next pass's matches.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 from .request import RUNNING, WAITING
@@ -50,10 +51,14 @@ class SglangPrefillRank(_BetweenPasses, SglangRank):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.held_sources = 0
+        self._held = set()          # the completed copies whose KV is held (from the pass
+                                    # that completes them on)
 
     def _finish_kv(self, r, access=None):
         if access is None:
-            return       # a completed copy holds its KV: the source (release_source frees it)
+            # a completed copy holds its KV: the source (release_source frees it)
+            self._held.add(r)
+            return
         super()._finish_kv(r, access)
 
     def _report_done(self, r, end_ms, status):
@@ -66,6 +71,11 @@ class SglangPrefillRank(_BetweenPasses, SglangRank):
     def holds_kv(self):
         return self.held_sources > 0
 
+    def off_queue_tokens(self):
+        """KV tokens requests in neither queue own off the tree: the held sources' (the
+        invariant checker adds them)."""
+        return sum(r.held_blocks - r.committed_blocks for r in self._held)
+
     def _stalled(self):
         if self.held_sources:
             return       # a held source's release frees KV later: nothing is stuck yet
@@ -74,6 +84,7 @@ class SglangPrefillRank(_BetweenPasses, SglangRank):
     def release_source(self, r):
         """The decode side has the KV (or the handoff failed): cache the prompt, unlock it."""
         self.held_sources -= 1
+        self._held.discard(r)
         SglangRank._finish_kv(self, r, self._between_stamp())
         if self.capture_gauges:
             self._gauges = self.live_gauges()
@@ -88,6 +99,7 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         self.pending = deque()      # accepted destinations waiting for their reservation
         self.prebuilt = deque()     # activated requests waiting for a running slot
         self.holds = 0              # reserved destinations waiting for their KV
+        self._reserved = set()      # ... those destinations
         self.generation = 0         # capacity generation: gates retries of a refused head
         self._idle_pass = False     # the pass just formed took no time and changed nothing
 
@@ -96,6 +108,12 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
 
     def holds_kv(self):
         return self.holds > 0 or bool(self.pending) or bool(self.prebuilt)
+
+    def off_queue_tokens(self):
+        """KV tokens requests in neither queue own off the tree: reserved destinations' and
+        prebuilt ones' (the invariant checker adds them)."""
+        return sum(r.held_blocks - r.committed_blocks
+                   for r in itertools.chain(self._reserved, self.prebuilt))
 
     def live_gauges(self):
         # destinations waiting for their reservation, their KV or a running slot count as
@@ -127,6 +145,7 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
     def cancel(self, r):
         """Drop the reservation of ``r``, whose prefill failed before its KV came."""
         self.holds -= 1
+        self._reserved.discard(r)
         cache = self.cache
         cache.free(r.held_blocks - r.committed_blocks)
         if r.seq is not None and r.seq is not cache.root:
@@ -189,12 +208,14 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         head.held_blocks = allocated
         head.computed = 0
         self.holds += 1
+        self._reserved.add(head)
         self._refresh_gauges()
         return head, fresh
 
     def activate(self, r):
         """The prompt's KV has arrived: on the tree, and prebuilt for the next pass."""
         self.holds -= 1
+        self._reserved.discard(r)
         cache = self.cache
         before = cache.available()
         if self.caching:

@@ -25,6 +25,15 @@ SEQS = "spec.engine.rank.max_num_seqs"
 OPTIONS = (True, ())
 
 
+def sweep(spec, jobs=1, **options):
+    """run_sweep on ``jobs`` local processes, the pool closed after."""
+    executor = LocalExecutor(jobs, OPTIONS)
+    try:
+        return run_sweep(spec, executor, jobs=jobs, **options)
+    finally:
+        executor.close()
+
+
 def sweep_file(tmp_path, name="sweep.json", **fields):
     document = {"base": POISSON, "set": SET, "goal": {"kind": "min_gpus", "min_good_fraction": 0.8},
                 **fields}
@@ -55,17 +64,15 @@ def test_grid_and_bisect_find_the_exhaustive_minimum(tmp_path, exhaustive):
     fewest = min(w for w, _ in feasible)
     per_seqs = {s: min(w for w, t in feasible if t == s) for s in (32, 256)}
 
-    grid = run_sweep(load_sweep(sweep_file(tmp_path, "grid.json", axes=AXES)),
-                     LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    grid = sweep(load_sweep(sweep_file(tmp_path, "grid.json", axes=AXES)), 1, plots=False)
     assert len(grid.rows) == 16
     for row in grid.rows:
         key = (row["overrides"][WORKERS], row["overrides"][SEQS])
         assert row["good_fraction"] == pytest.approx(exhaustive[key], abs=0)
     assert grid.chosen["gpus"] == fewest == grid.chosen["overrides"][WORKERS]
 
-    bisect = run_sweep(load_sweep(sweep_file(tmp_path, "bisect.json", axes=AXES,
-                                             search={"policy": "bisect", "axis": WORKERS})),
-                       LocalExecutor(2, OPTIONS), jobs=2, plots=False)
+    bisect = sweep(load_sweep(sweep_file(tmp_path, "bisect.json", axes=AXES,
+                                             search={"policy": "bisect", "axis": WORKERS})), 2, plots=False)
     assert bisect.chosen["gpus"] == fewest
     assert {m["others"][SEQS]: m["minimum"] for m in bisect.details["bisect"]["minima"]} == per_seqs
     assert len(bisect.rows) < len(grid.rows)  # it did not run every point
@@ -74,25 +81,25 @@ def test_grid_and_bisect_find_the_exhaustive_minimum(tmp_path, exhaustive):
 def test_resume_skips_finished_points(tmp_path):
     path = sweep_file(tmp_path, axes={WORKERS: [1, 2, 3, 4, 5, 6]})
     spec = load_sweep(path)
-    first = run_sweep(spec, LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    first = sweep(spec, 1, plots=False)
     assert first.reused == 0
     ledger = spec.output / "ledger.jsonl"
     lines = ledger.read_text().splitlines()
     assert len(lines) == 6
     # an interrupt: two points finished, the third's line cut short
     ledger.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
-    again = run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    again = sweep(load_sweep(path), 1, plots=False)
     assert again.reused == 2
     assert [comparable(r) for r in again.rows] == [comparable(r) for r in first.rows]
     rows = [json.loads(line) for line in ledger.read_text().splitlines()[2:] if line.startswith("{") and line.endswith("}")]
     assert len(rows) == 4  # only the four missing points ran again
-    third = run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    third = sweep(load_sweep(path), 1, plots=False)
     assert third.reused == 6
 
 
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
     path = sweep_file(tmp_path, axes={WORKERS: [1, 8], "spec.engine.rank.backend": ["vllm", "nope"]})
-    result = run_sweep(load_sweep(path), LocalExecutor(2, OPTIONS), jobs=2, plots=False)
+    result = sweep(load_sweep(path), 2, plots=False)
     statuses = {(r["overrides"][WORKERS], r["overrides"]["spec.engine.rank.backend"]): r for r in result.rows}
     assert [statuses[(w, "vllm")]["status"] for w in (1, 8)] == ["ok", "ok"]
     for w in (1, 8):
@@ -107,7 +114,7 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 def test_csv_has_one_row_per_point_with_every_summary_key(tmp_path):
     path = sweep_file(tmp_path, axes={WORKERS: [2, 6], "spec.engine.rank.backend": ["vllm", "bad"]})
-    result = run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    result = sweep(load_sweep(path), 1, plots=False)
     with open(result.files["csv"], newline="") as handle:
         table = list(csv.DictReader(handle))
     assert len(table) == 4
@@ -132,11 +139,11 @@ def test_optuna_searches_the_same_space(tmp_path, exhaustive):
     pytest.importorskip("optuna")
     feasible = [(w, s) for (w, s), f in exhaustive.items() if f >= 0.8]
     path = sweep_file(tmp_path, axes=AXES, search={"policy": "optuna", "trials": 40, "seed": 3})
-    result = run_sweep(load_sweep(path), LocalExecutor(2, OPTIONS), jobs=2, plots=False)
+    result = sweep(load_sweep(path), 2, plots=False)
     # 40 trials over 16 points: the space is exhausted, so the answer is the grid's
     assert len(result.rows) == 16
     assert result.chosen["gpus"] == min(w for w, _ in feasible)
-    again = run_sweep(load_sweep(path), LocalExecutor(2, OPTIONS), jobs=2, plots=False)
+    again = sweep(load_sweep(path), 2, plots=False)
     assert again.reused == 16
 
 
@@ -146,7 +153,7 @@ def test_optuna_nsga2_pareto(tmp_path):
                       goal={"kind": "pareto", "metrics": ["goodput_request_throughput_rps", "gpus"],
                             "directions": ["max", "min"]},
                       search={"policy": "optuna", "trials": 6, "seed": 1})
-    result = run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    result = sweep(load_sweep(path), 1, plots=False)
     assert 1 <= len(result.rows) <= 6
     assert result.details["optuna"]["sampler"] == "nsga2"
     front = result.front
@@ -164,7 +171,7 @@ def test_pareto_grid_front_and_plot(tmp_path):
     path = sweep_file(tmp_path, axes={WORKERS: {"from": 1, "to": 8}},
                       goal={"kind": "pareto", "metrics": ["goodput_request_throughput_rps",
                                                           "output_throughput_per_gpu"]})
-    result = run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1)
+    result = sweep(load_sweep(path), 1)
     by_workers = {r["overrides"][WORKERS]: r for r in result.rows}
     expected = pareto_front(list(by_workers.values()), result.spec.goal)
     assert result.front == expected and result.chosen in result.front
@@ -201,7 +208,7 @@ def test_deployment_axis_generators_and_gpus(tmp_path):
     spec = load_sweep(path)
     assert [s.name for s in spec.axes[0].values] == [
         "agg:2", "agg:2xtp2", "disagg:1+1", "disagg:2+2", "disagg:1+2", "disagg:2+4"]
-    result = run_sweep(spec, LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    result = sweep(spec, 1, plots=False)
     gpus = {r["overrides"]["deployment"]: r["gpus"] for r in result.rows}
     assert gpus == {"agg:2": 2, "agg:2xtp2": 4, "disagg:1+1": 2, "disagg:2+2": 4,
                     "disagg:1+2": 3, "disagg:2+4": 6}
@@ -294,7 +301,7 @@ def test_yaml_sweep_file(tmp_path):
                     f"  {WORKERS}: [1, 2]\ngoal:\n  kind: max_goodput\n")
     spec = load_sweep(path)
     assert spec.axes[0].values == (1, 2) and spec.output == tmp_path / "sweep.results"
-    assert len(run_sweep(spec, LocalExecutor(1, OPTIONS), jobs=1, plots=False).rows) == 2
+    assert len(sweep(spec, 1, plots=False).rows) == 2
 
 
 def test_missing_extras_name_the_extra(tmp_path, monkeypatch):
@@ -306,7 +313,7 @@ def test_missing_extras_name_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)
     path = sweep_file(tmp_path, axes={WORKERS: [1, 2]}, search={"policy": "optuna"})
     with pytest.raises(SweepError) as caught:
-        run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+        sweep(load_sweep(path), 1, plots=False)
     assert str(caught.value) == ("search policy optuna needs optuna, which is not installed: "
                                  "pip install 'aisimulate-core[sweep]'")
 
@@ -319,7 +326,7 @@ def test_aic_estimates_the_kv_capacity_of_each_shape(tmp_path):
         "set": {"traffic.request_count": 4},
         "axes": {"deployment": ["agg:1", "agg:1xtp2", "disagg:1+1xtp2"]},
         "goal": {"kind": "max_goodput"}}))
-    result = run_sweep(load_sweep(path), LocalExecutor(1, OPTIONS), jobs=1, plots=False)
+    result = sweep(load_sweep(path), 1, plots=False)
     blocks = {r["overrides"]["deployment"]: r["kv_blocks"] for r in result.rows}
     # Qwen3-32B on one H200 (vLLM, block 16, 0.9 of memory): the plugin README's 15,616
     assert blocks["agg:1"] == {"aggregated": 15616}

@@ -46,8 +46,11 @@ def ledger(result):
 
 
 def test_local_and_ray_give_equal_ledgers(tmp_path, local_ray):
-    local = run_sweep(load_sweep(sweep_file(tmp_path, "local")), LocalExecutor(2, OPTIONS),
-                      jobs=2, plots=False)
+    processes = LocalExecutor(2, OPTIONS)
+    try:
+        local = run_sweep(load_sweep(sweep_file(tmp_path, "local")), processes, jobs=2, plots=False)
+    finally:
+        processes.close()
     executor = RayExecutor(None, OPTIONS, TraceDigests())
     try:
         on_ray = run_sweep(load_sweep(sweep_file(tmp_path, "ray")), executor, jobs=2, plots=False)

@@ -130,9 +130,16 @@ def test_csv_has_one_row_per_point_with_every_summary_key(tmp_path):
             assert row["error"] == point["error"] and row["p90_ttft_ms"] == ""
     saved = json.loads(result.files["json"].read_text())
     assert saved["chosen"] == result.chosen["point"] and len(saved["points"]) == 4
-    assert json.loads(result.files["chosen_report"].read_text()) == result.chosen["summary"]
+    # the chosen point's whole report, its per-request records included (the payload keeps them)
+    report = json.loads(result.files["chosen_report"].read_text())
+    assert len(report.pop("per_request")) == report["num_requests"]
+    assert comparable({"summary": report}) == comparable({"summary": result.chosen["summary"]})
     chosen = json.loads(result.files["chosen_payload"].read_text())
     assert chosen["spec"]["topology"]["workers"]["initial_workers"] == result.chosen["gpus"]
+    assert json.loads(result.files["chosen_point"].read_text())["point"] == result.chosen["point"]
+    written = result.files["chosen_report"].stat().st_mtime_ns
+    again = sweep(load_sweep(path), 1, plots=False)
+    assert again.reused == 4 and again.files["chosen_report"].stat().st_mtime_ns == written
 
 
 def test_optuna_searches_the_same_space(tmp_path, exhaustive):
@@ -267,9 +274,9 @@ def test_bad_sweep_files_list_every_problem(tmp_path, fields, lines):
 
 def test_cli_sweep_prints_the_table_and_exits_0(tmp_path, capsys):
     path = sweep_file(tmp_path, axes={WORKERS: [1, 6]})
-    assert main(["sweep", str(path), "--jobs", "1", "--quiet", "--no-plots"]) == 0
+    assert main(["sweep", str(path), "--jobs", "1", "--no-plots"]) == 0
     out, err = capsys.readouterr()
-    assert err == ""
+    assert err == ""  # stderr is not a terminal: no progress line unless asked
     assert "chosen: point 1 (initial_workers=6): 6 GPUs" in out
     assert main(["sweep", str(path), "--jobs", "1", "--progress", "--no-plots"]) == 0
     out, err = capsys.readouterr()

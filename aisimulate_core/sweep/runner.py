@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -147,7 +148,8 @@ def run_sweep(spec: SweepSpec, executor, *, jobs: int, retry_failed: bool = Fals
     front = pareto_front(rows, spec.goal) if spec.goal.kind == "pareto" else []
     point_of = {sweep.index(p): p for p in sweep.rows_by_point}
     files = write_outputs(spec, rows, chosen, front, details,
-                          sweep.documents.get(point_of.get(chosen["point"])) if chosen else None)
+                          sweep.documents.get(point_of.get(chosen["point"])) if chosen else None,
+                          getattr(executor, "plugin_options", (True, ())), on_warning)
     if plots:
         files.update(write_plots(spec, rows, chosen, front, on_warning))
     return SweepResult(spec, rows, chosen, front, details, time.perf_counter() - started,
@@ -165,7 +167,8 @@ def describe_goal(spec: SweepSpec) -> dict[str, Any]:
 
 
 def write_outputs(spec: SweepSpec, rows: list, chosen: dict | None, front: list,
-                  details: dict, chosen_document: dict | None) -> dict[str, Path]:
+                  details: dict, chosen_document: dict | None, plugin_options: tuple = (True, ()),
+                  on_warning: Callable[[str], None] | None = None) -> dict[str, Path]:
     out = spec.output
     axes = [axis.name for axis in spec.axes]
     files = {"ledger": out / "ledger.jsonl", "csv": out / "results.csv", "json": out / "results.json"}
@@ -178,17 +181,54 @@ def write_outputs(spec: SweepSpec, rows: list, chosen: dict | None, front: list,
         "points": rows})
     chosen_dir = out / "chosen"
     if chosen is not None and chosen_document is not None:
-        chosen_dir.mkdir(exist_ok=True)
-        files["chosen_payload"] = chosen_dir / "payload.json"
-        files["chosen_report"] = chosen_dir / "report.json"
-        write_json(files["chosen_payload"], chosen_document)
-        write_json(files["chosen_report"], chosen["summary"])
+        files.update(write_chosen(chosen_dir, chosen, chosen_document, plugin_options, on_warning))
     else:  # a rerun that finds nothing must not leave an earlier answer standing
-        for name in ("payload.json", "report.json"):
+        for name in CHOSEN_FILES:
             (chosen_dir / name).unlink(missing_ok=True)
     if spec.goal.kind == "pareto":
         files["front"] = out / "front.json"
         write_json(files["front"], front)
+    return files
+
+
+CHOSEN_FILES = ("payload.json", "report.json", "point.json")
+
+
+def write_chosen(directory: Path, chosen: dict, document: dict, plugin_options: tuple,
+                 on_warning: Callable[[str], None] | None) -> dict[str, Path]:
+    """``payload.json``; ``report.json``, the report ``aisimulate run --output`` writes (when
+    the payload keeps per-request records, the point is run once more here to get them; not
+    again while the chosen point stays the same); ``point.json``, its ledger row."""
+    from aisimulate_core.errors import AisimError
+    from aisimulate_core.sweep.point import plugin_manager
+
+    directory.mkdir(exist_ok=True)
+    files = {"chosen_payload": directory / "payload.json",
+             "chosen_report": directory / "report.json", "chosen_point": directory / "point.json"}
+    try:
+        before = json.loads(files["chosen_point"].read_text(encoding="utf-8")).get("payload_hash")
+    except (OSError, ValueError, AttributeError):
+        before = None
+    write_json(files["chosen_payload"], document)
+    if before != chosen["payload_hash"] or not files["chosen_report"].exists():
+        report_json = None
+        try:
+            from aisimulate_core.api import run_replay
+            from aisimulate_core.spec import load_payload
+
+            payload = load_payload(document)
+            if payload.spec.record_per_request:
+                report_json = run_replay(payload, plugin_manager=plugin_manager(plugin_options)).to_json()
+        except AisimError as error:
+            if on_warning is not None:
+                on_warning(f"chosen/report.json has no per-request records: {str(error).splitlines()[0]}")
+        if report_json is None:
+            write_json(files["chosen_report"], chosen["summary"])
+        else:
+            temp = files["chosen_report"].with_name(".report.json.tmp")
+            temp.write_text(report_json, encoding="utf-8")
+            os.replace(temp, files["chosen_report"])
+    write_json(files["chosen_point"], {k: v for k, v in chosen.items() if k != "summary"})
     return files
 
 

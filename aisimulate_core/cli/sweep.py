@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -117,7 +118,11 @@ def sweep_command(args: argparse.Namespace, pm) -> int:
     if extra:
         spec = attrs.evolve(spec, fixed=(*spec.fixed, *extra))
     _check_goal_needs_sla(spec)
-    plugin_options = (not args.disable_plugin_autoload, tuple(args.plugin))
+    from aisimulate_core.cli.main import plugins_from_env
+
+    # what a Ray worker needs to load the same plugins as this command
+    plugin_options = (not args.disable_plugin_autoload,
+                      (*plugins_from_env(os.environ), *args.plugin))
     use_plugin_manager(plugin_options, pm)  # local points (and forked workers) share it
     if args.executor == "ray":
         from aisimulate_core.sweep.point import TraceDigests

@@ -1001,6 +1001,63 @@ static int ascending(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Sorts non-negative doubles ascending by their bits (the same order for them; the
+ * summary's clamps give +0 only): an LSD radix sort, 16 bits a pass, through a scratch array
+ * of the keys (bits move by memcpy: no aliasing of double and integer). Returns -1 (nothing
+ * changed) for a negative value, a NaN, or no scratch memory: the caller sorts by comparison
+ * instead. */
+static int radix_sort(double *values, size_t n)
+{
+    uint64_t *scratch, key;
+    size_t *counts, i;
+    int pass;
+    for (i = 0; i < n; i++) {
+        memcpy(&key, &values[i], sizeof key);
+        if (!(values[i] >= 0.0) || (key >> 63))
+            return -1;
+    }
+    scratch = malloc(n * sizeof *scratch);
+    counts = malloc(65536 * sizeof *counts);
+    if (!scratch || !counts) {
+        free(scratch);
+        free(counts);
+        return -1;
+    }
+    for (pass = 0; pass < 4; pass++) {
+        /* even passes: values -> scratch; odd ones: back (so four end in values) */
+        int shift = 16 * pass, back = pass & 1;
+        size_t total = 0;
+        memset(counts, 0, 65536 * sizeof *counts);
+        for (i = 0; i < n; i++) {
+            if (back)
+                key = scratch[i];
+            else
+                memcpy(&key, &values[i], sizeof key);
+            counts[(key >> shift) & 0xFFFF]++;
+        }
+        for (i = 0; i < 65536; i++) {
+            size_t c = counts[i];
+            counts[i] = total;
+            total += c;
+        }
+        for (i = 0; i < n; i++) {
+            size_t at;
+            if (back)
+                key = scratch[i];
+            else
+                memcpy(&key, &values[i], sizeof key);
+            at = counts[(key >> shift) & 0xFFFF]++;
+            if (back)
+                memcpy(&values[at], &key, sizeof key);
+            else
+                scratch[at] = key;
+        }
+    }
+    free(scratch);
+    free(counts);
+    return 0;
+}
+
 static double seq_sum(const double *values, size_t n)
 {
     double total = 0.0;
@@ -1025,7 +1082,8 @@ int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out)
         return AISIM_OK;
     }
     out[0] = seq_sum(values, n) / (double)n;   /* the mean, in the summary's order */
-    qsort(values, n, sizeof *values, ascending);
+    if (n < 4096 || radix_sort(values, n) != 0)
+        qsort(values, n, sizeof *values, ascending);
     out[1] = values[0];
     out[2] = values[n - 1];
     for (i = 0; i < 5; i++)

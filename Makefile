@@ -26,8 +26,11 @@ test: $(STAMP)
 	$(PY) -m pytest
 	AISIMULATE_BACKEND=python $(PY) -m pytest -q $(REFERENCE_TESTS)
 
+# every workload against the reference, then the 32-point sweep (--jobs 1 and 2, its per-point
+# overhead over bare runs)
 bench: $(STAMP)
 	$(PY) bench/run.py
+	$(PY) bench/sweep_bench.py
 
 # the C core under AddressSanitizer and UBSan (build/asan/), with the native and parity tests
 asan: $(STAMP)

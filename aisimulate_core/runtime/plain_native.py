@@ -34,6 +34,10 @@ _ARRIVALS = {"poisson_qps": 0, "constant_qps": 1, "burst": 2}
 _CLOSED = 3
 _SLA_EXACT = 2.0 ** 53        # an SLA bound compared as a double is Python's comparison below
 _SAMPLES = ("ttft", "e2e", "ttst", "tpot")
+# the Simulation methods the C loop stands for: one replaced on the instance keeps Python's
+_LOOP_METHODS = ("_step", "_next_time", "_run_plain", "_complete_passes", "_start_passes",
+                 "_zero_time_pass", "_register_arrival", "_place", "_deliver", "_on_finish",
+                 "_finish_all", "_terminal", "_driver_terminal", "_record_maker")
 
 
 def eligible(sim, limit):
@@ -45,9 +49,9 @@ def eligible(sim, limit):
     if limit != sim.max_sim_time_ms or sim.now_ms != 0.0 or sim.arrived or sim.queue.peek_time() \
             != math.inf:
         return "not a whole run from its start"
-    if sim.on_event is not None or sim.max_in_flight is not None \
-            or sim._external or "_terminal" in sim.__dict__ or "_on_finish" in sim.__dict__:
-        return "callbacks, an in-flight cap or submissions"
+    if sim.on_event is not None or sim.max_in_flight is not None or sim._external \
+            or any(name in sim.__dict__ for name in _LOOP_METHODS):
+        return "callbacks, an in-flight cap, submissions or a method replaced"
     from .simulation import Simulation
     if type(sim) is not Simulation:
         return "a subclass of Simulation"
@@ -99,7 +103,8 @@ def _deployment_reason(sim):
         if type(rank) is not NativeVllmRank or rank.role != "aggregated" or rank.watched \
                 or rank.observer is not None or rank.capture_gauges or rank.fpm_on \
                 or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
-                or rank.has_work() or rank.timer is not first.timer:
+                or rank.has_work() or rank.timer is not first.timer \
+                or rank.cb is not sim.events:
             return "a rank the loop cannot drive"
         if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
                 != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
@@ -111,7 +116,8 @@ def _deployment_reason(sim):
     if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
         return "sizes beyond the C loop's exact range"
     router = sim.router
-    if router._unpinned is None or router.queued or router.parked or router._released \
+    if router._unpinned is None or router.deliver != sim._deliver or router.queued \
+            or router.parked or router._released \
             or router.observes_engine or router.wants_terminal:
         return "placement other than round robin"
     policy = router.policy.policy

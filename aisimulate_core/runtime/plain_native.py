@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-from array import array
 
 from .. import native
 from ..engine.decode_run import _native_kind
@@ -142,6 +141,35 @@ def run(sim, limit):
     """Run ``sim`` (``eligible``) to its end in C; returns the loop's last time, as
     ``Simulation._run_plain``."""
     ffi, lib = native.ffi, native.lib
+    config, keep = _config(sim)
+    box = ffi.new("aisim_plain **")
+    native.check_status(lib.aisim_plain_new(box, config), "aisim_plain_new")
+    loop = ffi.gc(box[0], lib.aisim_plain_free)
+    views = ffi.new("aisim_plain_view **")
+    lib.aisim_plain_view_of(loop, views)
+    view = views[0]
+    status = lib.aisim_plain_run(loop)
+    progress, total = sim.progress, sim.driver.total
+    while status == lib.AISIM_PLAIN_PROGRESS:   # _run_plain's call every PROGRESS_STEPS
+        progress(view.now_ms, view.completed, total or view.arrived)
+        status = lib.aisim_plain_run(loop)
+    _take_state(sim, loop, view, keep["cursors_out"])
+    if status == lib.AISIM_PLAIN_STALLED:
+        raise _stalled(sim, view)
+    if status == lib.AISIM_PLAIN_LIVELOCK:
+        raise _livelock(sim, view)
+    if status == lib.AISIM_PLAIN_TIMING:
+        raise SimulationError(f"{sim.workers[0].ranks[0].timer.name}: a modeled pass time is "
+                              f"out of the range the reference's Duration holds")
+    native.check_status(status, "aisim_plain_run")
+    _fill_collector(sim.collector, loop, view)
+    return view.next_ms
+
+
+def _config(sim):
+    """The loop's aisim_plain_config for ``sim``, and what it points to (kept alive by the
+    caller through the run)."""
+    ffi, lib = native.ffi, native.lib
     driver = sim.driver
     shape = driver._shape
     resolved = shape.resolved
@@ -149,13 +177,12 @@ def run(sim, limit):
     ranks = [rank for w in workers for rank in w.ranks]
     first = ranks[0]
     timer = first.timer
-    keep = []   # what the config points to lives through the run
+    keep = {}
     config = ffi.new("aisim_plain_config *")
     if driver.max_sessions is None:
         config.arrivals = _ARRIVALS[resolved.arrival_kind]
         if resolved.arrival_kind == "poisson_qps":
-            arrival_rng = StdRng(resolved.arrival_seed, backend="c")
-            keep.append(arrival_rng)
+            arrival_rng = keep["arrival_rng"] = StdRng(resolved.arrival_seed, backend="c")
             config.arrival_rng = arrival_rng._rng
         if resolved.arrival_kind != "burst":
             config.gap_ms = 1000.0 / resolved.arrival_qps
@@ -176,7 +203,7 @@ def run(sim, limit):
     rr = ffi.new("int32_t[]", [ids[v.worker_id] for v in policy._workers])
     cursors = ffi.new("int64_t[]", [policy._rank_cursors.get(w.worker_id, 0) for w in workers])
     cursors_out = ffi.new("int64_t[]", len(workers))
-    keep += [handles, rr, cursors, cursors_out]
+    keep.update(handles=handles, rr=rr, cursors=cursors, cursors_out=cursors_out)
     config.ranks = handles
     config.rr_workers = rr
     config.n_rr = len(policy._workers)
@@ -203,42 +230,17 @@ def run(sim, limit):
             if value is not None:
                 setattr(config, f"has_{name}", 1)
                 setattr(config, f"sla_{name}_ms", float(value))
-    box = ffi.new("aisim_plain **")
-    native.check_status(lib.aisim_plain_new(box, config), "aisim_plain_new")
-    loop = ffi.gc(box[0], lib.aisim_plain_free)
-    views = ffi.new("aisim_plain_view **")
-    lib.aisim_plain_view_of(loop, views)
-    view = views[0]
-    status = lib.aisim_plain_run(loop)
-    progress = sim.progress
-    while status == lib.AISIM_PLAIN_PROGRESS:   # _run_plain's call every PROGRESS_STEPS
-        progress(view.now_ms, view.completed, driver.total or view.arrived)
-        status = lib.aisim_plain_run(loop)
-    _take_state(sim, loop, view, ranks)
-    for w, worker in enumerate(workers):
-        policy._rank_cursors[worker.worker_id] = cursors_out[w]
-    if status == lib.AISIM_PLAIN_STALLED:
-        raise _stalled(sim, view)
-    if status == lib.AISIM_PLAIN_LIVELOCK:
-        worker = workers[view.stuck_worker]
-        rank = next((r for r in worker.ranks if r.has_work()), worker.ranks[0])
-        raise SimulationError(
-            f"worker {worker.idx} dp rank {rank.dp_rank} cannot progress at {view.stuck_ms} "
-            f"ms: {view.spins} passes in a row took no time and changed nothing (the livelock "
-            f"limit); {rank.kv_summary()}")
-    if status == lib.AISIM_PLAIN_TIMING:
-        raise SimulationError(f"{timer.name}: a modeled pass time is out of the range the "
-                              f"reference's Duration holds")
-    native.check_status(status, "aisim_plain_run")
-    _fill_collector(sim.collector, loop, view)
-    del keep
-    return view.next_ms
+    return config, keep
 
 
-def _take_state(sim, loop, view, ranks):
+def _take_state(sim, loop, view, rank_cursors):
     """What the rest of the simulation reads after a run: the counters, each rank's pass
-    history, the driver's and the round robin's positions."""
+    history, the driver's and the round robin's positions, the passes still in flight."""
     ffi, lib = native.ffi, native.lib
+    ranks = [rank for w in sim.workers for rank in w.ranks]
+    policy = sim.router.policy.policy
+    for w, worker in enumerate(sim.workers):
+        policy._rank_cursors[worker.worker_id] = rank_cursors[w]
     sim.now_ms = view.now_ms
     sim.arrived = view.arrived
     sim.completed = view.completed
@@ -316,6 +318,16 @@ class _Head:
         self.request_id = None
         self.prompt_len = prompt_len
         self.generated = generated
+
+
+def _livelock(sim, view):
+    """simulation.livelock_error's words (the few requests it names aside: C keeps none)."""
+    worker = sim.workers[view.stuck_worker]
+    rank = next((r for r in worker.ranks if r.has_work()), worker.ranks[0])
+    return SimulationError(
+        f"worker {worker.idx} dp rank {rank.dp_rank} cannot progress at {view.stuck_ms} ms: "
+        f"{view.spins} passes in a row took no time and changed nothing (the livelock limit); "
+        f"{rank.kv_summary()}")
 
 
 def _stalled(sim, view):

@@ -55,10 +55,9 @@ def test_case_matches_the_reference(name):
     assert problems == [], "\n".join(problems[:20])
 
 
-@pytest.mark.xfail(strict=True, reason="runtime / rank side (README.md of the cases): an "
-                   "arrival in a later round of the instant joins a pass its SGLang / TensorRT-LLM "
-                   "worker started then; the disaggregated runtime completes a zero-time pass "
-                   "before it releases the arrivals of its instant")
+@pytest.mark.xfail(strict=True, reason="rank side (README.md of the cases): an arrival in a "
+                   "later round of the instant joins a pass its SGLang / TensorRT-LLM worker "
+                   "started then")
 @pytest.mark.parametrize("name", KNOWN)
 def test_known_rank_difference(name):
     assert problems_of(name) == []

@@ -18,7 +18,9 @@ At every visited time t, repeated until nothing changes:
      out, until none is left; one may queue others;
   4. idle prefill workers with work start a pass, then 5. idle decode workers (a pass ending at
      t completes at once; one that changed nothing parks its worker until the next drive);
-  6. arrivals due at t are released (they are placed in step 3 of the next round).
+  6. arrivals due at t are released (they are placed in step 3 of the next round);
+  7. the driver hears the terminals of the passes that started and ended at t in steps 4-5
+     (rejections, zero-time decodes): after step 6, so what is ready at t is dispatched first.
 
 Speed: a decode worker runs decode-only passes as one event (``VllmRank.extend``) up to the
 pass end its first known transfer needs; the run is cut at the pass in flight whenever
@@ -151,6 +153,9 @@ class DisaggregatedSimulation(Simulation):
         self._inbound = {}           # decode worker key -> heap of its transfers' done_ms
         self._transfer_order = 0
         self._held = []              # handoffs whose source was held by the pass completing now
+        self._late_terminals = []
+        self._late = None            # while a zero-time pass completes at once: the terminals
+                                     # its driver hears after the round's arrivals
         self._visited = []           # every time the clock stopped at (worker-seconds)
         self._until = -math.inf      # the last time the current run_until call visits
 
@@ -263,6 +268,7 @@ class DisaggregatedSimulation(Simulation):
         next_ready = self.driver.next_ready_ms
         cluster = self.cluster
         prefill_router, decode_router = self.routers
+        late_terminals = self._late_terminals
         rounds = 0
         sampled = ticked = False
         while True:
@@ -294,6 +300,9 @@ class DisaggregatedSimulation(Simulation):
                     # placed (observed on the reference; the baseline at 0 sees them placed)
                     sampled = True
                     telemetry.due(t)
+            if late_terminals:
+                self._tell_late_terminals()
+                changed = True
             if not changed:
                 if ticked:
                     break
@@ -497,7 +506,20 @@ class DisaggregatedSimulation(Simulation):
                 self._extended[key] = worker.ranks[0]
             return True
         effect = worker.progressed()
-        return self._complete(key, t, immediate=True) or effect
+        # the driver hears the terminals of a pass that starts and ends now after the arrivals
+        # of this round are released (the reference's order: a failed play's node ready now is
+        # dispatched, and the failure is a later lifecycle round)
+        self._late = self._late_terminals
+        try:
+            return self._complete(key, t, immediate=True) or effect
+        finally:
+            self._late = None
+
+    def _tell_late_terminals(self):
+        late = self._late_terminals
+        for request, end_ms, status in late:
+            self._tell_driver(request, end_ms, status)
+        late.clear()
 
     def _arrived(self, handoff):
         """A transfer leaves the heaps: it is the earliest of all, so of its destination's too."""
@@ -678,6 +700,13 @@ class DisaggregatedSimulation(Simulation):
         return copy
 
     def _driver_terminal(self, request, end_ms, status):
+        late = self._late
+        if late is not None:
+            late.append((request, end_ms, status))
+        else:
+            self._tell_driver(request, end_ms, status)
+
+    def _tell_driver(self, request, end_ms, status):
         """A driver that tracks what requests hold (agentic) hears of a terminal whose source
         KV is still held as not quiescent, and of the release later (``on_quiescent``)."""
         handoff = request.handoff

@@ -248,7 +248,6 @@ class AgenticDriver(WorkloadDriver):
         self._sources = [frozenset(graph.index[d.request_id] for d in node.dependencies)
                          for node in nodes]
         self._asked = False                   # the runtime asked for work since the last end
-        self._late = False                    # ends of a zero-time pass completed at once
         roots = _root_ids(graph)
         self._root_id = [roots[p] for p in self._play_of]
         self._parent_id = _parent_ids(graph)
@@ -297,7 +296,6 @@ class AgenticDriver(WorkloadDriver):
     # ------------------------------------------------------------------ runtime contract
     def next_ready_ms(self):
         self._asked = True
-        self._late = False
         if self._lanes is not None:
             self._start_freed_lanes()
         heap = self._heap
@@ -307,7 +305,6 @@ class AgenticDriver(WorkloadDriver):
 
     def pop_ready(self, now_ms, limit):
         self._asked = True
-        self._late = False
         if self._lanes is not None:
             self._start_freed_lanes()
         out = []
@@ -351,14 +348,6 @@ class AgenticDriver(WorkloadDriver):
         request.agentic = agentic
         return request
 
-    def mark_round(self):
-        """The runtime completes a pass that starts and ends now (a disaggregated worker's, at
-        once): the ends it hears next are a later lifecycle round, which the reference hears
-        after the dispatches of the instant (as ends at admission). The zero-time passes of one
-        round of the runtime (each idle worker's in turn) are one round."""
-        if not self._late:
-            self._asked = self._late = True
-
     @property
     def lifecycle_events(self):
         """Lifecycle events so far (counted as the module doc says)."""
@@ -394,7 +383,7 @@ class AgenticDriver(WorkloadDriver):
                 play.failure = (node.request_id, status, index)
         play.running -= 1
         new_round, self._asked = self._asked, False
-        at_admission = self._late or _ends_at_admission(request, now_ms)
+        at_admission = _ends_at_admission(request, now_ms)
         lifecycle = self._lifecycle
         lifecycle.terminal(now_ms, new_round, at_admission, index, play_index, node.play_id,
                            node.request_id, status, skipped)

@@ -72,6 +72,8 @@ enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3, ST_RES
     X(int64_t, gauge_stamp)    /* finishing_gauges' mark of the requests finishing */ \
     X(int64_t, waiting_order)  /* decode role: acceptance order */                \
     X(int64_t, last_attempt)   /* decode role: the generation it was last tried at */ \
+    X(int64_t, burst)          /* MTP: the tokens it emits with the pass in flight */ \
+    X(int64_t, sampled)        /* MTP: the tokens its burst accepted before the clip */ \
     X(int32_t, seq)                                                              \
     X(int32_t, status)                                                           \
     X(int32_t, in_stretch)                                                       \
@@ -164,6 +166,18 @@ struct aisim_vllm_rank {
     size_t n_stored_runs, stored_ends_cap, n_report_runs, report_ends_cap, n_report_order,
         report_order_cap;
     slot_list report_prefilled;
+    /* MTP bursts (aisim_vllm_set_mtp, engine/mtp.py's MtpBursts): the rank's generator, the
+     * conditional acceptance thresholds (always: a rate of 1, accepted without a draw), the
+     * longest burst and the requests emitting with the pass in flight, in running order */
+    int mtp;
+    int mtp_draws;
+    int64_t max_burst;
+    size_t n_rates;
+    uint64_t mtp_limit[AISIM_VLLM_MAX_NEXTN];
+    int32_t mtp_always[AISIM_VLLM_MAX_NEXTN];
+    aisim_rng *rng;
+    const aisim_rng_view *rng_view;
+    slot_list emit;
     /* forward-pass metrics (aisim_vllm_set_fpm) of the pass just formed */
     int fpm;
     int64_t *fpm_chunks, *fpm_contexts, *fpm_queued;
@@ -488,6 +502,9 @@ static void destroy(aisim_vllm_rank *r)
     free(r->fpm_chunks);
     free(r->fpm_contexts);
     free(r->fpm_queued);
+    free(r->emit.v);
+    if (r->rng)
+        aisim_rng_free(r->rng);
     free(r);
 }
 
@@ -740,19 +757,33 @@ static int commit_full_blocks(aisim_vllm_rank *r, int32_t s, int64_t full)
 {
     int64_t done = r->committed_blocks[s];
     if (full > done) {
+        size_t count = (size_t)(full - done), kept = count, i;
         TRY(lookup_hashes(r, s, (size_t)full));
-        TRY(aisim_kv_commit(r->pool, r->seq[s], r->hashes[s] + done, (uint32_t)done,
-                            (uint32_t)(full - done)));
-        r->view.kv_version++;
-        r->committed_blocks[s] = full;
         if (r->observed) {   /* the router hears of them when the pass ends */
-            size_t count = (size_t)(full - done);
             TRY(grow((void **)&r->stored, &r->stored_cap, r->n_stored + count,
                      sizeof *r->stored));
             TRY(grow((void **)&r->stored_ends, &r->stored_ends_cap, r->n_stored_runs + 1,
                      sizeof *r->stored_ends));
             memcpy(r->stored + r->n_stored, r->hashes[s] + done, count * sizeof *r->stored);
-            r->n_stored += count;
+            if (r->mtp) {
+                /* VllmRank.stores_new_only (an MTP rank): a block whose hash another copy
+                 * caches already makes no store event (the reference's cache_private) */
+                kept = 0;
+                for (i = 0; i < count; i++) {
+                    int resident = aisim_kv_match(r->pool, r->hashes[s] + done + i, 1);
+                    if (resident < 0)
+                        return resident;
+                    if (!resident)
+                        r->stored[r->n_stored + kept++] = r->hashes[s][done + i];
+                }
+            }
+        }
+        TRY(aisim_kv_commit(r->pool, r->seq[s], r->hashes[s] + done, (uint32_t)done,
+                            (uint32_t)(full - done)));
+        r->view.kv_version++;
+        r->committed_blocks[s] = full;
+        if (r->observed) {
+            r->n_stored += kept;
             r->stored_ends[r->n_stored_runs++] = (int64_t)r->n_stored;
             r->view.stored_commits++;
         }
@@ -1161,6 +1192,12 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
             cached = cap;
         if (active_cached > cap)
             active_cached = cap;
+        if (r->mtp && cached >= bs) {
+            /* engine/mtp.py mtp_prefix_hit: the drafter needs the last hit block's states */
+            cached -= bs;
+            if (active_cached > cached)
+                active_cached = cached;
+        }
     }
     available = r->cfg.num_blocks - (int64_t)r->kv->active;
     if (no_evict) {
@@ -1333,7 +1370,10 @@ static int fpm_pass(aisim_vllm_rank *r, int64_t P)
     }
     for (i = 0; i < r->ready.len; i++) {
         int32_t s = r->ready.v[i];
-        if (r->chunk_isl[s] < 0 && r->out_limit[s] > 0 && !r->generated[s])
+        /* (an MTP rank has no open stretches: its decoders are the requests stepped without
+         * prompt work, before their tokens; else a decode-role activation's step) */
+        if (r->chunk_isl[s] < 0 && (r->mtp ? r->generated[s] < r->out_limit[s]
+                                           : r->out_limit[s] > 0 && !r->generated[s]))
             TRY(push_value(&r->fpm_contexts, &r->n_fpm_contexts, &r->fpm_contexts_cap,
                            r->prompt_len[s] + r->generated[s]));
     }
@@ -1352,6 +1392,201 @@ int aisim_vllm_set_fpm(aisim_vllm_rank *r, int32_t on)
     if (!r)
         return AISIM_EINVAL;
     r->fpm = on != 0;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ MTP bursts (engine/mtp.py) */
+
+int aisim_vllm_set_mtp(aisim_vllm_rank *r, int32_t nextn, const uint64_t *limits,
+                       const int32_t *always, uint64_t seed, int32_t draws)
+{
+    int32_t i;
+    if (!r || nextn < 1 || nextn > AISIM_VLLM_MAX_NEXTN || !limits || !always || r->n_slots ||
+        r->mtp)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    if (aisim_rng_new(&r->rng))
+        return AISIM_ENOMEM;
+    aisim_rng_seed_u64(r->rng, seed);
+    aisim_rng_view_of(r->rng, &r->rng_view);
+    for (i = 0; i < nextn; i++) {
+        r->mtp_limit[i] = limits[i];
+        r->mtp_always[i] = always[i] != 0;
+    }
+    r->n_rates = (size_t)nextn;
+    r->mtp_draws = draws != 0;
+    r->max_burst = r->mtp_draws ? nextn + 1 : 1;
+    r->mtp = 1;
+    return AISIM_OK;
+}
+
+/* One burst's accepted tokens (MtpBursts.draw, StdRng.accepted_tokens): draft i is accepted
+ * when its rate is 1 (no draw) or one u64 is below its limit; the first refusal stops. */
+static int64_t mtp_draw(aisim_vllm_rank *r)
+{
+    int64_t tokens = 1;
+    size_t i;
+    for (i = 0; i < r->n_rates; i++) {
+        if (!r->mtp_always[i]) {
+            aisim_rng_next_u64(r->rng);
+            if (r->rng_view->last_u64 >= r->mtp_limit[i])
+                break;
+        }
+        tokens++;
+    }
+    return tokens;
+}
+
+/* Blocks the bursts of the emitters may take beyond what they hold (MtpBursts._need). */
+static int64_t mtp_need(const aisim_vllm_rank *r)
+{
+    int64_t bs = r->cfg.block_size, need = 0;
+    size_t i;
+    for (i = 0; i < r->emit.len; i++) {
+        int32_t s = r->emit.v[i];
+        int64_t length = r->prompt_len[s] + r->generated[s];
+        int64_t left = r->out_limit[s] - r->generated[s];
+        int64_t burst = r->max_burst < left ? r->max_burst : left;
+        need += ceildiv(length + burst, bs) - ceildiv(length, bs);
+    }
+    return need;
+}
+
+/* The partial requests whose last known token is computed and that have tokens left. */
+static int mtp_emitters(aisim_vllm_rank *r)
+{
+    size_t i;
+    r->emit.len = 0;
+    for (i = 0; i < r->partial.len; i++) {
+        int32_t s = r->partial.v[i];
+        if (r->generated[s] < r->out_limit[s] &&
+            r->computed[s] >= r->prompt_len[s] + r->generated[s])
+            TRY(list_push(&r->emit, s));
+    }
+    return AISIM_OK;
+}
+
+/* MtpBursts.reserve: the bursts' KV over the ready requests (preempting by the preemption
+ * mode while it does not fit), their bursts sampled in running order and their tokens'
+ * blocks allocated; the ready list becomes those ready with nothing left, then the emitters. */
+static int mtp_reserve(aisim_vllm_rank *r, int64_t P, int *preempted)
+{
+    int64_t bs = r->cfg.block_size, need;
+    size_t i, k = 0;
+    /* (the ready requests are the partial ones computed through: the same order) */
+    TRY(mtp_emitters(r));
+    for (i = 0; i < r->ready.len; i++)
+        if (r->generated[r->ready.v[i]] >= r->out_limit[r->ready.v[i]])
+            r->ready.v[k++] = r->ready.v[i];
+    r->ready.len = k;
+    if (!r->emit.len)
+        return AISIM_OK;
+    need = mtp_need(r);
+    while (need > allocatable(r)) {
+        /* requests whose generation is complete already leave at this pass end */
+        int32_t victim = -1;
+        for (i = 0; i < r->running.len; i++) {
+            int32_t s = r->running.v[r->cfg.lifo ? r->running.len - 1 - i : i];
+            if (r->generated[s] < r->out_limit[s]) {
+                victim = s;
+                break;
+            }
+        }
+        if (victim < 0 || r->cfg.no_evict) {
+            /* (TensorRT-LLM never preempts; nothing runs: nothing to emit) */
+            r->emit.len = 0;
+            break;
+        }
+        TRY(preempt(r, victim, P));
+        *preempted = 1;
+        TRY(mtp_emitters(r));
+        if (!r->emit.len)
+            break;
+        need = mtp_need(r);
+    }
+    if (!r->emit.len)
+        return AISIM_OK;
+    if (need > 0 && (uint64_t)need > r->kv->free) {
+        /* the reservation takes its blocks at once: the cached blocks it evicts stay evicted
+         * even when the bursts turn out shorter */
+        int seq = aisim_kv_new_seq(r->pool);
+        if (seq < 0)
+            return seq;
+        if (need > UINT32_MAX)
+            return AISIM_ECORRUPT;
+        TRY(aisim_kv_allocate(r->pool, seq, (uint32_t)need));
+        TRY(aisim_kv_release(r->pool, seq));
+    }
+    for (i = 0; i < r->emit.len; i++) {
+        int32_t s = r->emit.v[i];
+        int64_t left = r->out_limit[s] - r->generated[s];
+        int64_t tokens = r->mtp_draws ? mtp_draw(r) : 1;
+        int64_t burst = tokens < left ? tokens : left, length, more;
+        r->burst[s] = burst;
+        r->sampled[s] = tokens;
+        length = r->prompt_len[s] + r->generated[s] + burst;
+        more = ceildiv(length, bs) - r->held_blocks[s];
+        if (more > 0) {
+            if (more > UINT32_MAX)
+                return AISIM_ECORRUPT;
+            TRY(aisim_kv_allocate(r->pool, r->seq[s], (uint32_t)more));
+            r->held_blocks[s] += more;
+            r->view.held_total += more;
+        }
+        if (r->cfg.caching && floordiv(length - 1, bs) > r->committed_blocks[s])
+            TRY(commit_full_blocks(r, s, floordiv(length - 1, bs)));
+        TRY(list_push(&r->ready, s));
+    }
+    return AISIM_OK;
+}
+
+/* The pass end of an MTP rank (engine/mtp.py stamp_tokens): requests ready with nothing left
+ * leave without a token, then each emitter's burst is stamped with pass P (its first token
+ * continues its stretch, the others are one-pass stretches: zero gaps) and those whose last
+ * token came leave, in running order. */
+static int mtp_stamp(aisim_vllm_rank *r, int64_t P)
+{
+    size_t i;
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        if (r->generated[s] >= r->out_limit[s]) {
+            TRY(list_remove(&r->partial, s));
+            TRY(retire(r, s));
+        }
+    }
+    r->done.len = 0;
+    for (i = 0; i < r->emit.len; i++) {
+        int32_t s = r->emit.v[i];
+        int64_t burst = r->burst[s], k;
+        size_t n = r->n_stretch[s];
+        r->generated[s] += burst;
+        r->computed[s] = r->prompt_len[s] + r->generated[s] - 1;
+        TRY(grow((void **)&r->stretches[s], &r->stretch_cap[s], n + 2 * (size_t)burst,
+                 sizeof **r->stretches));
+        if (n && r->stretches[s][n - 1] == P - 1) {
+            r->stretches[s][n - 1] = P;   /* RankBase._emit: contiguous, the stretch goes on */
+        } else {
+            r->stretches[s][n++] = P;
+            r->stretches[s][n++] = P;
+        }
+        for (k = 1; k < burst; k++) {
+            r->stretches[s][n++] = P;
+            r->stretches[s][n++] = P;
+        }
+        r->n_stretch[s] = n;
+        if (r->generated[s] >= r->out_limit[s])
+            TRY(list_push(&r->done, s));
+    }
+    r->emit.len = 0;
+    for (i = 0; i < r->done.len; i++) {
+        int32_t s = r->done.v[i];
+        TRY(list_remove(&r->partial, s));
+        record_itl(r, s);
+        TRY(retire(r, s));
+    }
+    r->done.len = 0;
+    r->ready.len = 0;
     return AISIM_OK;
 }
 
@@ -1404,7 +1639,9 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
         if (r->computed[s] >= r->prompt_len[s] + r->generated[s])
             TRY(list_push(&r->ready, s));
     }
-    r->plain_after_ready = fast && !r->rejected.len && !v->pf_count &&
+    if (r->mtp)   /* the bursts' KV is reserved (preempting while it does not fit), sampled */
+        TRY(mtp_reserve(r, P, &preempted));
+    r->plain_after_ready = !r->mtp && fast && !r->rejected.len && !v->pf_count &&
                            !(r->heap_len && r->heap[0].pass == P) &&
                            r->ready.len == r->partial.len;
     v->plain_decode = r->plain_after_ready && !r->partial.len;
@@ -1412,15 +1649,34 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     v->pass_effect = preempted || admitted || r->ready.len || n || r->rejected.len;
     active = v->sum_base + n * P;
     steps = 0;
-    for (i = 0; i < r->ready.len; i++) {
-        int32_t s = r->ready.v[i];
-        if (r->generated[s] > 0 || (r->chunk_isl[s] < 0 && r->out_limit[s] > 0)) {
+    v->pass_tokens = 0;
+    if (r->mtp) {
+        /* every emitter pays decode time, a prompt just finished included; the decode steps
+         * are the bursts past a request's first token without prompt work, each counted as
+         * sampled (MtpBursts.decode_steps) */
+        for (i = 0; i < r->emit.len; i++) {
+            int32_t s = r->emit.v[i];
             n++;
             active += r->prompt_len[s] + r->generated[s];
+            if (r->generated[s] && r->chunk_isl[s] < 0) {
+                steps++;
+                v->pass_tokens += r->sampled[s];
+            }
         }
-        /* a token after a preempted request's recompute comes from a prefill forward */
-        if (r->generated[s] > 0 && r->chunk_isl[s] >= 0)
-            steps++;
+        v->pass_steps = steps;
+    } else {
+        for (i = 0; i < r->ready.len; i++) {
+            int32_t s = r->ready.v[i];
+            if (r->generated[s] > 0 || (r->chunk_isl[s] < 0 && r->out_limit[s] > 0)) {
+                n++;
+                active += r->prompt_len[s] + r->generated[s];
+            }
+            /* a token after a preempted request's recompute comes from a prefill forward */
+            if (r->generated[s] > 0 && r->chunk_isl[s] >= 0)
+                steps++;
+        }
+        v->pass_steps = n - steps;
+        v->pass_tokens = v->pass_steps;
     }
     v->dec_batch = n;
     v->dec_active = active;
@@ -1430,7 +1686,6 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     if (n && r->decode_timing)
         v->decode_known = aisim_decode_timing_eval(r->decode_timing, n, active,
                                                    &v->decode_ms) == AISIM_OK;
-    v->pass_steps = n - steps;
     return AISIM_OK;
 }
 
@@ -1585,6 +1840,7 @@ static int complete_extension(aisim_vllm_rank *r, int64_t extra)
     size_t i, n = r->n_active_keys;
     int64_t *keys = r->key_scratch;
     v->decode_steps += v->n_dec * extra;
+    v->decode_tokens += v->n_dec * extra;
     v->pass_index += extra;
     last = v->pass_index;
     sorted_keys(r, keys);
@@ -1698,6 +1954,7 @@ static int complete(aisim_vllm_rank *r, int64_t extra, int32_t report)
     /* a pass cut off by the run's time limit never completes: its prompt work is not counted */
     v->committed_prefill_tokens += v->pf_tokens;
     v->decode_steps += v->pass_steps;
+    v->decode_tokens += v->pass_tokens;
     if (report)
         TRY(report_pass(r, P, report));
     for (i = 0; i < r->rejected.len; i++) {
@@ -1713,6 +1970,8 @@ static int complete(aisim_vllm_rank *r, int64_t extra, int32_t report)
             r->base_pass[s] + r->out_limit[s] - r->base_gen[s] - 1 == P)
             TRY(list_push(&r->done, s));
     }
+    if (r->mtp)   /* (no open stretches: nothing finished above) */
+        return mtp_stamp(r, P);
     for (i = 0; i < r->ready.len; i++) {
         int32_t s = r->ready.v[i];
         TRY(list_remove(&r->partial, s));
@@ -1875,7 +2134,11 @@ static int finishing_gauges(aisim_vllm_rank *r, int64_t extra, int64_t *out,
     TRY(stamp_finishing(r, 0, P, stamp));
     for (i = 0; i < r->ready.len; i++) {
         int32_t s = r->ready.v[i];
-        if (r->generated[s] + 1 >= r->out_limit[s] && r->gauge_stamp[s] != stamp) {
+        /* (an MTP rank: the emitters whose burst reaches their last token, MtpBursts.finishing) */
+        int ends = r->mtp ? r->generated[s] < r->out_limit[s] &&
+                                r->generated[s] + r->burst[s] >= r->out_limit[s]
+                          : r->generated[s] + 1 >= r->out_limit[s];
+        if (ends && r->gauge_stamp[s] != stamp) {
             r->gauge_stamp[s] = stamp;
             TRY(list_push(&r->done, s));
         }

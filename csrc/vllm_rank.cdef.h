@@ -118,6 +118,11 @@ typedef struct aisim_vllm_view {
     int64_t holds;
     int64_t n_pending;
     int32_t retry_due;
+    /* the tokens the decode steps emitted (more than one a step with MTP bursts: telemetry's
+     * avg_accept_length is decode_tokens / decode_steps over a window), over completed passes
+     * and in the pass just formed */
+    int64_t decode_tokens;
+    int64_t pass_tokens;
 } aisim_vllm_view;
 
 /* The pool is borrowed: the caller keeps it alive for the rank's lifetime
@@ -217,5 +222,15 @@ int aisim_vllm_pending_prefill_tokens(const aisim_vllm_rank *r, int64_t *out);
  * finishing, out[1] blocks they free (held by no other running request, each
  * once), out[2] of those, the full ones that stay cached. */
 int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_t *out);
+/* MTP bursts (aic_nextn, engine/mtp.py): before the first submission, nextn (1..5) drafts a
+ * verification forward may accept; limits[i] the u64 a draw must stay below for draft i to be
+ * accepted (floor(rate x 2^64)) unless always[i] (a rate of 1: accepted without a draw); the
+ * generator is StdRng::seed_from_u64(seed) (csrc/rng.c); draws 0: a prefill-role copy emits
+ * its one token without drawing. Every request of the rank then stays outside open stretches:
+ * each pass reserves its bursts' KV (preempting by the preemption mode while it does not fit),
+ * samples them in running order and stamps their tokens at its end (zero gaps). */
+enum { AISIM_VLLM_MAX_NEXTN = 5 };
+int aisim_vllm_set_mtp(aisim_vllm_rank *r, int32_t nextn, const uint64_t *limits,
+                       const int32_t *always, uint64_t seed, int32_t draws);
 /* Forward-pass metrics of each pass formed from now on (off at creation). */
 int aisim_vllm_set_fpm(aisim_vllm_rank *r, int32_t on);

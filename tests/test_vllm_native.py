@@ -16,6 +16,7 @@ import random
 import time
 from array import array
 
+import attrs
 import pytest
 
 from aisimulate_core import native
@@ -88,6 +89,17 @@ def random_engine(rng, stream):
         enable_chunked_prefill=rng.random() < 0.7,
         preemption_mode=rng.choice(["lifo", "fifo"]),
     )
+
+
+MTP_RATES = [None, "1,1", "0", "1,0.5,0.25", "0.9,1,0,1,0.3", "0.5", "0,1", "1"]
+
+
+def with_mtp(rng, engine):
+    """``engine`` with MTP bursts (engine/mtp.py): aic_nextn 1..5, rates with 0 and 1 entries
+    (a 1 accepts without a draw, a 0 draws and refuses), a seed."""
+    return attrs.evolve(engine, aic_nextn=rng.randint(1, 5),
+                        aic_nextn_accept_rates=rng.choice(MTP_RATES),
+                        aic_mtp_seed=rng.choice([0, 42, rng.randrange(1 << 64)]))
 
 
 def random_stream(rng, n):
@@ -177,7 +189,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         timer = random_timer(random.Random(timer_seed))
     pool = BlockPool(engine.num_gpu_blocks, backend="c")
     cb = Terminals()
-    rank = rank_cls(engine, timer, pool, callbacks=cb)
+    rank = rank_cls(engine, timer, pool, callbacks=cb, scheduler_id=3)
     if observer is not None:   # (ordered, sends_kv) of a router watching, as watch_engines
         rank.observer = Recorder(*observer, cb.log)
         rank.watched = True
@@ -245,15 +257,18 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         itl_diff=list(rank.itl_diff), break_gaps=rank.break_gaps,
         counters=(pool.active(), pool.inactive(), pool.free_blocks(), pool.cached(),
                   pool.evictions, pool.live_seqs(), rank.preemptions,
-                  rank.committed_prefill_tokens, rank.decode_steps, rank.held_total,
+                  rank.committed_prefill_tokens, rank.decode_steps, rank.decode_tokens,
+                  rank.held_total,
                   len(rank.running), len(rank.waiting), rank.pass_index),
         waiting=[r.uuid for r in rank.waiting], running=[r.uuid for r in rank.running]), loop_cpu_s
 
 
-def assert_same(seed, n_requests):
+def assert_same(seed, n_requests, mtp=False):
     rng = random.Random(seed)
     stream = random_stream(rng, n_requests)
     engine = random_engine(rng, stream)
+    if mtp:
+        engine = with_mtp(rng, engine)
     truncating = rng.random() < 0.3
     timer_seed = rng.randrange(1 << 30)
     # short runs, and longer ones than the C loop takes (the Python loop then)
@@ -421,8 +436,9 @@ def drive_group(rank_cls, engine, stream, size):
     """``stream`` over an attention-DP group of ``size`` ranks (runtime/worker.py's grouped
     pass: each rank with work forms its pass, all end at the slowest one's end)."""
     ranks = [rank_cls(engine, StepTimer(PolynomialTiming()),
-                      BlockPool(engine.num_gpu_blocks, backend="c"), callbacks=Terminals())
-             for _ in range(size)]
+                      BlockPool(engine.num_gpu_blocks, backend="c"), callbacks=Terminals(),
+                      dp_rank=d, scheduler_id=d)
+             for d in range(size)]
     requests = [make_request(i + 1, item) for i, item in enumerate(stream)]
     nxt, t = 0, 0.0
     for _ in range(3000):
@@ -451,14 +467,19 @@ def drive_group(rank_cls, engine, stream, size):
     return ([list(rank.pass_ends) for rank in ranks], [rank.cb.log for rank in ranks],
             [(r.uuid, r.status, r.admissions, r.preemptions)
              + ((r.stretches,) if r.status == 3 else ()) for r in requests],
-            [(rank.pool.active(), rank.pool.inactive(), rank.preemptions) for rank in ranks])
+            [(rank.pool.active(), rank.pool.inactive(), rank.preemptions, rank.decode_steps,
+              rank.decode_tokens) for rank in ranks])
 
 
-def test_attention_dp_groups_match_the_python_rank():
+@pytest.mark.parametrize("mtp", [False, True], ids=["plain", "mtp"])
+def test_attention_dp_groups_match_the_python_rank(mtp):
+    """(with MTP: each rank draws from its own generator, seed + its scheduler index)"""
     for seed in range(2000, 2040):
         rng = random.Random(seed)
         stream = random_stream(rng, 30)
         engine = random_engine(rng, stream)
         size = rng.choice([2, 3])
+        if mtp:
+            engine = with_mtp(rng, engine)
         assert drive_group(NativeVllmRank, engine, stream, size) == \
             drive_group(VllmRank, engine, stream, size), seed

@@ -18,6 +18,7 @@ import heapq
 import math
 import random
 
+import attrs
 import pytest
 
 from aisimulate_core import native
@@ -32,7 +33,7 @@ from aisimulate_core.spec.engine import EngineConfig
 from aisimulate_core.errors import AisimError
 from reference import HOST_KEYS, run_fixture
 from test_vllm_native import (Recorder, make_request, random_engine, random_stream,
-                              random_timer, ranged_request, ranged_stream)
+                              random_timer, ranged_request, ranged_stream, with_mtp)
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
 
@@ -75,9 +76,11 @@ def drive_roles(classes, setup, max_steps=6000):
     log, held = [], []
     prefill_cls, decode_cls = classes
 
-    def make(cls, engine, seed):
+    def make(cls, engine, seed, index=0):
+        # (index: the scheduler index in the role's pool, an MTP rank's seed offset)
         rank = cls(engine, random_timer(random.Random(seed)),
-                   BlockPool(engine.num_gpu_blocks, backend="c"), callbacks=Events(log, held))
+                   BlockPool(engine.num_gpu_blocks, backend="c"), callbacks=Events(log, held),
+                   scheduler_id=index)
         if setup["gauges"]:
             rank.capture_gauges = rank.watched = True
             rank._gauges = rank.live_gauges()
@@ -90,7 +93,7 @@ def drive_roles(classes, setup, max_steps=6000):
         return rank
 
     prefill = make(prefill_cls, setup["prefill_engine"], setup["timer_seed"])
-    decodes = [make(decode_cls, setup["decode_engine"], setup["timer_seed"] + 1 + i)
+    decodes = [make(decode_cls, setup["decode_engine"], setup["timer_seed"] + 1 + i, i)
                for i in range(setup["decode_ranks"])]
     ranks = [prefill] + decodes
     # workers as rank indexes: the decode ranks alone, or one attention-DP group (its ranks
@@ -248,8 +251,8 @@ def drive_roles(classes, setup, max_steps=6000):
     stalls = [rank.stall_reason(rank.waiting[0]) for rank in decodes if rank.waiting]
     state = [(rank.pool.active(), rank.pool.inactive(), rank.pool.free_blocks(),
               rank.pool.cached(), rank.pool.evictions, rank.pool.live_seqs(), rank.preemptions,
-              rank.committed_prefill_tokens, rank.decode_steps, rank.held_total,
-              list(rank.pass_ends), list(rank.itl_diff), rank.break_gaps) for rank in ranks]
+              rank.committed_prefill_tokens, rank.decode_steps, rank.decode_tokens,
+              rank.held_total, list(rank.pass_ends), list(rank.itl_diff), rank.break_gaps) for rank in ranks]
     for rank in ranks:
         rank.pool.check()
     # extended passes that began with activations' first tokens (VllmDecodeRank.extend)
@@ -258,9 +261,10 @@ def drive_roles(classes, setup, max_steps=6000):
                 activation_runs=activation_runs)
 
 
-def random_setup(seed, n_requests, ranged=False):
+def random_setup(seed, n_requests, ranged=False, mtp=False):
     """``ranged``: synthetic prompts of id ranges (the C decode rank accepts them through
-    aisim_vllm_accept_ranges, the Python one builds their runs)."""
+    aisim_vllm_accept_ranges, the Python one builds their runs); ``mtp``: both roles with MTP
+    bursts (the prefill copies emit their one token without drawing)."""
     rng = random.Random(seed)
     stream = (ranged_stream if ranged else random_stream)(rng, n_requests)
     decode_engine = random_engine(rng, stream)
@@ -272,6 +276,11 @@ def random_setup(seed, n_requests, ranged=False):
             "enable_prefix_caching", "enable_chunked_prefill", "preemption_mode")},
         "backend": decode_engine.backend, "block_size": decode_engine.block_size})
     transfer = rng.choice([0.0, 0.5, 3.0, None])
+    if mtp:
+        decode_engine = with_mtp(rng, decode_engine)
+        prefill_engine = attrs.evolve(prefill_engine, **{
+            f: getattr(decode_engine, f)
+            for f in ("aic_nextn", "aic_nextn_accept_rates", "aic_mtp_seed")})
     return dict(
         ranged=ranged, stream=stream, prefill_engine=prefill_engine, decode_engine=decode_engine,
         timer_seed=rng.randrange(1 << 30), decode_ranks=rng.choice([1, 2, 3]),
@@ -282,8 +291,8 @@ def random_setup(seed, n_requests, ranged=False):
         else (lambda prompt, missing, d=transfer: d))
 
 
-def assert_same(seed, n_requests, ranged=False):
-    setup = random_setup(seed, n_requests, ranged)
+def assert_same(seed, n_requests, ranged=False, mtp=False):
+    setup = random_setup(seed, n_requests, ranged, mtp)
     expected = drive_roles(PYTHON, setup)
     got = drive_roles(C, setup)
     for key in expected:

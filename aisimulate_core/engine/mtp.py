@@ -15,6 +15,10 @@ the emission of each pass to ``MtpBursts``:
   of the pass continues its emission stretch, the others are stretches of one pass (zero gaps).
 
 A prefill-role rank emits its copy's single token without drawing (the burst is 1).
+
+This is the twin and specification of the C rank's bursts (csrc/vllm_rank.c, set up by
+``NativeVllmRank._set_mtp`` with ``accept_limits`` and ``scheduler_seed``; its generator is
+csrc/rng.c's StdRng): tests/test_vllm_native_mtp.py runs both on the same streams.
 """
 
 from __future__ import annotations
@@ -36,6 +40,18 @@ def accept_rates(nextn, text):
     return rates + [0.0] * (nextn - len(rates))
 
 
+def accept_limits(rates):
+    """Per rate, the u64 one draw must stay below for the draft to be accepted,
+    ``floor(rate x 2^64)`` (rand 0.9's Bernoulli), or None for a rate of 1: accepted without a
+    draw (``StdRng.accepted_tokens`` unrolled; the C rank takes the same limits)."""
+    return [None if rate == 1.0 else int(rate * 18446744073709551616.0) for rate in rates]
+
+
+def scheduler_seed(engine, scheduler_id):
+    """The seed of a scheduler's generator: ``aic_mtp_seed + scheduler index`` (wrapping u64)."""
+    return (engine.aic_mtp_seed + scheduler_id) & _U64
+
+
 class MtpBursts:
     """One rank's burst sampler and the bursts of its pass in flight."""
 
@@ -45,11 +61,8 @@ class MtpBursts:
     def __init__(self, engine, scheduler_id, *, draws=True):
         nextn = engine.aic_nextn
         self.rates = accept_rates(nextn, engine.aic_nextn_accept_rates)
-        self.rng = StdRng((engine.aic_mtp_seed + scheduler_id) & _U64)
-        # StdRng.accepted_tokens unrolled: a rate of 1 accepts without a draw, any other
-        # accepts iff one u64 is below floor(rate x 2^64)
-        self._thresholds = [None if rate == 1.0 else int(rate * 18446744073709551616.0)
-                            for rate in self.rates]
+        self.rng = StdRng(scheduler_seed(engine, scheduler_id))
+        self._thresholds = accept_limits(self.rates)
         self._next_u64 = self.rng.next_u64
         # a prefill-role copy stops at its first token: a burst of one, no draw
         self.draws = draws
@@ -73,12 +86,12 @@ class MtpBursts:
     def reserve(self, rank, P, ready):
         """Reserve the bursts' KV over the requests ready to emit (preempting while it does not
         fit), sample their bursts and allocate their tokens. Returns the emitting requests."""
+        self.preempted = False        # (of this pass: none without emitters)
         emitters = [r for r in ready if r.generated < r.out_limit]
         if not emitters:
             return emitters
         pool = rank.pool
         need = self._need(rank, emitters)
-        self.preempted = False
         while need > pool.allocatable():
             # requests whose generation is complete already leave at this pass end
             candidates = [r for r in rank.running if r.generated < r.out_limit]
@@ -192,4 +205,5 @@ def mtp_prefix_hit(cached, active_cached, block_size):
     return cached, active_cached
 
 
-__all__ = ["DEFAULT_RATES", "MtpBursts", "accept_rates", "mtp_prefix_hit", "stamp_tokens"]
+__all__ = ["DEFAULT_RATES", "MtpBursts", "accept_limits", "accept_rates", "mtp_prefix_hit",
+           "scheduler_seed", "stamp_tokens"]

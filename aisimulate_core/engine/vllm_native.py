@@ -28,6 +28,7 @@ from ..errors import SimulationError
 from ..native import check_status as _check
 from . import fpm
 from .decode_run import MAX_PASSES, MEMO_LIMIT, _native_kind, answer_misses, decode_runner
+from .mtp import accept_limits, accept_rates, scheduler_seed
 from .native_queue import QueueView
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
@@ -50,7 +51,8 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     It takes the vLLM or TensorRT-LLM rank on the C pool, aggregated or in a disaggregated
     role (engine/vllm_native_roles.py), alone or in an attention DP group (a group forms one
     pass per rank and never extends, as with the Python rank), whether a router, telemetry or
-    a scaling policy's forward-pass metrics watch it or not; not counts beyond int64."""
+    a scaling policy's forward-pass metrics watch it or not, with MTP bursts or not (each
+    pass of an MTP rank is its own event); not counts beyond int64."""
     if native.resolve_backend(backend) != "c":
         return "the C backend is not in use"
     if engine.backend not in ("vllm", "trtllm"):
@@ -71,8 +73,6 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
             return f"{field} {value} (the C rank counts in int64: below 2^62)"
     if engine.num_gpu_blocks * engine.block_size >= _EXACT:
         return "num_gpu_blocks x block_size beyond 2^62 tokens"
-    if getattr(engine, "aic_nextn", None) is not None:
-        return "MTP bursts (aic_nextn: the Python rank, engine/mtp.py)"
     if dp_size > 1 and getattr(engine, "prefill_schedule_interval", 1) > 1:
         return "prefill_schedule_interval with attention DP (the Python rank, engine/vllm_psi.py)"
     if getattr(engine, "state_cache", None) is not None:
@@ -246,6 +246,8 @@ class NativeVllmRank(RankBase):
         self._decode_timing = ffi.gc(timing[0], lib.aisim_decode_timing_free)
         _check(lib.aisim_vllm_set_decode_timing(self._rank, self._decode_timing),
                "aisim_vllm_set_decode_timing")
+        if getattr(engine, "aic_nextn", None) is not None:
+            self._set_mtp(engine, scheduler_id)
         self._requests = []          # slot -> SimRequest (None while free)
         self.running = _Queue(self, 0)
         self.waiting = _Queue(self, 1)
@@ -260,6 +262,25 @@ class NativeVllmRank(RankBase):
         self._evicted_in_flight = []
         self._index = None
         self._index_key = None
+
+    def __new__(cls, engine, *args, **kwargs):
+        # an aggregated MTP rank is its own class (NativeVllmMtpRank): whoever drives ranks by
+        # their exact class (the plain C loop, runtime/plain_native.py) leaves it to the runtime
+        if cls is NativeVllmRank and getattr(engine, "aic_nextn", None) is not None:
+            cls = NativeVllmMtpRank
+        return object.__new__(cls)
+
+    def _set_mtp(self, engine, scheduler_id):
+        """MTP bursts in C (engine/mtp.py's MtpBursts: the same rates, limits and seed); a
+        prefill-role copy emits its one token without drawing."""
+        ffi = native.ffi
+        nextn = engine.aic_nextn
+        limits = accept_limits(accept_rates(nextn, engine.aic_nextn_accept_rates))
+        _check(native.lib.aisim_vllm_set_mtp(
+            self._rank, nextn, ffi.new("uint64_t[]", [limit or 0 for limit in limits]),
+            ffi.new("int32_t[]", [limit is None for limit in limits]),
+            scheduler_seed(engine, scheduler_id), not self.holds_sources),
+            "aisim_vllm_set_mtp")
 
     # ------------------------------------------------------------------ counters (C's)
     @property
@@ -277,6 +298,11 @@ class NativeVllmRank(RankBase):
     @property
     def decode_steps(self):
         return self._view.decode_steps
+
+    @property
+    def decode_tokens(self):
+        """The tokens the decode steps emitted (MTP bursts: more than one a step)."""
+        return self._view.decode_tokens
 
     @property
     def itl_diff(self):
@@ -757,3 +783,9 @@ class NativeVllmRank(RankBase):
     def _hold(self, r, slot):
         """The prefill role keeps the slot of a held source (vllm_native_roles.py)."""
         raise SimulationError("an aggregated C rank held a source")
+
+
+class NativeVllmMtpRank(NativeVllmRank):
+    """An aggregated C rank with MTP bursts (aic_nextn): every pass its own event (each pass's
+    bursts are sampled as it forms); ``NativeVllmRank(engine, ...)`` makes one for an MTP
+    engine."""

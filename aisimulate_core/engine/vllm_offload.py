@@ -112,6 +112,7 @@ class VllmOffloadRank(VllmRank):
         self._idle_wait = False
         self._empty_wait = False    # ... with no request at all: nothing to complete
         self._started = False       # the pass being formed started a transfer
+        self._loads_now = 0         # ... and how many loads
         self._now = self._preempt_fence = 0.0
 
     # ------------------------------------------------------------------ transfers
@@ -157,6 +158,7 @@ class VllmOffloadRank(VllmRank):
         self.pool.fresh = []
         self._scheduled = []
         self._started = False
+        self._loads_now = 0
         end = super().schedule(now_ms)
         idle = end is not None and not self.progressed()
         if self._started:
@@ -314,8 +316,6 @@ class VllmOffloadRank(VllmRank):
                     skipped.append(waiting.popleft())   # its H2D is still running
                     self._skipq.add(r.uuid)
                     continue
-                if len(running) + len(self._loads) > self.max_seqs:
-                    break
                 budget = self._admit_loaded(r, load, now_ms, budget)
                 if budget is None:
                     break
@@ -416,9 +416,9 @@ class VllmOffloadRank(VllmRank):
         """Read ``keys`` from the tier below into their reserved host slots."""
 
     def _seat_free(self):
-        """Whether max_num_seqs leaves room for one more request: a request with a load (in
-        flight, or done and not admitted yet) takes a seat too. Checked after the lookup."""
-        return len(self.running) + len(self._loads) < self.max_seqs
+        """Whether max_num_seqs leaves room for one more request: a request whose load this
+        pass started takes a seat in it too. Checked after the lookup."""
+        return len(self.running) + self._loads_now < self.max_seqs
 
     def _start_load(self, r, hashes, g1, hit, now_ms):
         pool = self.pool
@@ -459,6 +459,7 @@ class VllmOffloadRank(VllmRank):
         # (even an instantaneous load is seen done at the next pass: at once on an idle worker)
         self._push_job(done, _H2D, (r.uuid, hit))
         self._started = True
+        self._loads_now += 1
         return "loading"
 
     def _admit_loaded(self, r, load, now_ms, budget):

@@ -55,9 +55,10 @@ def test_case_matches_the_reference(name):
     assert problems == [], "\n".join(problems[:20])
 
 
-@pytest.mark.xfail(strict=True, reason="rank side (README.md of the cases): an arrival in a "
-                   "later round of the instant joins a pass its SGLang / TensorRT-LLM worker "
-                   "started then")
+@pytest.mark.xfail(strict=True, reason="README.md of the cases: an arrival in a later round of "
+                   "the instant joins a pass its SGLang worker started then (the rank), or a pass "
+                   "of an extended run ending then (the aggregated loop must pass "
+                   "Worker.truncate(started=True))")
 @pytest.mark.parametrize("name", KNOWN)
 def test_known_rank_difference(name):
     assert problems_of(name) == []
@@ -178,3 +179,21 @@ def test_a_failed_play_waits_for_its_dispatched_nodes_then_frees_its_lane():
     d.on_terminal(n, 50.0, "completed")
     assert d.trajectories() == (2, [10.0])           # only p1 completed: 50 - 40
 
+
+
+def test_a_later_round_arrival_at_a_pass_end_of_an_extended_run_waits_for_the_next_pass():
+    """RankBase.truncate: an arrival at a pass end of an extended run cuts it there, unless the
+    passes of that instant started already (it came in a later round): then the pass starting
+    then takes it first (known_vllm_random_126: the wheel admits p7n4c at 107.5, not 102.5)."""
+    from aisimulate_core.engine.rank_base import RankBase
+
+    def run():
+        rank = RankBase()
+        rank._macro_ends = [97.5, 102.5, 107.5, 112.5]
+        rank.pass_end_ms = 112.5
+        return rank
+    first, later, between = run(), run(), run()
+    assert first.truncate(102.5) == 102.5
+    assert later.truncate(102.5, started=True) == 107.5
+    assert later._macro_ends == [97.5, 102.5, 107.5]
+    assert between.truncate(103.0, started=True) == 107.5   # inside a pass: no difference

@@ -8,7 +8,7 @@ finished request's token times and its inter-token gaps follow without per-token
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 from ..token_stats import TokenGaps
 
@@ -27,13 +27,16 @@ class RankBase:
     # end times of the passes of an extended pass (its decode-only run), None for one pass
     _macro_ends = None
 
-    def truncate(self, arrival_ms):
+    def truncate(self, arrival_ms, started=False):
         """A request arrived during extended passes: stop after the pass in flight at
-        ``arrival_ms`` so that the request joins the next one. Returns the new end time."""
+        ``arrival_ms`` so that the request joins the next one. Returns the new end time.
+        ``started``: the passes starting at ``arrival_ms`` have started already (the request
+        arrives in a later round of that instant), so a pass ending exactly then does not
+        take it: the run stops at the end of the pass starting then."""
         ends = self._macro_ends
         if ends is None:
             return self.pass_end_ms
-        i = bisect_left(ends, arrival_ms)
+        i = (bisect_right if started else bisect_left)(ends, arrival_ms)
         if i < len(ends) - 1:
             if i == 0:
                 self._macro_ends = None

@@ -129,16 +129,22 @@ class Worker:
                     names.append(request_name(r))
         return names
 
-    def truncate(self, arrival_ms):
+    def truncate(self, arrival_ms, started=False):
         """A request was placed here at ``arrival_ms`` while extended passes run; returns the
-        new end of the pass in flight, or None when it did not change."""
+        new end of the pass in flight, or None when it did not change. ``started``: it comes
+        in a later round of that instant than the one its passes started in
+        (RankBase.truncate)."""
         if not self.extendable:
             return None
         rank = self._lone
         # RankBase.truncate's answer without the call when no extended pass runs (an arrival
         # per request meets a pass in flight)
-        end = rank.pass_end_ms if rank._macro_ends is None and self._plain_truncate \
-            else rank.truncate(arrival_ms)
+        if rank._macro_ends is None and self._plain_truncate:
+            end = rank.pass_end_ms
+        elif started and self._plain_truncate:
+            end = rank.truncate(arrival_ms, True)
+        else:
+            end = rank.truncate(arrival_ms)
         if end < self.pass_end_ms:
             self.pass_end_ms = end
             self.generation = (self.generation + 1) & 0xFFFF_FFFF

@@ -214,12 +214,11 @@ def cases(draw):
     """A mostly-valid execution, as ``(payload dict, trace rows or None)``.
 
     The payload's ``traffic.trace_path`` is left out for trace traffic: the test writes the
-    rows to a file and sets it. Combinations the spec rejects (for example SGLang in a
-    disaggregated topology) are kept: they exercise the error path.
+    rows to a file and sets it. Combinations the spec rejects (for example two roles of
+    different backends) are kept: they exercise the error path.
     """
     backend = draw(st.sampled_from(BACKENDS))
-    # SGLang has no disaggregated topology (a ConfigError): rarely ask for one
-    disaggregated = draw(st.integers(0, 2 if backend != "sglang" else 15)) == 0
+    disaggregated = draw(st.integers(0, 2)) == 0
     engine, topology = draw(engines_and_topologies(backend, disaggregated))
     spec = {"version": 1, "topology": topology, "engine": engine, "record_per_request": True}
     sla = draw(st.sampled_from((None, {"ttft_ms": 50.0}, {"ttft_ms": 20.0, "itl_ms": 5.0},

@@ -356,11 +356,13 @@ def test_mixed_backends_are_rejected():
                                "backend \"vllm\" in a disaggregated topology, got \"trtllm\"")
 
 
-def test_sglang_is_not_supported_disaggregated_yet():
+def test_sglang_runs_disaggregated():
+    """SGLang P/D (destination-first, engine/sglang_roles.py): every request completes with its
+    handoff times (the reference cases are in tests/test_features_sglang.py)."""
     doc = payload_dict("disagg_osl0")
     doc["spec"]["engine"]["rank"]["backend"] = "sglang"
     doc["spec"]["engine"]["rank"]["block_size"] = 16
-    with pytest.raises(ConfigError) as info:
-        run_dict(doc)
-    assert str(info.value) == (
-        "$.spec.engine.rank.backend: 'sglang' is not supported yet in a disaggregated topology")
+    report = run_dict(doc)
+    assert report.summary["completed_requests"] == report.summary["num_requests"] > 0
+    assert all(r["destination_reserved_ms"] is not None for r in report.per_request)
+

@@ -130,6 +130,9 @@ def check_radix_rank(rank, worker):
     for r in rank.waiting:
         if r.seq is not None:
             owned += r.held_blocks - r.committed_blocks
+    off_queue = getattr(rank, "off_queue_tokens", None)
+    if off_queue is not None:   # disaggregated SGLang roles: held sources, reserved destinations
+        owned += off_queue()
     free, evictable, locked = cache.free_tokens, cache.evictable_size, cache.protected_size
     if min(free, evictable, locked, owned) < 0 or free + evictable + locked + owned != cache.total_tokens:
         raise _kv_error(rank, worker, f"free {free} + evictable {evictable} + locked {locked} + "

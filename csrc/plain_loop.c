@@ -3,7 +3,8 @@
  * Python path it replaces, step for step: runtime/simulation.py's _run_plain (the clock,
  * completions before arrivals before new passes, the livelock guard), workload/one_turn.py
  * (sessions' starts and prompts as id ranges), round robin's place_unpinned, runtime/
- * worker.py (a lone rank's pass, its extension and truncation), engine/vllm_native.py
+ * worker.py (a lone rank's pass, its extension and truncation; an attention-DP group's
+ * lockstep pass), engine/vllm_native.py
  * (submit, schedule with the prefill time of engine/timing.py, complete, the events) and,
  * at each terminal, runtime/records.py token_times with report.Collector's _settled and
  * _Totals.add over the values in uuid order. The ranks' own C (vllm_rank.c) does the
@@ -11,7 +12,9 @@
  *
  * Per request the loop keeps one entry from arrival to settlement (a ring over the uuids
  * not yet settled, bounded by what is in flight), and nothing once it settles but the
- * summary's samples.
+ * summary's samples; at the end it computes their exact statistics (stats.exact_stats).
+ * Anything the Python path would word as an error comes back as an aisim_plain_status for
+ * Python to word; the ranks' own errors come back as their negative statuses.
  */
 #include <math.h>
 #include <stdlib.h>

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "aisim.h"
+#include "rng.cdef.h"
 
 #define BUFFER_WORDS 64
 
@@ -163,6 +164,15 @@ int aisim_rng_seed_bytes(aisim_rng *r, const uint8_t *seed32, uint32_t rounds)
         r->key[i] = (uint32_t)seed32[4 * i] | (uint32_t)seed32[4 * i + 1] << 8 |
                     (uint32_t)seed32[4 * i + 2] << 16 | (uint32_t)seed32[4 * i + 3] << 24;
     reset(r, rounds);
+    return AISIM_OK;
+}
+
+int aisim_rng_copy(aisim_rng *dst, const aisim_rng *src)
+{
+    if (!dst || !src)
+        return AISIM_EINVAL;
+    if (dst != src)
+        *dst = *src;
     return AISIM_OK;
 }
 

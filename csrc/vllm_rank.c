@@ -42,6 +42,7 @@
 #include "aisim.h"
 #include "decode_run.cdef.h"
 #include "vllm_rank.cdef.h"
+#include "rng.cdef.h"
 
 /* (a destination between its reservation and its activation is RESERVED, a source held
  * until its release HELD: the role functions check that they get one) */
@@ -178,6 +179,12 @@ struct aisim_vllm_rank {
     aisim_rng *rng;
     const aisim_rng_view *rng_view;
     slot_list emit;
+    /* an MTP decode-only run's look-ahead (aisim_vllm_mtp_extend): the generator's copy and
+     * each emitter's length and tokens left */
+    aisim_rng *sim_rng;
+    const aisim_rng_view *sim_view;
+    int64_t *sim_len, *sim_left;
+    size_t sim_len_cap, sim_left_cap;
     /* forward-pass metrics (aisim_vllm_set_fpm) of the pass just formed */
     int fpm;
     int64_t *fpm_chunks, *fpm_contexts, *fpm_queued;
@@ -505,6 +512,10 @@ static void destroy(aisim_vllm_rank *r)
     free(r->emit.v);
     if (r->rng)
         aisim_rng_free(r->rng);
+    if (r->sim_rng)
+        aisim_rng_free(r->sim_rng);
+    free(r->sim_len);
+    free(r->sim_left);
     free(r);
 }
 
@@ -1423,14 +1434,16 @@ int aisim_vllm_set_mtp(aisim_vllm_rank *r, int32_t nextn, const uint64_t *limits
 
 /* One burst's accepted tokens (MtpBursts.draw, StdRng.accepted_tokens): draft i is accepted
  * when its rate is 1 (no draw) or one u64 is below its limit; the first refusal stops. */
-static int64_t mtp_draw(aisim_vllm_rank *r)
+static int64_t mtp_draw(const aisim_vllm_rank *r, aisim_rng *rng, const aisim_rng_view *view)
 {
     int64_t tokens = 1;
     size_t i;
+    if (!r->mtp_draws)
+        return 1;   /* a prefill-role copy: its one token, no draw */
     for (i = 0; i < r->n_rates; i++) {
         if (!r->mtp_always[i]) {
-            aisim_rng_next_u64(r->rng);
-            if (r->rng_view->last_u64 >= r->mtp_limit[i])
+            aisim_rng_next_u64(rng);
+            if (view->last_u64 >= r->mtp_limit[i])
                 break;
         }
         tokens++;
@@ -1521,7 +1534,7 @@ static int mtp_reserve(aisim_vllm_rank *r, int64_t P, int *preempted)
     for (i = 0; i < r->emit.len; i++) {
         int32_t s = r->emit.v[i];
         int64_t left = r->out_limit[s] - r->generated[s];
-        int64_t tokens = r->mtp_draws ? mtp_draw(r) : 1;
+        int64_t tokens = mtp_draw(r, r->rng, r->rng_view);
         int64_t burst = tokens < left ? tokens : left, length, more;
         r->burst[s] = burst;
         r->sampled[s] = tokens;
@@ -1538,6 +1551,66 @@ static int mtp_reserve(aisim_vllm_rank *r, int64_t P, int *preempted)
             TRY(commit_full_blocks(r, s, floordiv(length - 1, bs)));
         TRY(list_push(&r->ready, s));
     }
+    return AISIM_OK;
+}
+
+/* The decode steps of the pass formed: the bursts past a request's first token without prompt
+ * work, each counted as sampled (MtpBursts.decode_steps). */
+static void mtp_pass_steps(aisim_vllm_rank *r)
+{
+    size_t i;
+    r->view.pass_steps = r->view.pass_tokens = 0;
+    for (i = 0; i < r->emit.len; i++) {
+        int32_t s = r->emit.v[i];
+        if (r->generated[s] && r->chunk_isl[s] < 0) {
+            r->view.pass_steps++;
+            r->view.pass_tokens += r->sampled[s];
+        }
+    }
+}
+
+/* Whether the passes after the one just formed would only decode: every running request
+ * emits in it without finishing (so each next pass computes one known token of each, within
+ * the budget), and nothing waiting could start (the queue is empty or every seat taken: no
+ * request finishes, so none frees). The KV growth of each next pass is checked as it is
+ * drawn (aisim_vllm_mtp_extend). */
+static int mtp_decodes_on(const aisim_vllm_rank *r)
+{
+    size_t i;
+    if (!r->emit.len || r->emit.len != r->running.len || r->ready.len != r->emit.len ||
+        r->partial.len != r->running.len || (int64_t)r->emit.len > r->cfg.max_batched ||
+        (r->wait_len && (int64_t)r->running.len < r->cfg.max_seqs))
+        return 0;
+    for (i = 0; i < r->emit.len; i++) {
+        int32_t s = r->emit.v[i];
+        if (r->generated[s] + r->burst[s] >= r->out_limit[s])
+            return 0;
+    }
+    return 1;
+}
+
+/* Forms the next pass of an MTP decode-only run (as schedule would: each running request
+ * computes its one known token, the bursts are reserved, drawn and allocated) after its
+ * look-ahead found that it fits. */
+static int mtp_form_decode_pass(aisim_vllm_rank *r, int64_t P)
+{
+    aisim_vllm_view *v = &r->view;
+    size_t i;
+    int preempted = 0;
+    v->pf_count = v->pf_tokens = v->pf_isl = v->pf_prefix = 0;
+    r->ready.len = 0;
+    for (i = 0; i < r->partial.len; i++) {
+        int32_t s = r->partial.v[i];
+        int64_t tokens = r->prompt_len[s] + r->generated[s] - r->computed[s];
+        if (tokens != 1)
+            return AISIM_ECORRUPT;
+        TRY(run_chunk(r, s, tokens));
+        TRY(list_push(&r->ready, s));
+    }
+    TRY(mtp_reserve(r, P, &preempted));
+    if (preempted || v->pf_count || r->emit.len != r->partial.len)
+        return AISIM_ECORRUPT;   /* the look-ahead said it fits and only decodes */
+    mtp_pass_steps(r);
     return AISIM_OK;
 }
 
@@ -1650,20 +1723,17 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     active = v->sum_base + n * P;
     steps = 0;
     v->pass_tokens = 0;
+    v->mtp_plain = 0;
     if (r->mtp) {
-        /* every emitter pays decode time, a prompt just finished included; the decode steps
-         * are the bursts past a request's first token without prompt work, each counted as
-         * sampled (MtpBursts.decode_steps) */
+        /* every emitter pays decode time, a prompt just finished included */
         for (i = 0; i < r->emit.len; i++) {
             int32_t s = r->emit.v[i];
             n++;
             active += r->prompt_len[s] + r->generated[s];
-            if (r->generated[s] && r->chunk_isl[s] < 0) {
-                steps++;
-                v->pass_tokens += r->sampled[s];
-            }
         }
-        v->pass_steps = steps;
+        mtp_pass_steps(r);
+        v->mtp_plain = fast && !preempted && !admitted && !r->rejected.len && !v->pf_count &&
+                       mtp_decodes_on(r);
     } else {
         for (i = 0; i < r->ready.len; i++) {
             int32_t s = r->ready.v[i];
@@ -1782,6 +1852,75 @@ int aisim_vllm_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, doub
     ends[0] = end_ms;
     run->n_ends = 1;
     return aisim_decode_extend(r->decode_timing, run, ends, (size_t)max_passes);
+}
+
+int aisim_vllm_mtp_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms,
+                          double cutoff_ms, int64_t max_passes, double *ends, size_t cap)
+{
+    int64_t bs, P, P0, room, n;
+    size_t i, count;
+    double end = end_ms;
+    if (!r || !ends || max_passes < 1 || (uint64_t)max_passes > cap)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    ends[0] = end_ms;
+    if (!r->mtp || !r->view.mtp_plain || !r->decode_timing)
+        return 1;
+    bs = r->cfg.block_size;
+    count = r->emit.len;
+    n = (int64_t)count;
+    if (!r->sim_rng) {
+        if (aisim_rng_new(&r->sim_rng))
+            return AISIM_ENOMEM;
+        aisim_rng_view_of(r->sim_rng, &r->sim_view);
+    }
+    if (grow((void **)&r->sim_len, &r->sim_len_cap, count, sizeof *r->sim_len) ||
+        grow((void **)&r->sim_left, &r->sim_left_cap, count, sizeof *r->sim_left))
+        return AISIM_ENOMEM;
+    aisim_rng_copy(r->sim_rng, r->rng);
+    /* each emitter as the pass just formed leaves it */
+    for (i = 0; i < count; i++) {
+        int32_t s = r->emit.v[i];
+        r->sim_len[i] = r->prompt_len[s] + r->generated[s] + r->burst[s];
+        r->sim_left[i] = r->out_limit[s] - r->generated[s] - r->burst[s];
+    }
+    room = allocatable(r);
+    P0 = r->view.pass_index;
+    for (P = P0 + 1; P < P0 + max_passes; P++) {
+        int64_t need = 0, active = 0, grown = 0;
+        double decode;
+        int finishing = 0;
+        if (end >= horizon_ms)
+            break;
+        for (i = 0; i < count; i++) {
+            int64_t burst = r->max_burst < r->sim_left[i] ? r->max_burst : r->sim_left[i];
+            need += ceildiv(r->sim_len[i] + burst, bs) - ceildiv(r->sim_len[i], bs);
+            active += r->sim_len[i];
+        }
+        if (need > room)
+            break;   /* the reservation would preempt */
+        if (aisim_decode_timing_eval(r->decode_timing, n, active, &decode) != AISIM_OK)
+            break;   /* (a time only Python knows: the pass is formed there) */
+        if (end + decode > cutoff_ms)
+            break;
+        end += decode;
+        for (i = 0; i < count; i++) {
+            int64_t tokens = mtp_draw(r, r->sim_rng, r->sim_view);
+            int64_t burst = tokens < r->sim_left[i] ? tokens : r->sim_left[i];
+            grown += ceildiv(r->sim_len[i] + burst, bs) - ceildiv(r->sim_len[i], bs);
+            r->sim_len[i] += burst;
+            r->sim_left[i] -= burst;
+            finishing |= r->sim_left[i] == 0;
+        }
+        room -= grown;
+        ends[P - P0] = end;
+        if (finishing) {
+            P++;
+            break;
+        }
+    }
+    return (int)(P - P0);
 }
 
 /* Decode role (VllmDecodeRank._activations_decode_next and _open_activated): when the only
@@ -1947,8 +2086,24 @@ static int complete(aisim_vllm_rank *r, int64_t extra, int32_t report)
     TRY(grow((void **)&r->itl_diff, &r->itl_diff_cap, passes, sizeof *r->itl_diff));
     memset(r->itl_diff + r->n_itl_diff, 0, (passes - r->n_itl_diff) * sizeof *r->itl_diff);
     r->n_itl_diff = passes;
-    if (extra)
+    if (extra && r->mtp) {
+        /* an MTP decode-only run: each pass before the last completes and the next forms,
+         * as one event each would (aisim_vllm_mtp_extend's look-ahead drew the same bursts) */
+        int64_t k;
+        for (k = 0; k < extra; k++) {
+            size_t events = r->n_events;
+            P = v->pass_index;
+            TRY(mtp_stamp(r, P));
+            if (r->n_events != events)
+                return AISIM_ECORRUPT;   /* no request finishes before the run's last pass */
+            v->decode_steps += v->pass_steps;
+            v->decode_tokens += v->pass_tokens;
+            v->pass_index = P + 1;
+            TRY(mtp_form_decode_pass(r, P + 1));
+        }
+    } else if (extra) {
         TRY(complete_extension(r, extra));
+    }
     P = v->pass_index;
     v->pass_index = P + 1;
     /* a pass cut off by the run's time limit never completes: its prompt work is not counted */

@@ -123,6 +123,9 @@ typedef struct aisim_vllm_view {
      * and in the pass just formed */
     int64_t decode_tokens;
     int64_t pass_tokens;
+    /* MTP: the pass just formed only decodes, every running request emits without finishing,
+     * nothing could start: aisim_vllm_mtp_extend may lengthen it */
+    int32_t mtp_plain;
 } aisim_vllm_view;
 
 /* The pool is borrowed: the caller keeps it alive for the rank's lifetime
@@ -232,5 +235,14 @@ int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_
 enum { AISIM_VLLM_MAX_NEXTN = 5 };
 int aisim_vllm_set_mtp(aisim_vllm_rank *r, int32_t nextn, const uint64_t *limits,
                        const int32_t *always, uint64_t seed, int32_t draws);
+/* MTP: the decode-only passes after the pass just formed (with view.mtp_plain), as the rank
+ * would form and complete them one by one: each pass's bursts are drawn ahead from a copy of
+ * the generator, its decode time evaluated here; the run stops before a pass that would
+ * preempt, starts at or after horizon_ms, ends after cutoff_ms or has no decode time known
+ * here, and after a pass in which a request emits its last token. Writes the end times
+ * (ends[0] = end_ms) and returns how many (1: no extension); nothing changes until
+ * aisim_vllm_complete(extra_passes) replays the first extra_passes of them. max_passes <= cap. */
+int aisim_vllm_mtp_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms,
+                          double cutoff_ms, int64_t max_passes, double *ends, size_t cap);
 /* Forward-pass metrics of each pass formed from now on (off at creation). */
 int aisim_vllm_set_fpm(aisim_vllm_rank *r, int32_t on);

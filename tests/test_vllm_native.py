@@ -207,7 +207,11 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
     nxt = 0
     t = 0.0
     started = time.process_time()
-    for _ in range(max_passes):
+    # max_passes passes at most, however many events they take (a rank extends its pass
+    # into a run of them)
+    for _ in range(4 * max_passes):
+        if len(rank.pass_ends) >= max_passes:
+            break
         while nxt < len(requests) and requests[nxt].arrival_ms <= t:
             if observer is not None and index:   # a kv_index router asks before placing
                 seen.append(rank.indexed_prefix(requests[nxt].prompt.block_hashes(
@@ -223,7 +227,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
             t = arrival
             continue
         horizon = math.inf if truncating else arrival
-        end = rank.extend(horizon, 1e12, run_passes)
+        end = rank.extend(horizon, 1e12, min(run_passes, max_passes - len(rank.pass_ends)))
         # requests arriving while the pass is in flight join the queue then
         while nxt < len(requests) and requests[nxt].arrival_ms < end:
             if observer is not None and index:
@@ -279,10 +283,19 @@ def assert_same(seed, n_requests, mtp=False):
     fpm_rows = rng.random() < 0.4
     expected, _ = drive(VllmRank, engine, timer_seed, stream, truncating, run_passes=run_passes,
                         gauges=gauges, observer=observer, fpm_rows=fpm_rows)
+    if mtp:
+        # the Python rank runs every MTP pass as its own event, the C rank its decode-only
+        # passes as one (NativeVllmMtpRank.extend): event by event with runs of one pass,
+        # then the same passes, records and state with its runs (fewer events: no trace)
+        single, _ = drive(NativeVllmRank, engine, timer_seed, stream, truncating,
+                          run_passes=1, gauges=gauges, observer=observer, fpm_rows=fpm_rows)
+        for key in expected:
+            assert single[key] == expected[key], (seed, key, engine)
     got, _ = drive(NativeVllmRank, engine, timer_seed, stream, truncating,
                    run_passes=run_passes, gauges=gauges, observer=observer, fpm_rows=fpm_rows)
     for key in expected:
-        assert got[key] == expected[key], (seed, key, engine)
+        if not (mtp and key in ("trace", "gauges")):
+            assert got[key] == expected[key], (seed, key, engine)
     return expected
 
 

@@ -786,6 +786,27 @@ class NativeVllmRank(RankBase):
 
 
 class NativeVllmMtpRank(NativeVllmRank):
-    """An aggregated C rank with MTP bursts (aic_nextn): every pass its own event (each pass's
-    bursts are sampled as it forms); ``NativeVllmRank(engine, ...)`` makes one for an MTP
-    engine."""
+    """An aggregated C rank with MTP bursts (aic_nextn); ``NativeVllmRank(engine, ...)`` makes
+    one for an MTP engine.
+
+    Its decode-only passes run as one event too: while every running request emits without
+    finishing and nothing waiting could start, C draws the next passes' bursts ahead from a
+    copy of the rank's generator and evaluates their decode times (``aisim_vllm_mtp_extend``);
+    ``complete`` replays the passes the run kept (a truncated run keeps fewer) exactly as one
+    event each would form and complete them. The Python rank (VllmRank with engine/mtp.py)
+    runs every pass as its own event: the differential tests check that both give the same
+    passes and records."""
+
+    def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
+        # (a watched rank reports every pass: its own event)
+        if not self._view.mtp_plain or self.watched or self.pass_end_ms >= horizon_ms:
+            return self.pass_end_ms
+        buffer = _scratch().ends
+        n = _lib.aisim_vllm_mtp_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
+                                       min(max_passes, MAX_PASSES), buffer, MAX_PASSES)
+        if n > 1:
+            self._macro_ends = native.c_array("d", buffer, n)
+            self.pass_end_ms = self._macro_ends[-1]
+        elif n < 0:
+            raise native.status_error(n, "aisim_vllm_mtp_extend")
+        return self.pass_end_ms

@@ -62,7 +62,13 @@ class ClusterPool:
         return hit, total, preempted
 
     def decode_steps(self):
-        return sum(rank.decode_steps for rank in self.all_ranks)
+        """(decode steps, the tokens they emitted) summed over every rank ever: more tokens
+        than steps with MTP bursts (a rank without the second counter emits one a step)."""
+        steps = tokens = 0
+        for rank in self.all_ranks:
+            steps += rank.decode_steps
+            tokens += getattr(rank, "decode_tokens", rank.decode_steps)
+        return steps, tokens
 
 
 class Cluster:

@@ -1,22 +1,31 @@
 """Traffic over a window of virtual time: what telemetry samples and scaling snapshots report.
 
 A window counts arrivals, completed requests (their prompt and output lengths, TTFT and average
-ITL), router KV hit rates (counted when a request is placed) and decode steps (tokens after
-each request's first, read from the ranks' cumulative counters). ``take_*`` closes the window
-at t and opens the next one there.
+ITL), router KV hit rates (counted when a request is placed) and decode steps (the decode
+forwards, read from the ranks' cumulative counters) with the tokens they emitted:
+``avg_accept_length`` is tokens / steps over the window (above 1 with MTP bursts).
+``take_*`` closes the window at t and opens the next one there.
 """
 
 from __future__ import annotations
 
 
+def _decode_counts(decode):
+    """(steps, tokens) of a cumulative decode count: a pool's pair (PoolState.decode_steps),
+    or a number of steps that emitted one token each."""
+    if isinstance(decode, tuple):
+        return decode
+    return decode, decode
+
+
 class TrafficWindow:
     __slots__ = ("start_ms", "arrivals", "completed", "isl", "osl", "ttft", "ttft_n", "itl",
-                 "itl_n", "hit", "hit_n", "steps_mark")
+                 "itl_n", "hit", "hit_n", "steps_mark", "tokens_mark")
 
     def __init__(self, start_ms=0.0):
         self._open(start_ms, 0)
 
-    def _open(self, start_ms, steps_mark):
+    def _open(self, start_ms, decode):
         self.start_ms = start_ms
         self.arrivals = 0
         self.completed = 0
@@ -27,7 +36,8 @@ class TrafficWindow:
         self.itl_n = 0
         self.hit = 0.0
         self.hit_n = 0
-        self.steps_mark = steps_mark     # the ranks' cumulative decode steps at the start
+        # the ranks' cumulative decode steps and their tokens at the start
+        self.steps_mark, self.tokens_mark = _decode_counts(decode)
 
     # ------------------------------------------------------------------ feeds
     def arrival(self):
@@ -53,8 +63,10 @@ class TrafficWindow:
                 self.itl_n += 1
 
     # ------------------------------------------------------------------ closing
-    def _common(self, t, decode_steps):
-        steps = decode_steps - self.steps_mark
+    def _common(self, t, decode):
+        steps, tokens = _decode_counts(decode)
+        steps -= self.steps_mark
+        tokens -= self.tokens_mark
         n = self.completed
         values = {
             "duration_s": (t - self.start_ms) / 1000.0,
@@ -63,7 +75,7 @@ class TrafficWindow:
             "avg_ttft_ms": self.ttft / self.ttft_n if self.ttft_n else 0.0,
             "avg_itl_ms": self.itl / self.itl_n if self.itl_n else 0.0,
             "avg_hit": self.hit / self.hit_n if self.hit_n else 0.0,
-            "accept": 1.0 if steps > 0 else None,
+            "accept": tokens / steps if steps > 0 else None,
             "steps": steps,
         }
         return values

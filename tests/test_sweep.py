@@ -374,3 +374,58 @@ def test_cli_set_overrides_every_point(tmp_path, capsys):
                for r in rows)
     assert main(["sweep", str(path), "--quiet", "--set", "spec..x=1"]) == 2
     assert capsys.readouterr().err.startswith("aisimulate: error: --set spec..x=1: cannot read the path")
+
+
+def test_bisect_on_a_deployment_axis_searches_each_shape_family(tmp_path):
+    """Bisect over shapes: one search per family (agg tp1, agg tp2, a disaggregated prefill
+    pool over a fixed decode pool), along its worker count; the answer is the grid's."""
+    base = json.loads((ROOT / "tests/fixtures/payloads/disagg_transfer_full_prompt.json").read_text())
+    shapes = {"max_gpus": 10, "aggregated": {"tp": [1, 2], "workers": {"from": 1, "to": 8}},
+              "disaggregated": {"prefill_workers": {"from": 1, "to": 6}, "decode_workers": [1]}}
+    fields = {"base": base, "set": {"spec.sla.ttft_ms": 1000.0},
+              "axes": {"deployment": shapes}, "goal": {"kind": "min_gpus", "min_good_fraction": 0.9}}
+    (tmp_path / "grid.json").write_text(json.dumps(fields))
+    (tmp_path / "bisect.json").write_text(json.dumps({**fields, "search": {"policy": "bisect",
+                                                                           "axis": "deployment"}}))
+    spec = load_sweep(tmp_path / "grid.json")
+    names = [s.name for s in spec.axes[0].values]
+    assert names == [*(f"agg:{w}" for w in range(1, 9)), *(f"agg:{w}xtp2" for w in range(1, 6)),
+                     *(f"disagg:{p}+1" for p in range(1, 7))]  # max_gpus drops agg:6xtp2 ...
+    assert {s.family for s in spec.axes[0].values} == {"agg tp1", "agg tp2", "disagg Pxtp1+1xtp1"}
+    grid = sweep(spec, 2)
+    fractions = {r["overrides"]["deployment"]: r["good_fraction"] for r in grid.rows}
+    families = {"agg tp1": [f"agg:{w}" for w in range(1, 9)],
+                "agg tp2": [f"agg:{w}xtp2" for w in range(1, 6)],
+                "disagg Pxtp1+1xtp1": [f"disagg:{p}+1" for p in range(1, 7)]}
+    expected = {family: next((n for n in members if fractions[n] >= 0.9), None)
+                for family, members in families.items()}
+    assert len(set(expected.values()) - {None}) >= 2, fractions  # the goal cuts the families
+
+    bisect = sweep(load_sweep(tmp_path / "bisect.json"), 2)
+    found = {m["others"]["family"]: m["minimum"] for m in bisect.details["bisect"]["minima"]}
+    assert found == expected
+    assert bisect.chosen["overrides"] == grid.chosen["overrides"]
+    assert len(bisect.rows) < len(grid.rows)
+
+    # the goal plot runs along GPUs, one line per family, the chosen point on it
+    from aisimulate_core.sweep.runner import family_points
+    from aisimulate_core.viz import plot_goal_vs_axis
+
+    points = family_points(bisect.spec, bisect.rows)
+    chosen = next(p for p, r in zip(points, bisect.rows) if r is bisect.chosen)
+    series = plot_goal_vs_axis(points, "gpus", "good_fraction", 0.9, chosen,
+                               tmp_path / "g.png").series
+    assert {line["label"] for line in series["lines"]} == {f"family={f}" for f in families}
+    assert series["chosen"] == {"x": bisect.chosen["gpus"], "y": bisect.chosen["good_fraction"]}
+    assert (bisect.spec.output / "goal.png").stat().st_size > 10_000
+
+
+def test_disaggregated_generator_needs_one_kind_of_counts(tmp_path):
+    path = sweep_file(tmp_path, axes={"deployment": {"disaggregated": {
+        "ratios": ["1:1"], "prefill_workers": [1], "decode_workers": [1]}, "max_gpus": 0}})
+    with pytest.raises(SweepError) as error:
+        load_sweep(path)
+    assert str(error.value).splitlines() == [
+        f"{path}: $.axes[\"deployment\"].disaggregated: takes ratios and scale, or prefill_workers "
+        "and decode_workers, not both",
+        f"{path}: $.axes[\"deployment\"].max_gpus: must be a positive integer, got 0"]

@@ -246,6 +246,7 @@ def format_result(result) -> str:
         for found in result.details["bisect"]["minima"]:
             others = ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in found["others"].items())
             lines.append(f"bisect: smallest feasible {_short(result.details['bisect']['axis'])}"
-                         f"{' for ' + others if others else ''}: {_fmt(found['minimum'])}")
+                         f"{' for ' + others if others else ''}: "
+                         f"{'none' if found['minimum'] is None else _fmt(found['minimum'])}")
     lines.append("wrote " + ", ".join(escape_controls(str(p)) for p in result.files.values()))
     return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ from aisimulate_core.sweep.ledger import Ledger, write_csv, write_json
 from aisimulate_core.sweep.point import (TraceDigests, payload_hash, point_document,
                                          point_overrides)
 from aisimulate_core.sweep.search import POLICIES
-from aisimulate_core.sweep.spec import SweepSpec
+from aisimulate_core.sweep.spec import DEPLOYMENT, SweepSpec
 
 
 @attrs.define
@@ -242,6 +242,22 @@ def plot_axis(spec: SweepSpec) -> str:
     return spec.axes[0].name
 
 
+def family_points(spec: SweepSpec, rows: list) -> list[dict]:
+    """The rows as the goal plot takes them when it runs along GPUs: each point's deployment
+    shape replaced by its family (``agg tp4``), so that a family is one line."""
+    shapes = {shape.name: shape for axis in spec.axes if axis.is_deployment for shape in axis.values}
+    points = []
+    for row in rows:
+        overrides = {}
+        for key, label in row["overrides"].items():
+            if key == DEPLOYMENT and label in shapes:
+                overrides["family"] = shapes[label].family
+            else:
+                overrides[key] = label
+        points.append({**row, "overrides": overrides})
+    return points
+
+
 def write_plots(spec: SweepSpec, rows: list, chosen: dict | None, front: list,
                 on_warning: Callable[[str], None] | None) -> dict[str, Path]:
     """The goal against the swept axis (the share of requests within SLA, with the goal's
@@ -262,8 +278,12 @@ def write_plots(spec: SweepSpec, rows: list, chosen: dict | None, front: list,
                       else goal_metric(goal) or goal.metrics[0])
             if metric:
                 path = spec.output / "goal.png"
-                plot_goal_vs_axis(rows, plot_axis(spec), metric, goal.min_good_fraction,
-                                  chosen, path)
+                axis, points, chosen_point = plot_axis(spec), rows, chosen
+                if axis == DEPLOYMENT:  # against GPUs, one line per shape family
+                    axis, points = "gpus", family_points(spec, rows)
+                    chosen_point = next((p for p, row in zip(points, rows) if row is chosen), None)
+                plot_goal_vs_axis(points, axis, metric, goal.min_good_fraction,
+                                  chosen_point, path)
                 files["goal_plot"] = path
     except AisimError as error:
         if on_warning is not None:

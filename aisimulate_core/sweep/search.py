@@ -30,44 +30,60 @@ def _probes(lo: int, hi: int, count: int) -> list[int]:
                    for j in range(1, count + 1)})
 
 
+def _bisect_lines(spec, at: int) -> list[tuple[dict, list[tuple]]]:
+    """The lines bisect searches, each ``({other axis: label}, [grid points in the axis's
+    order])``: one per combination of the other axes; on a deployment axis, one per shape
+    family and combination, its shapes in order of scale."""
+    axis = spec.axes[at]
+    rest = [(j, a) for j, a in enumerate(spec.axes) if j != at]
+    if axis.is_deployment:
+        families: dict[str, list[int]] = {}
+        for i, shape in enumerate(axis.values):
+            families.setdefault(shape.family, []).append(i)
+        runs = [(name, sorted(indices, key=lambda i: axis.values[i].scale))
+                for name, indices in families.items()]
+    else:
+        runs = [(None, list(range(len(axis.values))))]
+    lines = []
+    for group in itertools.product(*(range(len(a.values)) for _, a in rest)):
+        others = {a.name: a.label(i) for (_, a), i in zip(rest, group)}
+        for family, indices in runs:
+            named = others if family is None else {"family": family, **others}
+            lines.append((named, [(*group[:at], i, *group[at:]) for i in indices]))
+    return lines
+
+
 def run_bisect(sweep) -> dict[str, Any]:
-    """For each combination of the other axes, the smallest value of the axis whose point is
-    feasible, assuming feasibility never falls as the axis grows (a failed point counts as
-    infeasible). Each round probes every open interval at once, several probes per interval
-    when there are more jobs than intervals (a k-ary search)."""
+    """For each combination of the other axes (and, on a deployment axis, each shape family),
+    the smallest value of the axis whose point is feasible, assuming feasibility never falls
+    as the axis grows (a failed point counts as infeasible). Each round probes every open
+    interval at once, several probes per interval when there are more jobs than intervals (a
+    k-ary search)."""
     spec = sweep.spec
     at = [axis.name for axis in spec.axes].index(spec.search.axis)
-    n = len(spec.axes[at].values)
-    others = [range(len(axis.values)) for i, axis in enumerate(spec.axes) if i != at]
-    groups = list(itertools.product(*others))
-    bounds = {group: [-1, n] for group in groups}  # (largest infeasible, smallest feasible)
-
-    def point(group: tuple, index: int) -> tuple:
-        return (*group[:at], index, *group[at:])
-
-    sweep.expected = len(groups) * max(1, math.ceil(math.log2(n + 1)))
+    lines = _bisect_lines(spec, at)
+    bounds = [[-1, len(points)] for _, points in lines]  # (largest infeasible, smallest feasible)
+    sweep.expected = sum(max(1, math.ceil(math.log2(len(points) + 1))) for _, points in lines)
     while True:
-        open_groups = [g for g in groups if bounds[g][1] - bounds[g][0] > 1]
-        if not open_groups:
+        open_lines = [n for n, (lo, hi) in enumerate(bounds) if hi - lo > 1]
+        if not open_lines:
             break
-        per_group = max(1, sweep.jobs // len(open_groups))
-        probes = {g: _probes(*bounds[g], per_group) for g in open_groups}
-        batch = [point(g, i) for g in open_groups for i in probes[g]]
+        per_line = max(1, sweep.jobs // len(open_lines))
+        probes = {n: _probes(*bounds[n], per_line) for n in open_lines}
+        batch = [lines[n][1][i] for n in open_lines for i in probes[n]]
         rows = dict(zip(batch, sweep.evaluate(batch)))
-        for g in open_groups:
-            lo, hi = bounds[g]
-            good = [i for i in probes[g] if feasible(rows[point(g, i)], spec.goal)]
+        for n in open_lines:
+            lo, hi = bounds[n]
+            good = [i for i in probes[n] if feasible(rows[lines[n][1][i]], spec.goal)]
             hi = min([hi, *good])
-            lo = max([lo, *(i for i in probes[g] if i < hi and i not in good)])
-            bounds[g] = [lo, hi]
+            lo = max([lo, *(i for i in probes[n] if i < hi and i not in good)])
+            bounds[n] = [lo, hi]
+        # the count shown with the progress line: what is done and what bisection still needs
+        sweep.expected = sweep.progress.done + sum(
+            math.ceil(math.log2(hi - lo)) for lo, hi in bounds if hi - lo > 1)
     axis = spec.axes[at]
-    minima = []
-    for g in groups:
-        hi = bounds[g][1]
-        others_named = {a.name: a.label(i) for a, i in
-                        zip([a for j, a in enumerate(spec.axes) if j != at], g)}
-        minima.append({"others": others_named,
-                       "minimum": axis.label(hi) if hi < n else None})
+    minima = [{"others": others, "minimum": axis.label(points[hi][at]) if hi < len(points) else None}
+              for (others, points), (_, hi) in zip(lines, bounds)]
     return {"bisect": {"axis": axis.name, "minima": minima}}
 
 

@@ -40,6 +40,32 @@ class Shape:
     name: str
     kind: str  # "aggregated" | "disaggregated"
     pools: tuple  # ((workers, tp, dp),) or ((P, tp, dp), (D, tp, dp))
+    # a generator's prefill_workers x decode_workers shape: prefill workers over a fixed decode pool
+    grows_prefill: bool = False
+
+    @property
+    def scale(self) -> int:
+        """Where this shape stands in its family: the workers of an aggregated shape, the
+        prefill workers of a ``prefill_workers`` shape, else gcd(P, D)."""
+        if self.grows_prefill:
+            return self.pools[0][0]
+        return math.gcd(*(pool[0] for pool in self.pools))
+
+    @property
+    def family(self) -> str:
+        """The shapes that differ from this one only in scale: ``agg tp4``, ``disagg 3:1
+        tp4+tp1`` (P:D reduced), ``disagg Pxtp4+1xtp2`` (a fixed decode pool). Within a family,
+        more workers never serve fewer requests within SLA, which bisect on a deployment axis
+        relies on."""
+        def sizes(tp, dp):
+            return f"tp{tp}" + (f"xdp{dp}" if dp != 1 else "")
+        if self.kind == "aggregated":
+            return "agg " + sizes(*self.pools[0][1:])
+        (p, ptp, pdp), (d, dtp, ddp) = self.pools
+        if self.grows_prefill:
+            return f"disagg Px{sizes(ptp, pdp)}+{d}x{sizes(dtp, ddp)}"
+        k = self.scale
+        return f"disagg {p // k}:{d // k} {sizes(ptp, pdp)}+{sizes(dtp, ddp)}"
 
 
 @attrs.frozen
@@ -332,7 +358,8 @@ def _ratio(text: Any) -> tuple[int, int] | None:
 
 def _shapes(spec: Any, where: str, problems: _Problems) -> list[Shape]:
     """A list of shapes, or generators: ``{"aggregated": {"workers", "tp", "dp"},
-    "disaggregated": {"ratios": ["1:2"], "scale": [1, 2], "tp" | "prefill_tp"/"decode_tp",
+    "disaggregated": {"ratios": ["1:2"], "scale": [1, 2] | "prefill_workers": [1, 2],
+    "decode_workers": [1], "tp" | "prefill_tp"/"decode_tp",
     "dp" | "prefill_dp"/"decode_dp"}}``."""
     shapes: list[Shape] = []
     if type(spec) is list and spec:
@@ -345,10 +372,15 @@ def _shapes(spec: Any, where: str, problems: _Problems) -> list[Shape]:
             else:
                 shapes.append(shape)
         return shapes
-    if type(spec) is not dict or not spec or not set(spec) <= {"aggregated", "disaggregated"}:
+    if type(spec) is not dict or not set(spec) - {"max_gpus"} or \
+            not set(spec) <= {"aggregated", "disaggregated", "max_gpus"}:
         problems.add(where, "must be a list of shapes or an object with 'aggregated' and/or "
-                     "'disaggregated' generators", spec)
+                     "'disaggregated' generators (and 'max_gpus')", spec)
         return shapes
+    budget = spec.get("max_gpus")
+    if budget is not None and not (_is_int(budget) and budget > 0):
+        problems.add(f"{where}.max_gpus", "must be a positive integer", budget)
+        budget = None
     agg = spec.get("aggregated")
     if agg is not None:
         at = f"{where}.aggregated"
@@ -364,16 +396,28 @@ def _shapes(spec: Any, where: str, problems: _Problems) -> list[Shape]:
     dis = spec.get("disaggregated")
     if dis is not None:
         at = f"{where}.disaggregated"
-        keys = {"ratios", "scale", "tp", "dp", "prefill_tp", "decode_tp", "prefill_dp", "decode_dp"}
+        keys = {"ratios", "scale", "prefill_workers", "decode_workers", "tp", "dp", "prefill_tp",
+                "decode_tp", "prefill_dp", "decode_dp"}
         if type(dis) is not dict or not set(dis) <= keys:
             problems.add(at, f"must be an object with {', '.join(sorted(keys))}", dis)
             return shapes
-        ratios = dis.get("ratios")
-        parsed = [_ratio(r) for r in ratios] if type(ratios) is list and ratios else [None]
-        if None in parsed:
-            problems.add(f"{at}.ratios", "must list prefill:decode ratios such as '1:2'", ratios)
+        counts = "prefill_workers" in dis or "decode_workers" in dis
+        if counts and ("ratios" in dis or "scale" in dis):
+            problems.add(at, "takes ratios and scale, or prefill_workers and decode_workers, "
+                         "not both")
             return shapes
-        scales = _ints(dis.get("scale"), f"{at}.scale", problems, [1])
+        if counts:  # every P x D pair; bisect grows P over each decode pool
+            prefill = _ints(dis.get("prefill_workers"), f"{at}.prefill_workers", problems)
+            parsed = [(p, d) for d in _ints(dis.get("decode_workers"), f"{at}.decode_workers", problems)
+                      for p in prefill]
+            scales = [1]
+        else:
+            ratios = dis.get("ratios")
+            parsed = [_ratio(r) for r in ratios] if type(ratios) is list and ratios else [None]
+            if None in parsed:
+                problems.add(f"{at}.ratios", "must list prefill:decode ratios such as '1:2'", ratios)
+                return shapes
+            scales = _ints(dis.get("scale"), f"{at}.scale", problems, [1])
         both_tp = _ints(dis.get("tp"), f"{at}.tp", problems, [1])
         both_dp = _ints(dis.get("dp"), f"{at}.dp", problems, [1])
         ptp = _ints(dis.get("prefill_tp"), f"{at}.prefill_tp", problems, both_tp)
@@ -386,10 +430,17 @@ def _shapes(spec: Any, where: str, problems: _Problems) -> list[Shape]:
             if (tied and pt != dt) or (tied_dp and pd != dd):
                 continue
             pools = ((p * k, pt, pd), (d * k, dt, dd))
-            shapes.append(Shape(shape_name("disaggregated", pools), "disaggregated", pools))
+            shapes.append(Shape(shape_name("disaggregated", pools), "disaggregated", pools, counts))
+    if budget is not None:  # the shapes that fit in max_gpus
+        shapes = [shape for shape in shapes if shape_gpus(shape) <= budget]
     if not shapes and not problems.lines:
         problems.add(where, "generates no shape", spec)
     return shapes
+
+
+def shape_gpus(shape: Shape) -> int:
+    """GPUs of a shape: workers x tp x dp over its pools."""
+    return sum(workers * tp * dp for workers, tp, dp in shape.pools)
 
 
 # -- goal and search -----------------------------------------------------------------------
@@ -448,7 +499,9 @@ def _search(search: Any, axes: list[Axis], goal: Goal, problems: _Problems) -> S
             problems.add("$.search.axis", f"bisect needs one of the axes ({', '.join(names)})", axis)
         else:
             values = axes[names.index(axis)].values
-            if not all(_is_number(v) for v in values) or list(values) != sorted(values):
+            if axis == DEPLOYMENT:
+                pass  # bisected per shape family (agg tp4, disagg 3:1 tp4+tp1, ...) by scale
+            elif not all(_is_number(v) for v in values) or list(values) != sorted(values):
                 problems.add("$.search.axis", "bisect needs an axis of increasing numbers "
                              "(feasibility must not fall as it grows)", axis)
         if goal.kind == "pareto":

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 
+from .decode_run import MAX_PASSES
 from .request import RUNNING, WAITING
 from .sglang import SglangRank
 from .sglang_kv import stamp
@@ -92,7 +93,6 @@ class SglangPrefillRank(_BetweenPasses, SglangRank):
 
 class SglangDecodeRank(_BetweenPasses, SglangRank):
     charges_prefill = False
-    extension = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -264,6 +264,30 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
 
     def _may_prefill(self):
         return not self.prebuilt and not self.pending
+
+    # ------------------------------------------------------------------ decode-only runs
+    def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
+        """SglangRank.extend, kept to one pass when its end is one the handoff needs: a
+        pending head not yet tried in this capacity generation (its retry there may reserve
+        it), or a prebuilt request with a slot free (the next pass start promotes it). Within
+        a run nothing moves the generation before its last pass (no completion, retraction or
+        activation: the runtime cuts the run at an activation's or a cancellation's pass end,
+        at an accept, and at the pass in flight when a transfer into this rank completes)."""
+        pending = self.pending
+        if pending and pending[0].last_attempt != self.generation:
+            return self.pass_end_ms
+        if self.prebuilt and len(self.running) < self.max_running:
+            return self.pass_end_ms
+        return super().extend(horizon_ms, cutoff_ms, max_passes)
+
+    def _head_cost(self):
+        # a queue shut by a waiting destination admits nothing while the run lasts (the
+        # destination stays pending and the prebuilt ones wait for a slot until it ends)
+        return super()._head_cost() if self._may_prefill() else None
+
+    def _eviction_unseen(self):
+        # ... so no pass of the run prices the queue's head either
+        return not self._may_prefill() or super()._eviction_unseen()
 
     def _stalled(self):
         if self.holds or self.pending or self.prebuilt:

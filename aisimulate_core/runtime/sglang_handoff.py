@@ -28,6 +28,17 @@ class SglangDisaggregatedSimulation(DisaggregatedSimulation):
         # arrival (those taking no time are activated in the order their sources were held)
         return handoff.request.uuid
 
+    def _start_transfer(self, handoff, t):
+        super()._start_transfer(handoff, t)
+        # the source is held at a prefill pass end, while the destination's worker may run
+        # decode-only passes as one event: its activation needs the end of the pass in flight
+        # when the transfer completes (the run's horizon when it started)
+        key = handoff.decode_key
+        if key in self._extended:
+            inbound = self._inbound.get(key)
+            if inbound:
+                self._cut(key, inbound[0])
+
     def _reserved(self, got, t):
         copy, missing_tokens = got
         handoff = copy.handoff

@@ -1,0 +1,107 @@
+"""The SGLang decode role's decode-only runs in the disaggregated loop (``SglangDecodeRank.extend``
+with the destination-first handoff of runtime/sglang_handoff.py): one event for the decode
+passes after a pass, exactly as if each were its own event.
+
+The differential test runs seeded random SGLang P/D deployments twice, with the decode role's
+extension on and switched off (``SglangRank.extension``), and asserts the same events,
+per-request records and summary, and the same pass history and radix tree on every rank
+(tests/test_sglang_extension.py's ``_outcome``). The deployments keep destinations pending
+(tight decode pools, few slots), transfers in flight across runs (slow links, both timing
+modes), retracted requests behind waiting destinations and prebuilt requests waiting for a
+slot; the test also checks that runs were extended and cut short.
+"""
+
+from __future__ import annotations
+
+import random
+
+from aisimulate_core.engine.sglang import SglangRank
+from aisimulate_core.engine.sglang_roles import SglangDecodeRank
+from test_sglang_extension import _outcome
+
+SEEDS = range(60)
+
+
+def _rank(rng, blocks, page):
+    rank = {"backend": "sglang", "block_size": page, "num_gpu_blocks": blocks,
+            "max_num_seqs": rng.choice((2, 4, 64, 64)),
+            "enable_prefix_caching": rng.random() < 0.8,
+            "timing_model": rng.choice((
+                {"type": "polynomial"},
+                {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 5.0},
+                {"type": "fixed", "prefill_ms": 3.0, "decode_ms": 0.7})),
+            "sglang": {"schedule_policy": rng.choice(("fifo", "fifo", "lpm")),
+                       "clip_max_new_tokens": rng.choice((3, 20, 4096))}}
+    if rng.random() < 0.2:
+        rank["prefill_decode_interval"] = rng.choice((1, 3))
+    return rank
+
+
+def _payload(seed):
+    rng = random.Random(seed)
+    page = rng.choice((1, 4, 16))
+    groups = [[rng.randrange(1, 900) for _ in range(120)] for _ in range(3)]
+    requests = []
+    t = 0.0
+    longest = 0
+    for i in range(rng.randint(10, 40)):
+        t += rng.choice((0.0, 1.0, 4.0, 13.0, 60.0))
+        isl = rng.randint(4, 120)
+        tokens = list(rng.choice(groups)[:isl]) if rng.random() < 0.7 else []
+        while len(tokens) < isl:
+            tokens.append(rng.randrange(1000, 60000))
+        out = rng.choice((1, 2, 9, 30, 90, 200))
+        longest = max(longest, isl + out)
+        requests.append({"id": f"r{i}", "arrival_time_ms": t, "input_tokens": isl,
+                         "input_token_ids": tokens, "output_tokens": out})
+    pages = -(-longest // page) + 2
+    decode = _rank(rng, pages * rng.choice((1, 2, 4, 30)), page)
+    prefill = _rank(rng, 16384 // page, page)
+    if rng.random() < 0.8:
+        link = {"kv_transfer_bandwidth": rng.choice((0.05, 0.5, 4.0)),
+                "kv_transfer_bytes_per_token": 100000,
+                "kv_transfer_timing_mode": rng.choice(("full_prompt", "destination_missing"))}
+        prefill.update(link)
+        decode.update(link)
+    return {"version": 1,
+            "topology": {"kind": "disaggregated",
+                         "prefill": {"initial_workers": rng.choice((1, 2))},
+                         "decode": {"initial_workers": rng.choice((1, 1, 2))}},
+            "engine": {"dp_size": 1, "tensor_parallel_size": 1, "rank": decode,
+                       "prefill": {"dp_size": 1, "tensor_parallel_size": 1, "rank": prefill},
+                       "decode": {"dp_size": 1, "tensor_parallel_size": 1, "rank": decode}},
+            "adapters": {"placement": {"provider": "round_robin"},
+                         "scaling": {"provider": "none"}},
+            "record_per_request": True, "requests": requests}
+
+
+def test_decode_role_runs_match_single_passes(monkeypatch):
+    monkeypatch.setenv("AISIMULATE_CHECK", "1")     # KV conserved at every visited time
+    counts = {"extra": 0, "cut": 0}
+    extend, truncate = SglangDecodeRank.extend, SglangRank.truncate
+
+    def counting_extend(rank, *args, **kwargs):
+        end = extend(rank, *args, **kwargs)
+        if rank._macro_ends is not None:
+            counts["extra"] += len(rank._macro_ends) - 1
+        return end
+
+    def counting_truncate(rank, arrival_ms, started=False):
+        before = rank.pass_end_ms
+        end = truncate(rank, arrival_ms, started)
+        if isinstance(rank, SglangDecodeRank):
+            counts["cut"] += end < before
+        return end
+
+    monkeypatch.setattr(SglangDecodeRank, "extend", counting_extend)
+    monkeypatch.setattr(SglangRank, "truncate", counting_truncate)
+    for seed in SEEDS:
+        payload = _payload(seed)
+        extended = _outcome(payload)
+        monkeypatch.setattr(SglangDecodeRank, "extension", False)
+        single = _outcome(payload)
+        monkeypatch.delattr(SglangDecodeRank, "extension")
+        assert extended == single, f"seed {seed}"
+    # the decode roles' runs were extended, and some were cut short (an accept, a transfer)
+    assert counts["extra"] > 20_000
+    assert counts["cut"] > 200

@@ -140,8 +140,14 @@ def test_the_c_loop_takes_the_plain_case_and_declines_others(monkeypatch):
     payload["spec"]["record_per_request"] = True
     sim = build_simulation(load_payload(json.dumps(payload)))
     assert plain_native.eligible(sim, sim.max_sim_time_ms) == "records kept"
-    monkeypatch.setattr(plain_native, "ENABLED", False)
     payload["spec"]["record_per_request"] = False
+    # a pass of 5 * 10^12 ms: Python rounds it with its integers, C could not
+    payload["spec"]["engine"]["rank"]["timing_model"] = {"type": "fixed", "prefill_ms": 5e12,
+                                                         "decode_ms": 1.0}
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    assert plain_native.eligible(sim, sim.max_sim_time_ms) == \
+        "pass times the C loop cannot round as Python does"
+    monkeypatch.setattr(plain_native, "ENABLED", False)
     sim = build_simulation(load_payload(json.dumps(payload)))
     assert plain_native.eligible(sim, sim.max_sim_time_ms) == "switched off"
 

@@ -33,6 +33,7 @@ _ARRIVALS = {"poisson_qps": 0, "constant_qps": 1, "burst": 2}
 _CLOSED = 3
 _SLA_EXACT = 2.0 ** 53        # an SLA bound compared as a double is Python's comparison below
 _SAMPLES = ("ttft", "e2e", "ttst", "tpot")
+_TIME_BOUND_MS = 1e12         # 10^15 ns: a tenth of the int64 nanoseconds C's rounding keeps
 # the Simulation methods the C loop stands for: one replaced on the instance keeps Python's
 _LOOP_METHODS = ("_step", "_next_time", "_run_plain", "_complete_passes", "_start_passes",
                  "_zero_time_pass", "_register_arrival", "_place", "_deliver", "_on_finish",
@@ -112,6 +113,8 @@ def _deployment_reason(sim):
     timer = first.timer
     if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
         return "a timing model other than fixed or polynomial"
+    if not _times_in_range(timer, first.max_seqs * sim.driver._isl):
+        return "pass times the C loop cannot round as Python does"
     if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
         return "sizes beyond the C loop's exact range"
     router = sim.router
@@ -135,6 +138,22 @@ def _deployment_reason(sim):
                                       or (isinstance(value, int) and abs(value) >= _SLA_EXACT)):
                 return "an SLA bound the C loop cannot compare as Python does"
     return None
+
+
+def _times_in_range(timer, most_new_tokens):
+    """Whether every modeled pass time stays below _TIME_BOUND_MS, where C's Duration rounding
+    (nanoseconds in int64) is Python's; beyond it Python's integers take over, C's stop."""
+    def scaled(ms, ratio):
+        return ms / ratio if 0.0 < ratio < 1.0 else ms
+
+    model = timer.model
+    if type(model) is FixedTiming:
+        prefill, decode = model.prefill, model.decode
+    else:   # the polynomial at the most new tokens a pass can have; its decode is below 35 ms
+        t = float(most_new_tokens)
+        prefill, decode = 4.209989e-7 * (t * t) + 1.518344e-2 * t + 16.50142, 35.0
+    return scaled(prefill, timer.prefill_ratio) < _TIME_BOUND_MS \
+        and scaled(decode, timer.decode_ratio) < _TIME_BOUND_MS
 
 
 def run(sim, limit):

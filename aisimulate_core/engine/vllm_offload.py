@@ -45,12 +45,15 @@ class _TrackedPool:
     def __init__(self, pool):
         self._pool = pool
         self.fresh = []
+        self.track = False          # only while some D2H is in flight
 
     def __getattr__(self, name):
         return getattr(self._pool, name)
 
     def allocate(self, seq, k):
         pool = self._pool
+        if not self.track:
+            return pool.allocate(seq, k)
         before = pool.seq_len(seq)
         ok = pool.allocate(seq, k)
         if ok and k:
@@ -59,6 +62,8 @@ class _TrackedPool:
 
     def acquire_allocate(self, seq, hashes, start, n, k):
         pool = self._pool
+        if not self.track:
+            return pool.acquire_allocate(seq, hashes, start, n, k)
         before = pool.seq_len(seq) + n
         ok = pool.acquire_allocate(seq, hashes, start, n, k)
         if ok and k:
@@ -67,6 +72,8 @@ class _TrackedPool:
 
     def allocate_each(self, seqs, k_each=1):
         pool = self._pool
+        if not self.track:
+            return pool.allocate_each(seqs, k_each)
         before = [pool.seq_len(seq) for seq in seqs]
         ok = pool.allocate_each(seqs, k_each)
         if ok and k_each:
@@ -155,6 +162,12 @@ class VllmOffloadRank(VllmRank):
         self._idle_wait = self._empty_wait = False
         self._now = self._preempt_fence = now_ms
         self._finish_transfers(now_ms)
+        if self._d2h_done:
+            # only the D2H still in flight can fence a block
+            self._d2h_done = {b: t for b, t in self._d2h_done.items() if t > now_ms}
+            if self._taken:
+                self._taken = {b: t for b, t in self._taken.items() if t > now_ms}
+        self.pool.track = bool(self._d2h_done)
         self.pool.fresh = []
         self._scheduled = []
         self._started = False
@@ -279,7 +292,7 @@ class VllmOffloadRank(VllmRank):
             blocks = self.pool.seq_blocks(r.seq)
             sources = [blocks[i] for i in missing]
             taken = self._taken
-            if any(taken.get(b, 0.0) > now_ms for b in blocks):
+            if taken and any(taken.get(b, 0.0) > now_ms for b in blocks):
                 continue        # blocks it took wait for their previous owner's D2H
             new_keys = [refs[i] for i in missing]
             if host.reserve(new_keys, protect=keys) is None:

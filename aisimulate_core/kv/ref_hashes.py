@@ -156,6 +156,33 @@ def xxh3_64(data: bytes, seed: int = 0) -> int:
     return _long(data, n, seed)
 
 
+# XXH3-64 (seed 1337) of 16 bytes, the pair (parent, local) as two LE u64: the 9-16 byte path
+# with its secret words folded in once
+_FLIP1 = ((_r64(SECRET, 24) ^ _r64(SECRET, 32)) + SEED) & M64
+_FLIP2 = ((_r64(SECRET, 40) ^ _r64(SECRET, 48)) - SEED) & M64
+_PAIRS: dict = {}               # (parent, local) -> sequence hash, shared prefixes hashed once
+_PAIRS_MAX = 1 << 20
+
+
+def pair_hash(parent: int, local: int) -> int:
+    """The sequence hash after ``parent`` of a block whose own hash is ``local``."""
+    key = (parent, local)
+    h = _PAIRS.get(key)
+    if h is None:
+        lo = parent ^ _FLIP1
+        hi = local ^ _FLIP2
+        p = lo * hi
+        acc = (16 + int.from_bytes(lo.to_bytes(8, "little"), "big") + hi
+               + ((p & M64) ^ (p >> 64))) & M64
+        acc ^= acc >> 37
+        acc = (acc * MX1) & M64
+        h = acc ^ (acc >> 32)
+        if len(_PAIRS) >= _PAIRS_MAX:
+            _PAIRS.clear()
+        _PAIRS[key] = h
+    return h
+
+
 def ref_seq_hashes(prompt, block_size: int, n_blocks: int) -> array:
     """The reference's sequence hashes of the first ``n_blocks`` complete blocks of ``prompt``."""
     out = array("Q")
@@ -183,6 +210,6 @@ def ref_seq_hashes(prompt, block_size: int, n_blocks: int) -> array:
                     run += 1
                     used = 0
             local = xxh3_64(struct.pack(f"<{block_size}I", *tokens), SEED)
-        parent = local if parent is None else xxh3_64(_Q.pack(parent) + _Q.pack(local), SEED)
+        parent = local if parent is None else pair_hash(parent, local)
         out.append(parent)
     return out

@@ -14,9 +14,12 @@ slot; the test also checks that runs were extended and cut short.
 from __future__ import annotations
 
 import random
+from array import array
 
+from aisimulate_core import Prompt, SimRequest
 from aisimulate_core.engine.sglang import SglangRank
-from aisimulate_core.engine.sglang_roles import SglangDecodeRank
+from aisimulate_core.engine.sglang_roles import SglangDecodeRank, _share_tokens
+from aisimulate_core.engine.sglang_tokens import ensure_tokens
 from test_sglang_extension import _outcome
 
 SEEDS = range(60)
@@ -105,3 +108,21 @@ def test_decode_role_runs_match_single_passes(monkeypatch):
     # the decode roles' runs were extended, and some were cut short (an accept, a transfer)
     assert counts["extra"] > 20_000
     assert counts["cut"] > 200
+
+
+def test_a_role_copy_shares_the_prompt_tokens_ensure_tokens_builds():
+    # the strided build of a prompt of whole runs (a trace's hash ids) and a cut last run
+    # gives what ensure_tokens builds; the decode copy's array serves its prefill copy too
+    rng = random.Random(7)
+    for _ in range(200):
+        block = rng.choice((1, 2, 16, 64))
+        ids = [rng.randrange(1, 1 << 31) for _ in range(rng.randint(1, 80))]
+        length = rng.randint(max(1, (len(ids) - 1) * block + 1), len(ids) * block)
+        copies = [SimRequest(1, Prompt.from_hash_ids(array("I", ids), length, block), 5,
+                             0.0) for _ in range(2)]
+        expected = ensure_tokens(SimRequest(1, Prompt.from_hash_ids(array("I", ids), length,
+                                                                    block), 5, 0.0), length)
+        _share_tokens(copies[0], None)
+        _share_tokens(copies[1], copies[0])
+        assert copies[0].hash_cache == expected
+        assert copies[1].hash_cache is copies[0].hash_cache

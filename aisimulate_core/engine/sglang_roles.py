@@ -24,6 +24,7 @@ last pass's completions and before the next pass's matches.
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections import deque
 
 from .decode_run import MAX_PASSES
@@ -31,6 +32,51 @@ from .request import RUNNING, WAITING
 from .sglang import SglangRank
 from .sglang_kv import stamp
 from .sglang_tokens import ensure_tokens
+
+
+def _share_tokens(r, other):
+    """Give role copy ``r`` the token array of its other copy ``other`` (or a new one): both
+    copies have the same prompt and the same outputs (authored, or tagged by their common
+    uuid), and an array only ever grows by those, so one array serves both; the radix trees
+    keep edges into it, never a buffer of it."""
+    if r.hash_cache is not None:
+        return
+    tokens = other.hash_cache if other is not None else None
+    if tokens is None:
+        tokens = _prompt_tokens(r.prompt)
+        if other is not None:
+            other.hash_cache = tokens
+    r.hash_cache = tokens
+
+
+def _prompt_tokens(prompt):
+    """The prompt's token array (ensure_tokens' first build): runs of one length but a shorter
+    last one, as a trace's hash ids give, are spread by one strided copy per run position."""
+    values = prompt.values
+    n = len(values)
+    length = prompt.length
+    if n == length:
+        return array("I", values)
+    lengths = prompt.lengths
+    block = lengths[0]
+    same = lengths.count(block)
+    if n <= block or not (same == n or (same == n - 1 and lengths[-1] < block)):
+        return ensure_tokens(_Tokens(prompt), 0)
+    tokens = array("I", bytes(4 * n * block))
+    for k in range(block):
+        tokens[k::block] = values
+    del tokens[length:]
+    return tokens
+
+
+class _Tokens:
+    """A prompt's bare holder for ensure_tokens' build."""
+
+    __slots__ = ("prompt", "hash_cache")
+
+    def __init__(self, prompt):
+        self.prompt = prompt
+        self.hash_cache = None
 
 
 class _BetweenPasses:
@@ -54,6 +100,12 @@ class SglangPrefillRank(_BetweenPasses, SglangRank):
         self.held_sources = 0
         self._held = set()          # the completed copies whose KV is held (from the pass
                                     # that completes them on)
+
+    def submit(self, r):
+        if self.caching:
+            handoff = r.handoff
+            _share_tokens(r, handoff.decode if handoff is not None else None)
+        super().submit(r)
 
     def _finish_kv(self, r, access=None):
         if access is None:
@@ -138,6 +190,9 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         ps = self.page_size
         if -(-r.prompt_len // ps) * ps > self.total_kv_tokens:
             return False
+        if self.caching and r.prompt_len:
+            handoff = r.handoff
+            _share_tokens(r, handoff.prefill if handoff is not None else None)
         self.pending.append(r)
         self._refresh_gauges()
         return True

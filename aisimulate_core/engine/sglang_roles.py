@@ -62,7 +62,7 @@ def _prompt_tokens(prompt):
     same = lengths.count(block)
     if n <= block or not (same == n or (same == n - 1 and lengths[-1] < block)):
         return ensure_tokens(_Tokens(prompt), 0)
-    tokens = array("I", bytes(4 * n * block))
+    tokens = array("I", values) * block      # (the room; every element is written below)
     for k in range(block):
         tokens[k::block] = values
     del tokens[length:]

@@ -185,6 +185,8 @@ struct aisim_vllm_rank {
     const aisim_rng_view *sim_view;
     int64_t *sim_len, *sim_left;
     size_t sim_len_cap, sim_left_cap;
+    int64_t *mtp_breaks;              /* view.mtp_breaks' triples */
+    size_t n_mtp_breaks, mtp_breaks_cap;   /* values */
     /* forward-pass metrics (aisim_vllm_set_fpm) of the pass just formed */
     int fpm;
     int64_t *fpm_chunks, *fpm_contexts, *fpm_queued;
@@ -314,6 +316,8 @@ static void refresh_view(aisim_vllm_rank *r)
     v->n_fpm_chunks = r->n_fpm_chunks / 2;
     v->fpm_contexts = r->fpm_contexts;
     v->n_fpm_contexts = r->n_fpm_contexts;
+    v->mtp_breaks = r->mtp_breaks;
+    v->n_mtp_breaks = r->n_mtp_breaks / 3;
     v->fpm_queued = r->fpm_queued;
     v->n_fpm_queued = r->n_fpm_queued / 2;
     v->n_pending = (int64_t)(r->pending.len - r->pending_head);
@@ -516,6 +520,7 @@ static void destroy(aisim_vllm_rank *r)
         aisim_rng_free(r->sim_rng);
     free(r->sim_len);
     free(r->sim_left);
+    free(r->mtp_breaks);
     free(r);
 }
 
@@ -953,6 +958,31 @@ static void record_itl(aisim_vllm_rank *r, int32_t s)
             r->itl_diff[last]--;
         }
     }
+}
+
+/* An MTP request's break gaps (engine/mtp.py record_burst_itl): the break after each stretch,
+ * (its last pass, the next one's first), (0, 0) for one of zero length, into the rank's
+ * triples (consecutive equal ones merged: the same counts in the same first-seen order). */
+static int mtp_count_breaks(aisim_vllm_rank *r, int32_t s)
+{
+    size_t i, n = r->n_stretch[s];
+    const int64_t *st = r->stretches[s];
+    for (i = 2; i < n; i += 2) {
+        int64_t before = st[i - 1], after = st[i], *last;
+        if (before == after)
+            before = after = 0;
+        last = r->n_mtp_breaks ? r->mtp_breaks + r->n_mtp_breaks - 3 : NULL;
+        if (last && last[0] == before && last[1] == after) {
+            last[2]++;
+            continue;
+        }
+        TRY(grow((void **)&r->mtp_breaks, &r->mtp_breaks_cap, r->n_mtp_breaks + 3,
+                 sizeof *r->mtp_breaks));
+        r->mtp_breaks[r->n_mtp_breaks++] = before;
+        r->mtp_breaks[r->n_mtp_breaks++] = after;
+        r->mtp_breaks[r->n_mtp_breaks++] = 1;
+    }
+    return AISIM_OK;
 }
 
 /* The prefill role's retirement (VllmPrefillRank._retire): the copy leaves the batch but
@@ -1656,6 +1686,7 @@ static int mtp_stamp(aisim_vllm_rank *r, int64_t P)
         int32_t s = r->done.v[i];
         TRY(list_remove(&r->partial, s));
         record_itl(r, s);
+        TRY(mtp_count_breaks(r, s));
         TRY(retire(r, s));
     }
     r->done.len = 0;

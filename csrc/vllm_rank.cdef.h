@@ -126,6 +126,12 @@ typedef struct aisim_vllm_view {
     /* MTP: the pass just formed only decodes, every running request emits without finishing,
      * nothing could start: aisim_vllm_mtp_extend may lengthen it */
     int32_t mtp_plain;
+    /* MTP: the gaps across breaks between the stretches of the requests finished so far, as
+     * (last pass before, first pass after, count) triples in the order they were counted,
+     * consecutive equal ones merged; a zero-length break (two stretches in one pass: a burst)
+     * is (0, 0), as engine/mtp.py's record_burst_itl counts it (rank_base's break_gaps) */
+    const int64_t *mtp_breaks;
+    size_t n_mtp_breaks;
 } aisim_vllm_view;
 
 /* The pool is borrowed: the caller keeps it alive for the rank's lifetime

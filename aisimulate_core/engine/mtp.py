@@ -191,8 +191,29 @@ def stamp_tokens(rank, P, end_ms, ready, bursts):
             finished.append(r)
     for r in finished:
         partial.remove(r)
-        rank._record_itl(r)
+        if rank.mtp is None:
+            rank._record_itl(r)
+        else:
+            record_burst_itl(rank, r)
         rank._retire(r, end_ms)
+
+
+def record_burst_itl(rank, r):
+    """RankBase._record_itl for a request with bursts: a break of zero length (two stretches in
+    one pass) is counted under the one key (0, 0) (its gap is 0 whatever the pass, and the
+    first such break keeps its place among the gaps' first-seen order); most of an MTP
+    request's stretches are such one-pass stretches. The C rank counts them the same way."""
+    diff = rank.itl_diff
+    breaks = rank.break_gaps
+    prev = None
+    for first, last in r.stretches:
+        if last > first:
+            diff[first] += 1
+            diff[last] -= 1
+        if prev is not None:
+            key = (0, 0) if prev == first else (prev, first)
+            breaks[key] = breaks.get(key, 0) + 1
+        prev = last
 
 
 def mtp_prefix_hit(cached, active_cached, block_size):
@@ -206,4 +227,4 @@ def mtp_prefix_hit(cached, active_cached, block_size):
 
 
 __all__ = ["DEFAULT_RATES", "MtpBursts", "accept_limits", "accept_rates", "mtp_prefix_hit",
-           "scheduler_seed", "stamp_tokens"]
+           "record_burst_itl", "scheduler_seed", "stamp_tokens"]

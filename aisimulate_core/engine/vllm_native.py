@@ -246,13 +246,15 @@ class NativeVllmRank(RankBase):
         self._decode_timing = ffi.gc(timing[0], lib.aisim_decode_timing_free)
         _check(lib.aisim_vllm_set_decode_timing(self._rank, self._decode_timing),
                "aisim_vllm_set_decode_timing")
-        if getattr(engine, "aic_nextn", None) is not None:
+        self.mtp_nextn = getattr(engine, "aic_nextn", None)
+        if self.mtp_nextn is not None:
             self._set_mtp(engine, scheduler_id)
         self._requests = []          # slot -> SimRequest (None while free)
         self.running = _Queue(self, 0)
         self.waiting = _Queue(self, 1)
         self.pass_ends = array("d")
-        self.break_gaps = {}
+        self._break_gaps = {}
+        self._breaks_read = 0        # C's MTP break triples already in _break_gaps
         self.pass_end_ms = 0.0
         self.pass_effect = False
         self._macro_ends = None
@@ -773,12 +775,29 @@ class NativeVllmRank(RankBase):
 
     def _take_stretches(self, r, stretches, a, b):
         """``r``'s stretches ``stretches[a:a+b]`` (pairs), and the gaps across its breaks (C
-        counted those within stretches)."""
+        counted those within stretches, and on an MTP rank those across breaks too: a stretch
+        per burst token past the first)."""
         own = r.stretches
-        for k in range(2 * a, 2 * (a + b), 2):
-            own.append((stretches[k], stretches[k + 1]))
-        if b > 1:
+        pairs = iter(stretches[2 * a:2 * (a + b)])
+        own.extend(zip(pairs, pairs))
+        if b > 1 and self.mtp_nextn is None:
             self._count_breaks(own)
+
+    @property
+    def break_gaps(self):
+        """Gaps across a break between two stretches (RankBase's): an MTP rank's counted in C,
+        folded in the order C counted them (the dict's order)."""
+        view = self._view
+        n = view.n_mtp_breaks
+        if n > self._breaks_read:
+            triples = native.ffi.unpack(view.mtp_breaks + 3 * self._breaks_read,
+                                        3 * (n - self._breaks_read))
+            breaks = self._break_gaps
+            for i in range(0, len(triples), 3):
+                key = (triples[i], triples[i + 1])
+                breaks[key] = breaks.get(key, 0) + triples[i + 2]
+            self._breaks_read = n
+        return self._break_gaps
 
     def _hold(self, r, slot):
         """The prefill role keeps the slot of a held source (vllm_native_roles.py)."""

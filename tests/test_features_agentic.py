@@ -58,9 +58,7 @@ def test_case_matches_the_reference(name):
 
 
 @pytest.mark.xfail(strict=True, reason="README.md of the cases: an arrival in a later round of "
-                   "the instant joins a pass its SGLang worker started then (the rank), or a pass "
-                   "of an extended run ending then (the aggregated loop must pass "
-                   "Worker.truncate(started=True))")
+                   "the instant joins a pass its SGLang worker started then (the rank)")
 @pytest.mark.parametrize("name", KNOWN)
 def test_known_rank_difference(name):
     assert problems_of(name) == []
@@ -186,7 +184,7 @@ def test_a_failed_play_waits_for_its_dispatched_nodes_then_frees_its_lane():
 def test_a_later_round_arrival_at_a_pass_end_of_an_extended_run_waits_for_the_next_pass():
     """RankBase.truncate: an arrival at a pass end of an extended run cuts it there, unless the
     passes of that instant started already (it came in a later round): then the pass starting
-    then takes it first (known_vllm_random_126: the wheel admits p7n4c at 107.5, not 102.5)."""
+    then takes it first (vllm_random_126: the wheel admits p7n4c at 107.5, not 102.5)."""
     from aisimulate_core.engine.rank_base import RankBase
 
     def run():

@@ -145,6 +145,9 @@ class Simulation:
         self.arrived = 0
         self._next_uuid = 1
         self._dirty = set()
+        # the instant passes last started: an arrival placed later in that instant waits for
+        # the pass an extended run starts then (Worker.truncate's ``started``; the reference's)
+        self._passes_started_at = -math.inf
         self._wall_ms = 0.0
         self._finished = False
         self.events = _RankEvents(self)
@@ -513,6 +516,7 @@ class Simulation:
                         continue
                     self.queue.push(end, PASS_DONE, (idx << 32) | worker.generation)
         dirty.clear()
+        self._passes_started_at = t
 
     def _zero_time_pass(self, worker, t):
         """A pass of ``worker`` ends as it starts. Returns True when the worker is parked: its
@@ -568,7 +572,7 @@ class Simulation:
         if worker.busy:
             # its pass ends later, and the worker is marked then: it stays busy until the
             # step starts passes (nothing completes a pass after the step's arrivals)
-            end = worker.truncate(now_ms)
+            end = worker.truncate(now_ms, now_ms == self._passes_started_at)
             if end is not None:
                 self.queue.push(end, PASS_DONE, (w_idx << 32) | worker.generation)
         else:

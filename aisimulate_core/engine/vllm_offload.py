@@ -8,13 +8,18 @@ Python); this module is the policy around them:
 * stores (D2H): after each pass's scheduling, every scheduled request's complete prompt
   blocks beyond its store cursor form one cohort; the blocks missing from the host take free
   slots or evict the oldest unpinned resident entries (none of the cohort's), or the cohort
-  waits for a later pass; a cohort whose source GPU blocks were taken from an owner whose D2H
-  is still in flight waits too. Cohorts are submitted at the pass end on a FIFO lane;
+  waits for a later pass; a request whose allocation in the pass took a G1 block another
+  D2H still reads stores nothing in that pass. Cohorts are submitted at the pass end on a
+  FIFO lane; a request that finishes while its store runs keeps the engine stepping to its end;
 * lookups (H2D): a waiting request (fresh or preempted) is probed on the host after its G1
-  prefix; a pending block (or one being loaded, or its own store in flight) makes it wait
-  ahead of the queue; a hit reserves G1 blocks and queues a load on a FIFO lane that starts
-  once the reserved blocks' previous D2H is done; the request is admitted at the first pass
-  that starts after the load, with the loaded blocks counted as cached;
+  prefix; a pending block (or one being loaded, or its own store in flight) makes it wait in
+  a queue of its own ahead of the ordinary one (vLLM's skipped_waiting); a hit reserves G1
+  blocks (when the whole request fits and a seat is free: the loads started in the pass take
+  seats) and queues a load on a FIFO lane that starts once the reserved blocks' previous D2H
+  is done; the request is admitted at the first pass that starts after the load (the next
+  one even for an instantaneous load), with the loaded blocks counted as cached;
+* the host keys are the reference's XXH3 sequence hashes (kv/ref_hashes.py): a completed
+  transfer's blocks join the LRU in their ascending order;
 * compute fence: a pass whose allocations took GPU blocks with a D2H in flight computes from
   that D2H's end;
 * reuse split: the first admission's reuse as G1 tokens and host tokens

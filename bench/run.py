@@ -76,6 +76,37 @@ def generate_replicated_trace():
     partial.replace(GENERATED)
 
 
+# The first 8,000 rows of the Mooncake conversation trace as 2,000 agentic plays of four
+# requests (each after the previous one's completion + 500 ms), for agentic_lanes (issue 11).
+AGENTIC_PLAYS = ROOT / "build" / "bench" / "mooncake_agentic_plays.jsonl"
+PLAY_REQUESTS = 4
+PLAY_ROWS = 8000
+
+
+def generate_agentic_plays():
+    """Write AGENTIC_PLAYS (an agentic_mooncake v2 trace) from the shared Mooncake trace."""
+    if AGENTIC_PLAYS.exists() and AGENTIC_PLAYS.stat().st_mtime >= MOONCAKE.stat().st_mtime:
+        return
+    rows = [json.loads(line) for line in MOONCAKE.read_text().splitlines() if line.strip()]
+    out = [json.dumps({"schema": "dynamo.agentic_mooncake", "version": 2, "block_size": 512,
+                       "hash_id_scope": "local",
+                       "source": {"format": "aisimulate-bench", "digest": "mooncake-plays"}})]
+    for i, row in enumerate(rows[:PLAY_ROWS]):
+        play, k = divmod(i, PLAY_REQUESTS)
+        node = {"request_id": f"p{play}r{k}", "play_id": f"p{play}", "session_id": f"p{play}",
+                "model": "m", "not_before_ms": 0.0, "input_length": row["input_length"],
+                "output_length": row["output_length"], "hash_ids": row["hash_ids"],
+                "source_play_ordinal": play}
+        if k:
+            node["dependencies"] = [{"request_id": f"p{play}r{k - 1}", "trigger": "completion",
+                                     "delay_ms": 500.0, "relation": "sequence"}]
+        out.append(json.dumps(node))
+    AGENTIC_PLAYS.parent.mkdir(parents=True, exist_ok=True)
+    partial = AGENTIC_PLAYS.with_suffix(".tmp")
+    partial.write_text("\n".join(out) + "\n")
+    partial.replace(AGENTIC_PLAYS)
+
+
 def workloads():
     """(name, payload path, runs on the reference?) for every benchmark payload."""
     found = []
@@ -177,6 +208,8 @@ def main(argv=None):
         repeat = 1 if name.startswith(LARGE_PREFIX) else args.repeat
         if name == "large_mooncake_x10_16w":
             generate_replicated_trace()
+        if name == "feature_lanes_agentic":
+            generate_agentic_plays()
         ours, error = median_run(run_ours, path, repeat)
         if error:
             print(f"{name:34s} {'-':>9s} {'-':>9s} {'-':>7s}  ours failed: {error}")

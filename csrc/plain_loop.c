@@ -24,20 +24,12 @@
 #include "decode_run.cdef.h"
 #include "vllm_rank.cdef.h"
 #include "plain_loop.cdef.h"
+#include "plain_common.h"
 
 #define MAX_PASSES 4096              /* engine/decode_run.py MAX_PASSES */
-#define ID_LIMIT ((int64_t)1 << 32)  /* synthetic.py _ID_LIMIT */
 #define GOLDEN 0x9E3779B97F4A7C15ull /* workload/prompt.py's salt of blocks past the prompt */
 
-#define TRY(x) do { int status_ = (x); if (status_ < 0) return status_; } while (0)
-
-/* A request from arrival to settlement (a SummaryRecord's values as they become known). */
-typedef struct entry {
-    double arrival, terminal, first, second, last;
-    int64_t prompt_len, count, max_reused, first_reused, generated;
-    int8_t state;       /* 0 in flight, 1 completed, 2 another terminal */
-    int8_t admitted, has_first, has_second;
-} entry;
+#define TRY PLAIN_TRY
 
 typedef struct rank_state {
     aisim_vllm_rank *rank;
@@ -74,28 +66,15 @@ typedef struct event {
 
 struct aisim_plain {
     aisim_plain_config cfg;
-    aisim_rng *arrival_rng, *shape_rng;
-    const aisim_rng_view *arrival_view, *shape_view;
     worker *workers;
     rank_state *ranks;      /* worker w's are ranks[w * dp_size ...] */
     /* pass completions: a min-heap on (time, seq), as runtime/event_queue.py orders them */
     event *heap;
     size_t heap_len, heap_cap;
     uint64_t seq;
-    /* sessions */
-    double next_arrival;
-    int64_t made;
-    int64_t *ready_idx;     /* closed loop: ready sessions (FIFO: ready times never decrease) */
-    double *ready_ms;
-    size_t ready_head, ready_len, ready_cap;   /* ready_cap: a power of two */
-    int64_t active, next_pending;
-    /* requests by uuid: entries of [settle_uuid, next_uuid) in a ring */
-    entry *ring;
-    size_t ring_cap;        /* a power of two */
-    int64_t settle_uuid, next_uuid;
-    /* the summary's samples */
-    double *samples[4];
-    size_t n_samples[4], samples_cap[4];
+    plain_sessions sess;
+    plain_prompts prompts;
+    plain_requests req;     /* requests by uuid and the summary */
     /* the livelock guard */
     double spin_t;
     int64_t spins;
@@ -104,32 +83,6 @@ struct aisim_plain {
     aisim_decode_run run;
     aisim_plain_view view;
 };
-
-enum { S_TTFT = 0, S_E2E = 1, S_TTST = 2, S_TPOT = 3 };
-
-static int grow(void **array, size_t *cap, size_t need, size_t elem)
-{
-    size_t c = *cap ? *cap : 16;
-    void *grown;
-    if (need <= *cap)
-        return AISIM_OK;
-    while (c < need)
-        c *= 2;
-    grown = realloc(*array, c * elem);
-    if (!grown)
-        return AISIM_ENOMEM;
-    *array = grown;
-    *cap = c;
-    return AISIM_OK;
-}
-
-static int push_sample(aisim_plain *p, int which, double value)
-{
-    TRY(grow((void **)&p->samples[which], &p->samples_cap[which], p->n_samples[which] + 1,
-             sizeof(double)));
-    p->samples[which][p->n_samples[which]++] = value;
-    return AISIM_OK;
-}
 
 /* ------------------------------------------------------------ the event heap */
 
@@ -141,7 +94,7 @@ static int before(const event *a, const event *b)
 static int heap_push(aisim_plain *p, double time, int32_t w, uint32_t generation)
 {
     size_t i;
-    TRY(grow((void **)&p->heap, &p->heap_cap, p->heap_len + 1, sizeof *p->heap));
+    TRY(plain_grow((void **)&p->heap, &p->heap_cap, p->heap_len + 1, sizeof *p->heap));
     i = p->heap_len++;
     event e = {time, p->seq++, w, generation};
     while (i > 0) {
@@ -181,218 +134,11 @@ static double peek(const aisim_plain *p)
     return p->heap_len ? p->heap[0].time : INFINITY;
 }
 
-/* ------------------------------------------------------------ sessions (one_turn.py) */
-
-static int closed(const aisim_plain *p)
-{
-    return p->cfg.arrivals == AISIM_PLAIN_CLOSED;
-}
-
-/* OneTurnDriver._activate: sessions become ready now while there is room. */
-static int activate(aisim_plain *p, double now_ms)
-{
-    while (p->active < p->cfg.max_sessions && p->next_pending < p->cfg.sessions) {
-        if (p->ready_len == p->ready_cap) {
-            size_t cap = p->ready_cap ? 2 * p->ready_cap : 64, i;
-            int64_t *idx = malloc(cap * sizeof *idx);
-            double *ms = malloc(cap * sizeof *ms);
-            if (!idx || !ms) {
-                free(idx);
-                free(ms);
-                return AISIM_ENOMEM;
-            }
-            for (i = 0; i < p->ready_len; i++) {
-                idx[i] = p->ready_idx[(p->ready_head + i) & (p->ready_cap - 1)];
-                ms[i] = p->ready_ms[(p->ready_head + i) & (p->ready_cap - 1)];
-            }
-            free(p->ready_idx);
-            free(p->ready_ms);
-            p->ready_idx = idx;
-            p->ready_ms = ms;
-            p->ready_head = 0;
-            p->ready_cap = cap;
-        }
-        size_t at = (p->ready_head + p->ready_len) & (p->ready_cap - 1);
-        p->ready_idx[at] = p->next_pending++;
-        p->ready_ms[at] = now_ms;
-        p->ready_len++;
-        p->active++;
-    }
-    return AISIM_OK;
-}
-
-static double next_ready(const aisim_plain *p)
-{
-    if (closed(p))
-        return p->ready_len ? p->ready_ms[p->ready_head] : INFINITY;
-    return p->next_arrival;
-}
-
-/* first_arrivals' next start after session `made` - 1 started at `t`. */
-static int advance_arrival(aisim_plain *p)
-{
-    double t = p->next_arrival;
-    if (p->made >= p->cfg.sessions) {
-        p->next_arrival = INFINITY;
-        return AISIM_OK;
-    }
-    if (p->cfg.arrivals == AISIM_PLAIN_POISSON) {
-        TRY(aisim_rng_exponential(p->arrival_rng, p->cfg.gap_ms));
-        t += p->arrival_view->last_f64;
-    } else if (p->cfg.arrivals == AISIM_PLAIN_CONSTANT) {
-        t += p->cfg.gap_ms;
-    } else {
-        t = 0.0;
-    }
-    p->next_arrival = t;
-    return AISIM_OK;
-}
-
-/* SyntheticSessions._fresh_ranges into ranges from pair k on; returns the pairs written. */
-static size_t fresh_ranges(const aisim_plain *p, int64_t offset, int64_t count, uint32_t *ranges,
-                           size_t k)
-{
-    int64_t base = p->cfg.fresh_base, span = ID_LIMIT - base;
-    while (k < 4) {
-        int64_t start = offset % span;
-        if (start + count <= span) {
-            ranges[2 * k] = (uint32_t)(base + start);
-            ranges[2 * k + 1] = (uint32_t)count;
-            return k + 1;
-        }
-        int64_t head = span - start;
-        ranges[2 * k] = (uint32_t)(base + start);
-        ranges[2 * k + 1] = (uint32_t)head;
-        k++;
-        offset += head;
-        count -= head;
-    }
-    return k;
-}
-
-/* ------------------------------------------------------------ requests by uuid */
-
-static entry *entry_of(aisim_plain *p, int64_t uuid)
-{
-    return &p->ring[(size_t)uuid & (p->ring_cap - 1)];
-}
-
-static int new_entry(aisim_plain *p, entry **out)
-{
-    size_t live = (size_t)(p->next_uuid - p->settle_uuid);
-    if (live == p->ring_cap) {
-        size_t cap = p->ring_cap ? 2 * p->ring_cap : 1024;
-        entry *ring = malloc(cap * sizeof *ring);
-        int64_t u;
-        if (!ring)
-            return AISIM_ENOMEM;
-        for (u = p->settle_uuid; u < p->next_uuid; u++)
-            ring[(size_t)u & (cap - 1)] = *entry_of(p, u);
-        free(p->ring);
-        p->ring = ring;
-        p->ring_cap = cap;
-    }
-    entry *e = entry_of(p, p->next_uuid);
-    memset(e, 0, sizeof *e);
-    e->first_reused = -1;
-    *out = e;
-    return AISIM_OK;
-}
-
-/* Collector._settled and _Totals.add of the entry of the next uuid. */
-static int settle(aisim_plain *p, const entry *e)
-{
-    const aisim_plain_config *c = &p->cfg;
-    aisim_plain_view *v = &p->view;
-    if (!e->admitted)
-        return AISIM_OK;
-    v->fallback_committed += e->prompt_len > e->max_reused ? e->prompt_len - e->max_reused : 0;
-    if (e->state != 1)
-        return AISIM_OK;
-    int64_t output = e->count;
-    v->totals_completed++;
-    v->input_tokens += e->prompt_len;
-    v->output_tokens += output;
-    v->reused += e->max_reused;
-    if (e->first_reused > 0)
-        v->first_reused += e->first_reused;
-    double end = e->terminal - c->report_start_ms;
-    if (end > v->duration_ms)
-        v->duration_ms = end;
-    if (!e->has_first) {
-        double e2e = e->terminal - e->arrival;
-        if (!(e2e > 0.0))
-            e2e = 0.0;
-        /* _Sla.is_good_without_tokens */
-        if ((c->has_ttft || c->has_itl || c->has_e2e) && !c->has_ttft && !c->has_itl &&
-            c->has_e2e && e2e <= c->sla_e2e_ms)
-            v->good++;
-        return AISIM_OK;
-    }
-    double ttft = e->first - e->arrival;
-    if (!(ttft > 0.0))
-        ttft = 0.0;
-    double e2e = e->last - e->arrival;
-    if (!(e2e > 0.0))
-        e2e = 0.0;
-    TRY(push_sample(p, S_TTFT, ttft));
-    TRY(push_sample(p, S_E2E, e2e));
-    if (c->has_ttft || c->has_itl || c->has_e2e) {
-        /* _Sla.is_good */
-        int good = 1;
-        if (c->has_e2e && e2e > c->sla_e2e_ms)
-            good = 0;
-        else if (c->has_ttft && ttft > c->sla_ttft_ms)
-            good = 0;
-        else if (c->has_itl && output > 1 &&
-                 (e2e - ttft) / ((double)output - 1.0) > c->sla_itl_ms)
-            good = 0;
-        if (good) {
-            v->good++;
-            v->good_tokens += output;
-        }
-    }
-    if (e->has_second) {
-        double ttst = e->second - e->first;
-        TRY(push_sample(p, S_TTST, ttst > 0.0 ? ttst : 0.0));
-    }
-    if (output > 1) {
-        double span = e->last - e->first;
-        TRY(push_sample(p, S_TPOT, (span > 0.0 ? span : 0.0) / (double)(output - 1)));
-    }
-    return AISIM_OK;
-}
-
-/* Collector's arrival order: entries settle as soon as every earlier uuid has. */
-static int settle_ready(aisim_plain *p)
-{
-    while (p->settle_uuid < p->next_uuid) {
-        entry *e = entry_of(p, p->settle_uuid);
-        if (!e->state)
-            break;
-        TRY(settle(p, e));
-        p->settle_uuid++;
-    }
-    return AISIM_OK;
-}
-
-/* _ArrivalOrder.flush at the report: the terminals behind a request still in flight. */
-static int settle_rest(aisim_plain *p)
-{
-    int64_t u;
-    for (u = p->settle_uuid; u < p->next_uuid; u++) {
-        entry *e = entry_of(p, u);
-        if (e->state)
-            TRY(settle(p, e));
-    }
-    return AISIM_OK;
-}
-
 /* ------------------------------------------------------------ a worker's rank */
 
 static int take_slot(rank_state *w, int32_t slot, int64_t uuid)
 {
-    TRY(grow((void **)&w->slot_uuid, &w->slot_cap, (size_t)slot + 1, sizeof *w->slot_uuid));
+    TRY(plain_grow((void **)&w->slot_uuid, &w->slot_cap, (size_t)slot + 1, sizeof *w->slot_uuid));
     w->slot_uuid[slot] = uuid;
     return AISIM_OK;
 }
@@ -401,25 +147,11 @@ static int take_slot(rank_state *w, int32_t slot, int64_t uuid)
 static int submit(aisim_plain *p, rank_state *w, int64_t index, int64_t uuid)
 {
     const aisim_plain_config *c = &p->cfg;
-    size_t k = 0;
-    int64_t own = c->own, start = index * own;
+    size_t k;
     int64_t prompt_len = c->isl, max_output = c->osl, out_limit = c->osl;
     uint64_t salt = (uint64_t)uuid * GOLDEN;
     int slot;
-    if (c->shape_rng) {   /* SyntheticSessions.draw_prefix (gen_range over usize) */
-        int64_t group;
-        if ((uint64_t)c->groups > UINT32_MAX) {
-            TRY(aisim_rng_range_u64(p->shape_rng, 0, (uint64_t)c->groups));
-            group = (int64_t)p->shape_view->last_u64;
-        } else {
-            TRY(aisim_rng_range_u32(p->shape_rng, 0, (uint32_t)c->groups));
-            group = (int64_t)p->shape_view->last_u32;
-        }
-        p->ranges[0] = (uint32_t)(group * c->shared);
-        p->ranges[1] = (uint32_t)c->shared;
-        k = 1;
-    }
-    k = fresh_ranges(p, start, own, p->ranges, k);
+    TRY(plain_prompt_ranges(&p->prompts, index, p->ranges, &k));
     int64_t blocks = (prompt_len + c->block_size - 1) / c->block_size;
     if (c->max_model_len < 0 && !c->no_evict && c->caching && blocks <= c->num_blocks) {
         slot = aisim_vllm_submit_ranges(w->rank, prompt_len, max_output, out_limit, p->ranges,
@@ -451,7 +183,7 @@ static int submit(aisim_plain *p, rank_state *w, int64_t index, int64_t uuid)
 
 static int push_pass_end(rank_state *w, double end)
 {
-    TRY(grow((void **)&w->pass_ends, &w->pass_ends_cap, w->n_pass_ends + 1, sizeof(double)));
+    TRY(plain_grow((void **)&w->pass_ends, &w->pass_ends_cap, w->n_pass_ends + 1, sizeof(double)));
     w->pass_ends[w->n_pass_ends++] = end;
     return AISIM_OK;
 }
@@ -463,7 +195,7 @@ static void schedule_events(aisim_plain *p, rank_state *w)
     size_t i;
     for (i = 0; i < v->n_events; i++) {
         const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
-        entry *e = entry_of(p, w->slot_uuid[f[1]]);
+        plain_entry *e = plain_entry_of(&p->req, w->slot_uuid[f[1]]);
         if (f[0] == AISIM_VLLM_ADMITTED) {
             e->admitted = 1;
             if (!f[3])
@@ -551,26 +283,6 @@ static int start_pass(aisim_plain *p, worker *w, double now_ms, double horizon_m
     return AISIM_OK;
 }
 
-/* records.token_times of a finished request's stretches st[0..2n). */
-static void token_times(const rank_state *w, entry *e, const int64_t *st, int64_t n)
-{
-    const double *ends = w->pass_ends;
-    int64_t i, count = 0;
-    e->has_first = 1;
-    e->first = ends[st[0]];
-    if (st[1] > st[0]) {
-        e->second = ends[st[0] + 1];
-        e->has_second = 1;
-    } else if (n > 1) {
-        e->second = ends[st[2]];
-        e->has_second = 1;
-    }
-    e->last = ends[st[2 * n - 1]];
-    for (i = 0; i < n; i++)
-        count += st[2 * i + 1] - st[2 * i] + 1;
-    e->count = count;
-}
-
 /* NativeVllmRank.complete and _completed, then the simulation's _finish_all (records,
  * collector, driver) of each terminal in event order. */
 static int complete_rank(aisim_plain *p, rank_state *w)
@@ -584,15 +296,15 @@ static int complete_rank(aisim_plain *p, rank_state *w)
     TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, 0));
     for (i = 0; i < v->n_events; i++) {
         const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
-        entry *e = entry_of(p, w->slot_uuid[f[1]]);
+        plain_entry *e = plain_entry_of(&p->req, w->slot_uuid[f[1]]);
         if (f[0] == AISIM_VLLM_FINISHED) {
             int64_t b = f[3];
             const int64_t *st = v->stretches + 2 * f[2];
             if (b > 0)
-                token_times(w, e, st, b);
+                plain_token_times(w->pass_ends, e, st, b);
             if (b > 1) {   /* NativeVllmRank._count_breaks */
                 int64_t k;
-                TRY(grow((void **)&w->breaks, &w->breaks_cap, w->n_breaks + 2 * (size_t)(b - 1),
+                TRY(plain_grow((void **)&w->breaks, &w->breaks_cap, w->n_breaks + 2 * (size_t)(b - 1),
                          sizeof *w->breaks));
                 for (k = 1; k < b; k++) {
                     w->breaks[w->n_breaks++] = st[2 * k - 1];
@@ -608,12 +320,9 @@ static int complete_rank(aisim_plain *p, rank_state *w)
         }
         e->terminal = end_ms;
         p->view.in_flight--;
-        if (closed(p)) {   /* OneTurnDriver.on_terminal */
-            p->active--;
-            TRY(activate(p, end_ms));
-        }
+        TRY(plain_sessions_terminal(&p->sess, end_ms));   /* OneTurnDriver.on_terminal */
     }
-    return settle_ready(p);
+    return plain_settle_ready(&p->req);
 }
 
 /* Worker.complete_pass: each rank of the pass, in rank order. */
@@ -659,9 +368,9 @@ static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms)
 static int arrive(aisim_plain *p, int64_t index, double now_ms)
 {
     const aisim_plain_config *c = &p->cfg;
-    entry *e;
-    TRY(new_entry(p, &e));
-    int64_t uuid = p->next_uuid;
+    plain_entry *e;
+    TRY(plain_new_entry(&p->req, &e));
+    int64_t uuid = p->req.next_uuid;
     size_t at = (size_t)(p->view.rr_cursor % (int64_t)c->n_rr);
     int32_t wi = c->rr_workers[at];
     worker *w = &p->workers[wi];
@@ -669,7 +378,7 @@ static int arrive(aisim_plain *p, int64_t index, double now_ms)
     e->arrival = now_ms;
     e->prompt_len = c->isl;
     TRY(submit(p, &w->ranks[dp_rank], index, uuid));
-    p->next_uuid++;
+    p->req.next_uuid++;
     p->view.rr_cursor = (int64_t)at + 1;
     w->rank_cursor = (dp_rank + 1) % (int64_t)w->n_ranks;
     p->view.arrived++;
@@ -682,22 +391,13 @@ static int arrive(aisim_plain *p, int64_t index, double now_ms)
 
 static int pop_ready(aisim_plain *p, double now_ms)
 {
-    if (closed(p)) {
-        while (p->ready_len && p->ready_ms[p->ready_head] <= now_ms) {
-            int64_t index = p->ready_idx[p->ready_head];
-            p->ready_head = (p->ready_head + 1) & (p->ready_cap - 1);
-            p->ready_len--;
-            TRY(arrive(p, index, now_ms));
-            p->made++;
-        }
-        return AISIM_OK;
+    for (;;) {
+        int64_t index;
+        TRY(plain_sessions_pop(&p->sess, now_ms, &index));
+        if (index < 0)
+            return AISIM_OK;
+        TRY(arrive(p, index, now_ms));
     }
-    while (p->next_arrival <= now_ms) {
-        TRY(arrive(p, p->made, now_ms));
-        p->made++;
-        TRY(advance_arrival(p));
-    }
-    return AISIM_OK;
 }
 
 /* Worker.progressed: some rank of the pass just formed changed something. */
@@ -738,7 +438,7 @@ static int start_passes(aisim_plain *p, double t)
         if (w->busy)
             continue;
         if (isnan(horizon))
-            horizon = next_ready(p);
+            horizon = plain_sessions_next_ready(&p->sess);
         TRY(start_pass(p, w, t, horizon, &formed));
         if (!formed)
             continue;
@@ -777,7 +477,7 @@ static void find_stall(aisim_plain *p)
         int32_t head;
         if (w->view->n_waiting && !w->view->n_running &&
             aisim_vllm_queue(w->rank, 1, &head, 1) > 0) {
-            entry *e = entry_of(p, w->slot_uuid[head]);
+            plain_entry *e = plain_entry_of(&p->req, w->slot_uuid[head]);
             p->view.stuck_worker = (int32_t)(i / p->cfg.dp_size);
             p->view.stuck_rank = (int32_t)(i % p->cfg.dp_size);
             p->view.stuck_uuid = w->slot_uuid[head];
@@ -791,19 +491,30 @@ static void find_stall(aisim_plain *p)
 static void refresh_view(aisim_plain *p)
 {
     aisim_plain_view *v = &p->view;
-    v->made = p->made;
-    v->active = p->active;
-    v->next_pending = p->next_pending;
+    const plain_sessions *s = &p->sess;
+    const plain_totals *t = &p->req.totals;
+    v->made = s->made;
+    v->active = s->active;
+    v->next_pending = s->next_pending;
     for (size_t i = 0; p->cfg.rank_cursors_out && i < p->cfg.n_workers; i++)
         p->cfg.rank_cursors_out[i] = p->workers[i].rank_cursor;
-    v->next_arrival_ms = closed(p) ? INFINITY : p->next_arrival;
-    v->ttft = p->samples[S_TTFT];
-    v->e2e = p->samples[S_E2E];
-    v->n_ttft = p->n_samples[S_TTFT];
-    v->ttst = p->samples[S_TTST];
-    v->n_ttst = p->n_samples[S_TTST];
-    v->tpot = p->samples[S_TPOT];
-    v->n_tpot = p->n_samples[S_TPOT];
+    v->next_arrival_ms = plain_sessions_closed(s) ? INFINITY : s->next_arrival;
+    v->ttft = p->req.samples[PLAIN_TTFT];
+    v->e2e = p->req.samples[PLAIN_E2E];
+    v->n_ttft = p->req.n_samples[PLAIN_TTFT];
+    v->ttst = p->req.samples[PLAIN_TTST];
+    v->n_ttst = p->req.n_samples[PLAIN_TTST];
+    v->tpot = p->req.samples[PLAIN_TPOT];
+    v->n_tpot = p->req.n_samples[PLAIN_TPOT];
+    v->totals_completed = t->completed;
+    v->input_tokens = t->input_tokens;
+    v->output_tokens = t->output_tokens;
+    v->reused = t->reused;
+    v->first_reused = t->first_reused;
+    v->good = t->good;
+    v->good_tokens = t->good_tokens;
+    v->fallback_committed = t->fallback_committed;
+    v->duration_ms = t->duration_ms;
 }
 
 /* Simulation._run_plain until the next event is past the cutoff. */
@@ -812,7 +523,7 @@ static int run(aisim_plain *p)
     const double limit = p->cfg.cutoff_ms;
     aisim_plain_view *v = &p->view;
     for (;;) {
-        double t = peek(p), ready = next_ready(p);
+        double t = peek(p), ready = plain_sessions_next_ready(&p->sess);
         if (ready < t)
             t = ready > v->now_ms ? ready : v->now_ms;
         if (t > limit || t == INFINITY) {
@@ -829,7 +540,7 @@ static int run(aisim_plain *p)
                 TRY(complete_pass(p, w));
                 w->dirty = 1;
             }
-            ready = next_ready(p);
+            ready = plain_sessions_next_ready(&p->sess);
         }
         if (ready <= t)
             TRY(pop_ready(p, t));
@@ -854,8 +565,7 @@ int aisim_plain_run(aisim_plain *p)
         status = AISIM_PLAIN_STALLED;
     }
     if (status == AISIM_OK) {
-        status = settle_rest(p);
-        p->settle_uuid = p->next_uuid;
+        status = plain_settle_rest(&p->req);
     }
     refresh_view(p);
     return status;
@@ -872,7 +582,7 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
         !config->rr_workers ||
         !config->n_rr || config->block_size < 1 || config->trace_block < 1 ||
         config->isl < 1 || config->osl < 0 || config->own < 0 || config->shared < 0 ||
-        config->fresh_base < 0 || config->fresh_base >= ID_LIMIT || config->sessions < 0 ||
+        config->fresh_base < 0 || config->fresh_base >= PLAIN_ID_LIMIT || config->sessions < 0 ||
         config->arrivals < AISIM_PLAIN_POISSON || config->arrivals > AISIM_PLAIN_CLOSED ||
         (config->arrivals == AISIM_PLAIN_POISSON && !config->arrival_rng) ||
         (config->shape_rng && config->groups < 1) || config->rr_cursor < 0 ||
@@ -912,24 +622,35 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
         }
         w->dirty = 1;   /* Simulation.attach marks every worker */
     }
-    p->arrival_rng = config->arrival_rng;
-    p->shape_rng = config->shape_rng;
-    if ((p->arrival_rng && aisim_rng_view_of(p->arrival_rng, &p->arrival_view) != AISIM_OK) ||
-        (p->shape_rng && aisim_rng_view_of(p->shape_rng, &p->shape_view) != AISIM_OK)) {
-        aisim_plain_free(p);
-        return AISIM_EINVAL;
-    }
-    p->settle_uuid = p->next_uuid = 1;
+    p->sess.arrivals = config->arrivals;
+    p->sess.gap_ms = config->gap_ms;
+    p->sess.sessions = config->sessions;
+    p->sess.max_sessions = config->max_sessions;
+    p->sess.arrival_rng = config->arrival_rng;
+    p->prompts.own = config->own;
+    p->prompts.shared = config->shared;
+    p->prompts.fresh_base = config->fresh_base;
+    p->prompts.groups = config->groups;
+    p->prompts.shape_rng = config->shape_rng;
+    p->req.settle_uuid = p->req.next_uuid = 1;
+    p->req.report_start_ms = config->report_start_ms;
+    p->req.has_ttft = config->has_ttft;
+    p->req.has_itl = config->has_itl;
+    p->req.has_e2e = config->has_e2e;
+    p->req.sla_ttft_ms = config->sla_ttft_ms;
+    p->req.sla_itl_ms = config->sla_itl_ms;
+    p->req.sla_e2e_ms = config->sla_e2e_ms;
     p->spin_t = -1.0;
     p->view.rr_cursor = config->rr_cursor;
     p->view.stuck_worker = -1;
-    if (config->arrivals == AISIM_PLAIN_CLOSED) {
-        if (activate(p, 0.0) != AISIM_OK) {
+    {
+        int status = plain_sessions_start(&p->sess);
+        if (status == AISIM_OK && p->prompts.shape_rng)
+            status = aisim_rng_view_of(p->prompts.shape_rng, &p->prompts.shape_view);
+        if (status != AISIM_OK) {
             aisim_plain_free(p);
-            return AISIM_ENOMEM;
+            return status == AISIM_ENOMEM ? AISIM_ENOMEM : AISIM_EINVAL;
         }
-    } else {
-        p->next_arrival = config->sessions ? 0.0 : INFINITY;
     }
     refresh_view(p);
     *out = p;
@@ -950,11 +671,8 @@ int aisim_plain_free(aisim_plain *p)
     free(p->ranks);
     free(p->workers);
     free(p->heap);
-    free(p->ready_idx);
-    free(p->ready_ms);
-    free(p->ring);
-    for (i = 0; i < 4; i++)
-        free(p->samples[i]);
+    plain_sessions_free(&p->sess);
+    plain_requests_free(&p->req);
     free(p);
     return AISIM_OK;
 }
@@ -986,131 +704,25 @@ int aisim_plain_breaks(const aisim_plain *p, size_t rank, const int64_t **out,
     return AISIM_OK;
 }
 
-/* stats.round_half_away and rank_index */
-static size_t rank_index(size_t n, double percentile)
-{
-    double x = (double)(n - 1) * percentile / 100.0;
-    double whole = floor(fabs(x));
-    if (fabs(x) - whole >= 0.5)
-        whole += 1.0;
-    double rank = x >= 0 ? whole : -whole;
-    size_t index = rank > 0 ? (size_t)rank : 0;
-    return index < n - 1 ? index : n - 1;
-}
-
-static int ascending(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts non-negative doubles ascending by their bits (the same order for them; the
- * summary's clamps give +0 only): an LSD radix sort, 16 bits a pass, through a scratch array
- * of the keys (bits move by memcpy: no aliasing of double and integer). Returns -1 (nothing
- * changed) for a negative value, a NaN, or no scratch memory: the caller sorts by comparison
- * instead. */
-static int radix_sort(double *values, size_t n)
-{
-    uint64_t *scratch, key;
-    size_t *counts, i;
-    int pass;
-    for (i = 0; i < n; i++) {
-        memcpy(&key, &values[i], sizeof key);
-        if (!(values[i] >= 0.0) || (key >> 63))
-            return -1;
-    }
-    scratch = malloc(n * sizeof *scratch);
-    counts = malloc(65536 * sizeof *counts);
-    if (!scratch || !counts) {
-        free(scratch);
-        free(counts);
-        return -1;
-    }
-    for (pass = 0; pass < 4; pass++) {
-        /* even passes: values -> scratch; odd ones: back (so four end in values) */
-        int shift = 16 * pass, back = pass & 1;
-        size_t total = 0;
-        memset(counts, 0, 65536 * sizeof *counts);
-        for (i = 0; i < n; i++) {
-            if (back)
-                key = scratch[i];
-            else
-                memcpy(&key, &values[i], sizeof key);
-            counts[(key >> shift) & 0xFFFF]++;
-        }
-        for (i = 0; i < 65536; i++) {
-            size_t c = counts[i];
-            counts[i] = total;
-            total += c;
-        }
-        for (i = 0; i < n; i++) {
-            size_t at;
-            if (back)
-                key = scratch[i];
-            else
-                memcpy(&key, &values[i], sizeof key);
-            at = counts[(key >> shift) & 0xFFFF]++;
-            if (back)
-                memcpy(&values[at], &key, sizeof key);
-            else
-                scratch[at] = key;
-        }
-    }
-    free(scratch);
-    free(counts);
-    return 0;
-}
-
-static double seq_sum(const double *values, size_t n)
-{
-    double total = 0.0;
-    size_t i;
-    for (i = 0; i < n; i++)
-        total += values[i];
-    return total;
-}
-
 int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out)
 {
-    static const double percentiles[5] = {50.0, 75.0, 90.0, 95.0, 99.0};
-    double *values, centre, squares = 0.0;
-    size_t n, i;
-    if (!p || !out || which < 0 || which > 3)
+    if (!p)
         return AISIM_EINVAL;
-    values = p->samples[which];
-    n = p->n_samples[which];
-    if (!n) {
-        for (i = 0; i < 9; i++)
-            out[i] = 0.0;
-        return AISIM_OK;
-    }
-    out[0] = seq_sum(values, n) / (double)n;   /* the mean, in the summary's order */
-    if (n < 4096 || radix_sort(values, n) != 0)
-        qsort(values, n, sizeof *values, ascending);
-    out[1] = values[0];
-    out[2] = values[n - 1];
-    for (i = 0; i < 5; i++)
-        out[3 + i] = values[rank_index(n, percentiles[i])];
-    /* population_std over the ascending order, as stats.exact_stats computes it */
-    centre = seq_sum(values, n) / (double)n;
-    for (i = 0; i < n; i++) {
-        double centred = values[i] - centre;
-        squares += centred * centred;
-    }
-    out[8] = sqrt(squares / (double)n);
-    return AISIM_OK;
+    return plain_sample_stats(&p->req, which, out);
 }
 
 int aisim_plain_ready(const aisim_plain *p, int64_t *index, double *ready_ms, size_t cap)
 {
     size_t i;
-    if (!p || (cap && (!index || !ready_ms)) || p->ready_len > INT32_MAX)
+    const plain_sessions *s;
+    if (!p || (cap && (!index || !ready_ms)) || p->sess.ready_len > INT32_MAX)
         return AISIM_EINVAL;
-    for (i = 0; i < p->ready_len && i < cap; i++) {
-        index[i] = p->ready_idx[(p->ready_head + i) & (p->ready_cap - 1)];
-        ready_ms[i] = p->ready_ms[(p->ready_head + i) & (p->ready_cap - 1)];
+    s = &p->sess;
+    for (i = 0; i < s->ready_len && i < cap; i++) {
+        index[i] = s->ready_idx[(s->ready_head + i) & (s->ready_cap - 1)];
+        ready_ms[i] = s->ready_ms[(s->ready_head + i) & (s->ready_cap - 1)];
     }
-    return (int)p->ready_len;
+    return (int)s->ready_len;
 }
 
 static int event_order(const void *a, const void *b)
@@ -1148,9 +760,7 @@ int aisim_plain_drop_samples(aisim_plain *p, int32_t which)
 {
     if (!p || which < 0 || which > 3)
         return AISIM_EINVAL;
-    free(p->samples[which]);
-    p->samples[which] = NULL;
-    p->n_samples[which] = p->samples_cap[which] = 0;
+    plain_drop_samples(&p->req, which);
     refresh_view(p);
     return AISIM_OK;
 }

@@ -1,0 +1,462 @@
+/*
+ * plain_common.c: the sessions, prompts, per-request entries and summary the plain loops
+ * share (plain_common.h says what each mirrors of the Python path).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plain_common.h"
+#include "plain_loop.cdef.h"
+
+int plain_grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+    size_t c = *cap ? *cap : 16;
+    void *grown;
+    if (need <= *cap)
+        return AISIM_OK;
+    while (c < need)
+        c *= 2;
+    grown = realloc(*array, c * elem);
+    if (!grown)
+        return AISIM_ENOMEM;
+    *array = grown;
+    *cap = c;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ sessions (one_turn.py) */
+
+int plain_sessions_closed(const plain_sessions *s)
+{
+    return s->arrivals == AISIM_PLAIN_CLOSED;
+}
+
+/* OneTurnDriver._activate: sessions become ready now while there is room. */
+static int activate(plain_sessions *p, double now_ms)
+{
+    while (p->active < p->max_sessions && p->next_pending < p->sessions) {
+        if (p->ready_len == p->ready_cap) {
+            size_t cap = p->ready_cap ? 2 * p->ready_cap : 64, i;
+            int64_t *idx = malloc(cap * sizeof *idx);
+            double *ms = malloc(cap * sizeof *ms);
+            if (!idx || !ms) {
+                free(idx);
+                free(ms);
+                return AISIM_ENOMEM;
+            }
+            for (i = 0; i < p->ready_len; i++) {
+                idx[i] = p->ready_idx[(p->ready_head + i) & (p->ready_cap - 1)];
+                ms[i] = p->ready_ms[(p->ready_head + i) & (p->ready_cap - 1)];
+            }
+            free(p->ready_idx);
+            free(p->ready_ms);
+            p->ready_idx = idx;
+            p->ready_ms = ms;
+            p->ready_head = 0;
+            p->ready_cap = cap;
+        }
+        size_t at = (p->ready_head + p->ready_len) & (p->ready_cap - 1);
+        p->ready_idx[at] = p->next_pending++;
+        p->ready_ms[at] = now_ms;
+        p->ready_len++;
+        p->active++;
+    }
+    return AISIM_OK;
+}
+
+int plain_sessions_start(plain_sessions *s)
+{
+    if (s->arrival_rng && aisim_rng_view_of(s->arrival_rng, &s->arrival_view) != AISIM_OK)
+        return AISIM_EINVAL;
+    if (plain_sessions_closed(s))
+        return activate(s, 0.0);
+    s->next_arrival = s->sessions ? 0.0 : INFINITY;
+    return AISIM_OK;
+}
+
+void plain_sessions_free(plain_sessions *s)
+{
+    free(s->ready_idx);
+    free(s->ready_ms);
+    s->ready_idx = NULL;
+    s->ready_ms = NULL;
+}
+
+double plain_sessions_next_ready(const plain_sessions *p)
+{
+    if (plain_sessions_closed(p))
+        return p->ready_len ? p->ready_ms[p->ready_head] : INFINITY;
+    return p->next_arrival;
+}
+
+/* first_arrivals' next start after session `made` - 1 started at `t`. */
+static int advance_arrival(plain_sessions *p)
+{
+    double t = p->next_arrival;
+    if (p->made >= p->sessions) {
+        p->next_arrival = INFINITY;
+        return AISIM_OK;
+    }
+    if (p->arrivals == AISIM_PLAIN_POISSON) {
+        PLAIN_TRY(aisim_rng_exponential(p->arrival_rng, p->gap_ms));
+        t += p->arrival_view->last_f64;
+    } else if (p->arrivals == AISIM_PLAIN_CONSTANT) {
+        t += p->gap_ms;
+    } else {
+        t = 0.0;
+    }
+    p->next_arrival = t;
+    return AISIM_OK;
+}
+
+int plain_sessions_pop(plain_sessions *p, double now_ms, int64_t *index)
+{
+    *index = -1;
+    if (plain_sessions_closed(p)) {
+        if (p->ready_len && p->ready_ms[p->ready_head] <= now_ms) {
+            *index = p->ready_idx[p->ready_head];
+            p->ready_head = (p->ready_head + 1) & (p->ready_cap - 1);
+            p->ready_len--;
+            p->made++;
+        }
+        return AISIM_OK;
+    }
+    if (p->next_arrival <= now_ms) {
+        *index = p->made++;
+        /* (the arrival stream is its own: drawing the next gap before the request is
+         * placed draws what drawing it after would) */
+        return advance_arrival(p);
+    }
+    return AISIM_OK;
+}
+
+int plain_sessions_terminal(plain_sessions *s, double end_ms)
+{
+    if (!plain_sessions_closed(s))
+        return AISIM_OK;
+    s->active--;
+    return activate(s, end_ms);
+}
+
+/* ------------------------------------------------------------ prompts */
+
+/* SyntheticSessions._fresh_ranges into ranges from pair k on; returns the pairs written. */
+static size_t fresh_ranges(const plain_prompts *p, int64_t offset, int64_t count, uint32_t *ranges,
+                           size_t k)
+{
+    int64_t base = p->fresh_base, span = PLAIN_ID_LIMIT - base;
+    while (k < 4) {
+        int64_t start = offset % span;
+        if (start + count <= span) {
+            ranges[2 * k] = (uint32_t)(base + start);
+            ranges[2 * k + 1] = (uint32_t)count;
+            return k + 1;
+        }
+        int64_t head = span - start;
+        ranges[2 * k] = (uint32_t)(base + start);
+        ranges[2 * k + 1] = (uint32_t)head;
+        k++;
+        offset += head;
+        count -= head;
+    }
+    return k;
+}
+
+int plain_prompt_ranges(plain_prompts *pr, int64_t index, uint32_t *ranges, size_t *n)
+{
+    size_t k = 0;
+    if (pr->shape_rng) {   /* SyntheticSessions.draw_prefix (gen_range over usize) */
+        int64_t group;
+        if (!pr->shape_view)
+            PLAIN_TRY(aisim_rng_view_of(pr->shape_rng, &pr->shape_view));
+        if ((uint64_t)pr->groups > UINT32_MAX) {
+            PLAIN_TRY(aisim_rng_range_u64(pr->shape_rng, 0, (uint64_t)pr->groups));
+            group = (int64_t)pr->shape_view->last_u64;
+        } else {
+            PLAIN_TRY(aisim_rng_range_u32(pr->shape_rng, 0, (uint32_t)pr->groups));
+            group = (int64_t)pr->shape_view->last_u32;
+        }
+        ranges[0] = (uint32_t)(group * pr->shared);
+        ranges[1] = (uint32_t)pr->shared;
+        k = 1;
+    }
+    *n = fresh_ranges(pr, index * pr->own, pr->own, ranges, k);
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ requests by uuid */
+
+void plain_requests_free(plain_requests *q)
+{
+    size_t i;
+    free(q->ring);
+    q->ring = NULL;
+    for (i = 0; i < 4; i++) {
+        free(q->samples[i]);
+        q->samples[i] = NULL;
+    }
+}
+
+plain_entry *plain_entry_of(plain_requests *q, int64_t uuid)
+{
+    return &q->ring[(size_t)uuid & (q->ring_cap - 1)];
+}
+
+int plain_new_entry(plain_requests *q, plain_entry **out)
+{
+    size_t live = (size_t)(q->next_uuid - q->settle_uuid);
+    if (live == q->ring_cap) {
+        size_t cap = q->ring_cap ? 2 * q->ring_cap : 1024;
+        plain_entry *ring = malloc(cap * sizeof *ring);
+        int64_t u;
+        if (!ring)
+            return AISIM_ENOMEM;
+        for (u = q->settle_uuid; u < q->next_uuid; u++)
+            ring[(size_t)u & (cap - 1)] = *plain_entry_of(q, u);
+        free(q->ring);
+        q->ring = ring;
+        q->ring_cap = cap;
+    }
+    plain_entry *e = plain_entry_of(q, q->next_uuid);
+    memset(e, 0, sizeof *e);
+    e->first_reused = -1;
+    *out = e;
+    return AISIM_OK;
+}
+
+static int push_sample(plain_requests *q, int which, double value)
+{
+    PLAIN_TRY(plain_grow((void **)&q->samples[which], &q->samples_cap[which],
+                         q->n_samples[which] + 1, sizeof(double)));
+    q->samples[which][q->n_samples[which]++] = value;
+    return AISIM_OK;
+}
+
+/* Collector._settled and _Totals.add of the entry of the next uuid. */
+static int settle(plain_requests *q, const plain_entry *e)
+{
+    const plain_requests *c = q;
+    plain_totals *v = &q->totals;
+    if (!e->admitted)
+        return AISIM_OK;
+    v->fallback_committed += e->prompt_len > e->max_reused ? e->prompt_len - e->max_reused : 0;
+    if (e->state != 1)
+        return AISIM_OK;
+    int64_t output = e->count;
+    v->completed++;
+    v->input_tokens += e->prompt_len;
+    v->output_tokens += output;
+    v->reused += e->max_reused;
+    if (e->first_reused > 0)
+        v->first_reused += e->first_reused;
+    double end = e->terminal - c->report_start_ms;
+    if (end > v->duration_ms)
+        v->duration_ms = end;
+    if (!e->has_first) {
+        double e2e = e->terminal - e->arrival;
+        if (!(e2e > 0.0))
+            e2e = 0.0;
+        /* _Sla.is_good_without_tokens */
+        if ((c->has_ttft || c->has_itl || c->has_e2e) && !c->has_ttft && !c->has_itl &&
+            c->has_e2e && e2e <= c->sla_e2e_ms)
+            v->good++;
+        return AISIM_OK;
+    }
+    double ttft = e->first - e->arrival;
+    if (!(ttft > 0.0))
+        ttft = 0.0;
+    double e2e = e->last - e->arrival;
+    if (!(e2e > 0.0))
+        e2e = 0.0;
+    PLAIN_TRY(push_sample(q, PLAIN_TTFT, ttft));
+    PLAIN_TRY(push_sample(q, PLAIN_E2E, e2e));
+    if (c->has_ttft || c->has_itl || c->has_e2e) {
+        /* _Sla.is_good */
+        int good = 1;
+        if (c->has_e2e && e2e > c->sla_e2e_ms)
+            good = 0;
+        else if (c->has_ttft && ttft > c->sla_ttft_ms)
+            good = 0;
+        else if (c->has_itl && output > 1 &&
+                 (e2e - ttft) / ((double)output - 1.0) > c->sla_itl_ms)
+            good = 0;
+        if (good) {
+            v->good++;
+            v->good_tokens += output;
+        }
+    }
+    if (e->has_second) {
+        double ttst = e->second - e->first;
+        PLAIN_TRY(push_sample(q, PLAIN_TTST, ttst > 0.0 ? ttst : 0.0));
+    }
+    if (output > 1) {
+        double span = e->last - e->first;
+        PLAIN_TRY(push_sample(q, PLAIN_TPOT, (span > 0.0 ? span : 0.0) / (double)(output - 1)));
+    }
+    return AISIM_OK;
+}
+
+int plain_settle_ready(plain_requests *q)
+{
+    while (q->settle_uuid < q->next_uuid) {
+        plain_entry *e = plain_entry_of(q, q->settle_uuid);
+        if (!e->state)
+            break;
+        PLAIN_TRY(settle(q, e));
+        q->settle_uuid++;
+    }
+    return AISIM_OK;
+}
+
+int plain_settle_rest(plain_requests *q)
+{
+    int64_t u;
+    for (u = q->settle_uuid; u < q->next_uuid; u++) {
+        plain_entry *e = plain_entry_of(q, u);
+        if (e->state)
+            PLAIN_TRY(settle(q, e));
+    }
+    q->settle_uuid = q->next_uuid;
+    return AISIM_OK;
+}
+
+void plain_drop_samples(plain_requests *q, int32_t which)
+{
+    free(q->samples[which]);
+    q->samples[which] = NULL;
+    q->n_samples[which] = q->samples_cap[which] = 0;
+}
+
+/* stats.round_half_away and rank_index */
+static size_t rank_index(size_t n, double percentile)
+{
+    double x = (double)(n - 1) * percentile / 100.0;
+    double whole = floor(fabs(x));
+    if (fabs(x) - whole >= 0.5)
+        whole += 1.0;
+    double rank = x >= 0 ? whole : -whole;
+    size_t index = rank > 0 ? (size_t)rank : 0;
+    return index < n - 1 ? index : n - 1;
+}
+
+static int ascending(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts non-negative doubles ascending by their bits (the same order for them; the
+ * summary's clamps give +0 only): an LSD radix sort, 16 bits a pass, through a scratch array
+ * of the keys (bits move by memcpy: no aliasing of double and integer). Returns -1 (nothing
+ * changed) for a negative value, a NaN, or no scratch memory: the caller sorts by comparison
+ * instead. */
+static int radix_sort(double *values, size_t n)
+{
+    uint64_t *scratch, key;
+    size_t *counts, i;
+    int pass;
+    for (i = 0; i < n; i++) {
+        memcpy(&key, &values[i], sizeof key);
+        if (!(values[i] >= 0.0) || (key >> 63))
+            return -1;
+    }
+    scratch = malloc(n * sizeof *scratch);
+    counts = malloc(65536 * sizeof *counts);
+    if (!scratch || !counts) {
+        free(scratch);
+        free(counts);
+        return -1;
+    }
+    for (pass = 0; pass < 4; pass++) {
+        /* even passes: values -> scratch; odd ones: back (so four end in values) */
+        int shift = 16 * pass, back = pass & 1;
+        size_t total = 0;
+        memset(counts, 0, 65536 * sizeof *counts);
+        for (i = 0; i < n; i++) {
+            if (back)
+                key = scratch[i];
+            else
+                memcpy(&key, &values[i], sizeof key);
+            counts[(key >> shift) & 0xFFFF]++;
+        }
+        for (i = 0; i < 65536; i++) {
+            size_t c = counts[i];
+            counts[i] = total;
+            total += c;
+        }
+        for (i = 0; i < n; i++) {
+            size_t at;
+            if (back)
+                key = scratch[i];
+            else
+                memcpy(&key, &values[i], sizeof key);
+            at = counts[(key >> shift) & 0xFFFF]++;
+            if (back)
+                memcpy(&values[at], &key, sizeof key);
+            else
+                scratch[at] = key;
+        }
+    }
+    free(scratch);
+    free(counts);
+    return 0;
+}
+
+static double seq_sum(const double *values, size_t n)
+{
+    double total = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++)
+        total += values[i];
+    return total;
+}
+
+int plain_sample_stats(plain_requests *p, int32_t which, double *out)
+{
+    static const double percentiles[5] = {50.0, 75.0, 90.0, 95.0, 99.0};
+    double *values, centre, squares = 0.0;
+    size_t n, i;
+    if (!p || !out || which < 0 || which > 3)
+        return AISIM_EINVAL;
+    values = p->samples[which];
+    n = p->n_samples[which];
+    if (!n) {
+        for (i = 0; i < 9; i++)
+            out[i] = 0.0;
+        return AISIM_OK;
+    }
+    out[0] = seq_sum(values, n) / (double)n;   /* the mean, in the summary's order */
+    if (n < 4096 || radix_sort(values, n) != 0)
+        qsort(values, n, sizeof *values, ascending);
+    out[1] = values[0];
+    out[2] = values[n - 1];
+    for (i = 0; i < 5; i++)
+        out[3 + i] = values[rank_index(n, percentiles[i])];
+    /* population_std over the ascending order, as stats.exact_stats computes it */
+    centre = seq_sum(values, n) / (double)n;
+    for (i = 0; i < n; i++) {
+        double centred = values[i] - centre;
+        squares += centred * centred;
+    }
+    out[8] = sqrt(squares / (double)n);
+    return AISIM_OK;
+}
+
+void plain_token_times(const double *ends, plain_entry *e, const int64_t *st, int64_t n)
+{
+    int64_t i, count = 0;
+    e->has_first = 1;
+    e->first = ends[st[0]];
+    if (st[1] > st[0]) {
+        e->second = ends[st[0] + 1];
+        e->has_second = 1;
+    } else if (n > 1) {
+        e->second = ends[st[2]];
+        e->has_second = 1;
+    }
+    e->last = ends[st[2 * n - 1]];
+    for (i = 0; i < n; i++)
+        count += st[2 * i + 1] - st[2 * i] + 1;
+    e->count = count;
+}

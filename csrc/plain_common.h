@@ -1,0 +1,117 @@
+/*
+ * plain_common.h: what the plain loops (plain_loop.c, the aggregated one, and the
+ * disaggregated loop to come) share, internal to them (not a cffi cdef):
+ *   - sessions: workload/one_turn.py's one-turn synthetic sessions becoming ready (timed
+ *     arrivals, or a closed loop's sessions at each terminal);
+ *   - prompts: synthetic.SyntheticSessions' id ranges of a session's prompt;
+ *   - requests: one entry per request from arrival to settlement (a ring over the uuids not
+ *     yet settled), settled in uuid order into the summary's totals and samples as
+ *     report.Collector's _settled and _Totals.add do, and stats.exact_stats of the samples;
+ *   - records.token_times of a finished request's stretches.
+ * Everything returns an aisim status (never aborts or prints).
+ */
+#ifndef AISIM_PLAIN_COMMON_H
+#define AISIM_PLAIN_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aisim.h"
+
+#define PLAIN_ID_LIMIT ((int64_t)1 << 32)  /* synthetic.py _ID_LIMIT */
+#define PLAIN_TRY(x) do { int status_ = (x); if (status_ < 0) return status_; } while (0)
+
+/* grows *array (elements of elem bytes, capacity *cap) to hold need elements */
+int plain_grow(void **array, size_t *cap, size_t need, size_t elem);
+
+/* ------------------------------------------------------------ sessions */
+
+typedef struct plain_sessions {
+    int32_t arrivals;       /* enum aisim_plain_arrivals */
+    double gap_ms;
+    int64_t sessions;
+    int64_t max_sessions;   /* closed loop */
+    aisim_rng *arrival_rng;
+    const aisim_rng_view *arrival_view;
+    double next_arrival;    /* timed: the next session's start */
+    int64_t made;           /* sessions made into requests */
+    int64_t *ready_idx;     /* closed loop: ready sessions (FIFO: ready times never decrease) */
+    double *ready_ms;
+    size_t ready_head, ready_len, ready_cap;   /* ready_cap: a power of two */
+    int64_t active, next_pending;
+} plain_sessions;
+
+/* The sessions of a run from its start (the fields above arrivals..arrival_rng set). */
+int plain_sessions_start(plain_sessions *s);
+void plain_sessions_free(plain_sessions *s);
+int plain_sessions_closed(const plain_sessions *s);
+/* when the next session becomes ready (INFINITY: none) */
+double plain_sessions_next_ready(const plain_sessions *s);
+/* The next session ready at now_ms, made into a request: *index its session (-1: none). */
+int plain_sessions_pop(plain_sessions *s, double now_ms, int64_t *index);
+/* OneTurnDriver.on_terminal of a closed loop's request at end_ms (nothing when timed). */
+int plain_sessions_terminal(plain_sessions *s, double end_ms);
+
+/* ------------------------------------------------------------ prompts */
+
+typedef struct plain_prompts {
+    int64_t own;            /* fresh blocks of each session, from fresh_base + i * own */
+    int64_t shared;         /* blocks of a group's prefix */
+    int64_t fresh_base;
+    int64_t groups;
+    aisim_rng *shape_rng;   /* NULL: ungrouped */
+    const aisim_rng_view *shape_view;
+} plain_prompts;
+
+/* Session `index`'s prompt as (first, count) pairs into ranges[8] (drawing its group from
+ * shape_rng); *n the pairs written. */
+int plain_prompt_ranges(plain_prompts *pr, int64_t index, uint32_t *ranges, size_t *n);
+
+/* ------------------------------------------------------------ requests and the summary */
+
+/* A request from arrival to settlement (a SummaryRecord's values as they become known). */
+typedef struct plain_entry {
+    double arrival, terminal, first, second, last;
+    int64_t prompt_len, count, max_reused, first_reused, generated;
+    int8_t state;       /* 0 in flight, 1 completed, 2 another terminal */
+    int8_t admitted, has_first, has_second;
+} plain_entry;
+
+enum { PLAIN_TTFT = 0, PLAIN_E2E = 1, PLAIN_TTST = 2, PLAIN_TPOT = 3 };
+
+/* report._Totals' fields, and the collector's fallback count */
+typedef struct plain_totals {
+    int64_t completed, input_tokens, output_tokens, reused, first_reused, good, good_tokens,
+        fallback_committed;
+    double duration_ms;
+} plain_totals;
+
+typedef struct plain_requests {
+    plain_entry *ring;
+    size_t ring_cap;        /* a power of two */
+    int64_t settle_uuid, next_uuid;   /* entries of [settle_uuid, next_uuid) */
+    double *samples[4];
+    size_t n_samples[4], samples_cap[4];
+    plain_totals totals;
+    /* the report's start and SLA */
+    double report_start_ms;
+    int32_t has_ttft, has_itl, has_e2e;
+    double sla_ttft_ms, sla_itl_ms, sla_e2e_ms;
+} plain_requests;
+
+void plain_requests_free(plain_requests *q);
+plain_entry *plain_entry_of(plain_requests *q, int64_t uuid);
+/* the entry of uuid next_uuid (not taken: the caller advances next_uuid) */
+int plain_new_entry(plain_requests *q, plain_entry **out);
+/* Collector's arrival order: entries settle as soon as every earlier uuid has. */
+int plain_settle_ready(plain_requests *q);
+/* _ArrivalOrder.flush at the report: the terminals behind a request still in flight. */
+int plain_settle_rest(plain_requests *q);
+/* stats.exact_stats of sample array `which` into out[9] (aisim_plain_sample_stats). */
+int plain_sample_stats(plain_requests *q, int32_t which, double *out);
+void plain_drop_samples(plain_requests *q, int32_t which);
+
+/* records.token_times of a finished request's stretches st[0..2n) over pass end times ends */
+void plain_token_times(const double *ends, plain_entry *e, const int64_t *st, int64_t n);
+
+#endif

@@ -31,6 +31,14 @@
  * it into the waiting queue in acceptance order and starts activated
  * requests with no lookup (admit_waiting_decode).
  *
+ * MTP bursts (aisim_vllm_set_mtp; engine/mtp.py's MtpBursts is the twin):
+ * every request stays outside open stretches; each pass reserves its
+ * bursts' KV (preempting by the preemption mode while it does not fit),
+ * draws them from the rank's StdRng (csrc/rng.c) in running order and
+ * stamps them at its end as one-pass stretches (zero gaps). A decode-only
+ * run draws its passes' bursts ahead from a copy of the generator
+ * (aisim_vllm_mtp_extend) and complete() replays the passes it kept.
+ *
  * Errors: a bad argument gives AISIM_EINVAL with nothing changed. A failure
  * inside a pass (out of memory, a pool call refused that the twin assumes
  * succeeds) leaves the pass half formed: the rank then answers every call

@@ -12,7 +12,9 @@ lifecycle events: its ``admissions``, ``first_reused``, ``max_reused``, ``preemp
 ``stretches``, ``generated`` and ``status`` are right from then on (in between, C holds the
 truth). What watchers read is gathered in C too and replayed in VllmRank's order: a router's
 KV events, running-order signals and prefill completions at each pass end, telemetry's gauges,
-forward-pass metrics' lists (engine/fpm.py makes the rows).
+forward-pass metrics' lists (engine/fpm.py makes the rows). MTP bursts (aic_nextn) are
+drawn in C too, from the rank's own StdRng (engine/mtp.py is their twin); an aggregated MTP rank
+is ``NativeVllmMtpRank``, whose decode-only passes run as one event.
 
 ``VllmRank`` (engine/vllm.py) is its twin and specification: the same request stream through
 both gives the same passes, token times and pool state (tests/test_vllm_native.py). The

@@ -38,19 +38,3 @@ def test_cases_match_on_the_python_backend():
     names = [n for n in SHARED if (SHARED_CASES / f"{n}.json").exists()] + OWN
     assert python_backend_problems("test_features_offload", names) == {}
 
-
-def test_cluster_shared_storage_is_refused_in_one_line():
-    """G3's cluster_shared scope (one pool for all workers, shared bandwidth caps) is not
-    simulated: the payload is refused where the scope is written."""
-    import json
-
-    from aisimulate_core import run_replay
-    from aisimulate_core.errors import ConfigError
-
-    payload, _ = case_output("g3_example", SHARED, OWN_RECORDED)
-    spec = json.loads(payload.read_text())
-    spec["spec"]["engine"]["rank"]["g3_offload"]["scope"] = "cluster_shared"
-    with pytest.raises(ConfigError) as err:
-        run_replay(json.dumps(spec))
-    assert str(err.value) == \
-        "$.spec.engine.rank.g3_offload.scope: 'cluster_shared' is not supported yet"

@@ -1,4 +1,4 @@
-"""The G3 storage tier behind the G2 host tier (FEATURES.md §6), ``worker_local`` scope.
+"""The G3 storage tier behind the G2 host tier (FEATURES.md §6), both scopes.
 
 ``VllmG3Rank`` is ``VllmOffloadRank`` (engine/vllm_offload.py) with a storage pool behind the
 host pool (kv/offload_tier.py, recency by a global counter: a probe hit and a completed job
@@ -15,7 +15,12 @@ move an entry to the LRU's tail, one by one):
   (an H2D into G1). Storage hits count as host reuse;
 * timing (``FairLane``): a job is ready ``latency_to_first_byte_ms`` after its submission and
   then moves its bytes; the ready jobs of one direction share its bandwidth equally (reads
-  and writes have separate budgets); bandwidth 0 moves them at once.
+  and writes have separate budgets); bandwidth 0 moves them at once;
+* ``cluster_shared`` (``Storage`` shared by every rank, handed out by runtime/build.py): one
+  pool for all workers, a job's rate also capped by the shared bandwidth over all workers'
+  ready jobs of its direction; a worker reads what another wrote; the end of any worker's
+  storage job wakes an idle worker (it looks up again), a wake-up that another worker's job
+  pushed back is slept through (settled on the reference: g3_shared_* recorded).
 
 The summary's ``g3_offload`` object counts probes, hits, jobs, bytes and transfer times, as the
 reference's.
@@ -25,90 +30,171 @@ from __future__ import annotations
 
 from weakref import WeakKeyDictionary
 
-from ..errors import ConfigError
 from ..kv.offload_tier import ABSENT, PENDING, offload_tier
 from .vllm_offload import VllmOffloadRank
 
 
 class FairLane:
-    """One direction's jobs (a read or write lane of one worker): each ready job moves its
-    bytes at ``bandwidth / n`` over the ``n`` ready jobs. ``advance(t)`` returns the jobs done
-    by ``t`` with their end times, in that order; ``next_event()`` is the next time a job
-    becomes ready or ends (with no job added meanwhile)."""
+    """One direction's jobs (reads or writes) of one worker, or of all workers for
+    ``cluster_shared``: a ready job of worker ``w`` moves its bytes at
+    ``min(bandwidth / n_w, shared / n_all)`` over the ``n_w`` ready jobs of its worker and the
+    ``n_all`` ready jobs of the lane (``shared`` None: no cap); bandwidth 0 moves them at once.
+    Each rank sees its own jobs through a ``LaneView``; the lane's clock moves forward with
+    the first rank that looks (passes start in time order), and the jobs it finds done wait
+    for their rank."""
 
-    def __init__(self, gbps, latency_ms):
+    def __init__(self, gbps, latency_ms, shared_gbps=None):
         self.rate = gbps * 1e6           # bytes per ms; 0: instantaneous
+        self.cap = None if not shared_gbps else shared_gbps * 1e6
         self.latency = latency_ms
         self.clock = 0.0
-        self.jobs = []                   # [ready_ms, bytes left, submitted_ms, order, payload]
+        # [ready_ms, bytes left, submitted_ms, order, payload, worker, owner]
+        self.jobs = []
+        self.done = {}                   # owner -> [(end_ms, job)] found done, not yet seen
+        self.last_end = None             # when the latest job ended
         self._order = 0
 
-    def add(self, now_ms, size, payload):
-        self._order += 1
-        self.jobs.append([now_ms + self.latency, float(size), now_ms, self._order, payload])
+    def view(self, worker, owner):
+        return LaneView(self, worker, owner)
 
-    def __bool__(self):
-        return bool(self.jobs)
+    def add(self, now_ms, size, payload, worker=0, owner=0):
+        self._order += 1
+        self.jobs.append([now_ms + self.latency, float(size), now_ms, self._order, payload,
+                          worker, owner])
+
+    def _rates(self, jobs, clock):
+        """The ready jobs of ``jobs`` at ``clock`` with their rates (bytes per ms)."""
+        ready = [j for j in jobs if j[0] <= clock]
+        per_worker = {}
+        for j in ready:
+            per_worker[j[5]] = per_worker.get(j[5], 0) + 1
+        cap = None if self.cap is None or not ready else self.cap / len(ready)
+        out = []
+        for j in ready:
+            rate = self.rate / per_worker[j[5]]
+            out.append((j, rate if cap is None or rate < cap else cap))
+        return out
+
+    def _run(self, jobs, clock, left):
+        """One step of ``jobs`` from ``clock`` (``left``: bytes left by job order, updated):
+        the step's end and the jobs done then, in submission order."""
+        waiting = [j[0] for j in jobs if j[0] > clock]
+        t = min(waiting) if waiting else float("inf")
+        rated = self._rates(jobs, clock)
+        if rated:
+            if self.rate == 0:
+                return clock, sorted((j for j, _ in rated), key=lambda j: j[3])
+            t = min(t, min(clock + left[j[3]] / rate for j, rate in rated))
+            for j, rate in rated:
+                left[j[3]] -= (t - clock) * rate
+        done = [j for j, _ in rated if left[j[3]] <= 1e-6]
+        done.sort(key=lambda j: j[3])
+        return t, done
 
     def next_event(self):
         if not self.jobs:
             return None
-        ready = [j for j in self.jobs if j[0] <= self.clock]
-        waiting = [j[0] for j in self.jobs if j[0] > self.clock]
-        t = min(waiting) if waiting else float("inf")
-        if ready:
-            if self.rate == 0:
-                return self.clock
-            least = min(j[1] for j in ready)
-            t = min(t, self.clock + least * len(ready) / self.rate)
-        return t
+        return self._run(self.jobs, self.clock, {j[3]: j[1] for j in self.jobs})[0]
 
-    def next_done(self):
-        """When the next job ends (with no job added meanwhile), or None."""
-        if not self.jobs:
+    def next_done(self, owner=None):
+        """When ``owner``'s next job (None: any job) ends with no job added meanwhile, or
+        None."""
+        jobs = list(self.jobs)
+        if not any(owner is None or j[6] == owner for j in jobs):
             return None
         clock = self.clock
-        left = {j[3]: j[1] for j in self.jobs}
+        left = {j[3]: j[1] for j in jobs}
         while True:
-            ready = [j for j in self.jobs if j[0] <= clock]
-            waiting = [j[0] for j in self.jobs if j[0] > clock]
-            t = min(waiting) if waiting else float("inf")
-            if ready:
-                if self.rate == 0:
-                    return clock
-                least = min(left[j[3]] for j in ready)
-                end = clock + least * len(ready) / self.rate
-                if end <= t:
-                    return end
-                for j in ready:
-                    left[j[3]] -= (t - clock) * self.rate / len(ready)
-            clock = t
+            clock, done = self._run(jobs, clock, left)
+            if any(owner is None or j[6] == owner for j in done):
+                return clock
+            gone = {j[3] for j in done}
+            jobs = [j for j in jobs if j[3] not in gone]
 
     def advance(self, t_ms):
-        done = []
+        """Move the clock to ``t_ms``: the jobs done by then go to their owners' lists."""
         while self.jobs:
-            t = self.next_event()
+            left = {j[3]: j[1] for j in self.jobs}
+            t, done = self._run(self.jobs, self.clock, left)
             if t > t_ms:
                 break
-            ready = [j for j in self.jobs if j[0] <= self.clock]
-            if ready and self.rate:
-                moved = (t - self.clock) * self.rate / len(ready)
-                for j in ready:
-                    j[1] -= moved
+            for j in self.jobs:
+                j[1] = left[j[3]]
             self.clock = t
-            finished = [j for j in self.jobs if j[0] <= t and (self.rate == 0 or j[1] <= 1e-6)]
-            finished.sort(key=lambda j: j[3])
-            for j in finished:
+            for j in done:
                 self.jobs.remove(j)
-                done.append((t, j))
+                self.done.setdefault(j[6], []).append((t, j))
+                self.last_end = t
         if t_ms > self.clock:
-            ready = [j for j in self.jobs if j[0] <= self.clock]
-            if ready and self.rate:
-                moved = (t_ms - self.clock) * self.rate / len(ready)
-                for j in ready:
-                    j[1] -= moved
+            if self.rate:
+                for j, rate in self._rates(self.jobs, self.clock):
+                    j[1] -= (t_ms - self.clock) * rate
             self.clock = t_ms
-        return done
+
+
+class LaneView:
+    """One rank's side of a ``FairLane``: its jobs, and the ends of its jobs."""
+
+    __slots__ = ("lane", "worker", "owner")
+
+    def __init__(self, lane, worker, owner):
+        self.lane, self.worker, self.owner = lane, worker, owner
+
+    def add(self, now_ms, size, payload):
+        self.lane.add(now_ms, size, payload, self.worker, self.owner)
+
+    def next_event(self):
+        """The next time this rank's drain has something to do (an end found already, or the
+        lane's next event), or None."""
+        lane = self.lane
+        found = lane.done.get(self.owner)
+        if found:
+            return found[0][0]
+        return lane.next_event()
+
+    def next_done(self):
+        found = self.lane.done.get(self.owner)
+        if found:
+            return found[0][0]
+        return self.lane.next_done(self.owner)
+
+    def next_any_done(self):
+        """When the lane's next job ends, whoever's (a shared lane wakes every worker)."""
+        found = self.lane.done.get(self.owner)
+        if found:
+            return found[0][0]
+        return self.lane.next_done()
+
+    def advance(self, t_ms):
+        """This rank's jobs done by ``t_ms``, with their end times, in that order."""
+        lane = self.lane
+        if t_ms > lane.clock or (lane.jobs and lane.next_event() <= t_ms):
+            lane.advance(t_ms)
+        found = lane.done.get(self.owner)
+        if not found:
+            return []
+        k = 0
+        while k < len(found) and found[k][0] <= t_ms:
+            k += 1
+        out = found[:k]
+        del found[:k]
+        return out
+
+
+class Storage:
+    """A G3 pool with its read and write lanes: one per rank (``worker_local``) or one for all
+    workers (``cluster_shared``, the lanes capped by the shared bandwidths), and which worker
+    wrote each entry (the summary's ``cross_worker_read_blocks``)."""
+
+    def __init__(self, g3, shared):
+        self.shared = shared
+        self.pool = offload_tier(g3.num_g3_blocks)
+        latency = g3.latency_to_first_byte_ms
+        self.reads = FairLane(g3.read_bandwidth_gbps, latency,
+                              g3.shared_read_bandwidth_gbps if shared else None)
+        self.writes = FairLane(g3.write_bandwidth_gbps, latency,
+                               g3.shared_write_bandwidth_gbps if shared else None)
+        self.writer = {}
 
 
 # the summary's g3_offload object of a run (its collector) and the ranks it sums
@@ -125,23 +211,59 @@ class VllmG3Rank(VllmOffloadRank):
                  scheduler_id=0):
         super().__init__(engine, timer, pool, callbacks=callbacks, worker_idx=worker_idx,
                          dp_rank=dp_rank, scheduler_id=scheduler_id)
-        g3 = engine.g3_offload
-        if g3.scope != "worker_local":     # spec/validate.py refuses it first
-            raise ConfigError(f"g3_offload.scope: '{g3.scope}' is not supported yet")
-        self.g3 = offload_tier(g3.num_g3_blocks)
-        self._reads = FairLane(g3.read_bandwidth_gbps, g3.latency_to_first_byte_ms)
-        self._writes = FairLane(g3.write_bandwidth_gbps, g3.latency_to_first_byte_ms)
+        self.use_storage(Storage(engine.g3_offload, shared=False))
         self.g3_stats = {"lookup_probes": 0, "lookup_hits": 0, "lookup_pending": 0,
+                         "cross_worker_read_blocks": 0,
                          "read": _direction(), "write": _direction()}
         self._report = None         # (the summary's object, the ranks it sums), once known
         self._stored = []           # keys of the stores that ended, to write behind
+        self._ended = 0             # transfers ended (host and storage jobs)
+        self._rewait = None         # the end of the idle wait in flight
+
+    @staticmethod
+    def shared_storage(engine):
+        """The one storage of all workers for ``cluster_shared`` (runtime/build.py hands it to
+        every rank with ``use_storage``), or None."""
+        g3 = getattr(engine, "g3_offload", None)
+        if g3 is None or g3.scope != "cluster_shared":
+            return None
+        return Storage(g3, shared=True)
+
+    def use_storage(self, storage):
+        """Use ``storage``'s pool and lanes (this rank's own, or the cluster's)."""
+        self.storage = storage
+        self.g3 = storage.pool
+        owner = self.scheduler_id if storage.shared else 0
+        worker = self.worker_idx if storage.shared else 0
+        self._reads = storage.reads.view(worker, owner)
+        self._writes = storage.writes.view(worker, owner)
 
     def schedule(self, now_ms):
         if self._report is None:
             self._join_report()
+        if now_ms == self._rewait:
+            # woken for a transfer end that another worker's job pushed back (the lanes of
+            # cluster_shared): if nothing ended, the worker sleeps on as if never woken
+            ended = self._ended
+            self._finish_transfers(now_ms)
+            upcoming = self.next_transfer_ms()
+            if self._ended == ended and upcoming is not None and upcoming > now_ms and \
+                    self._reads.lane.last_end != now_ms and self._writes.lane.last_end != now_ms:
+                self._idle_wait = self._empty_wait = True
+                self.pass_effect = False
+                self.pass_end_ms = self._rewait = upcoming
+                self._refresh_report()
+                return upcoming
+        self._rewait = None
         end = super().schedule(now_ms)
+        if self._idle_wait:
+            self._rewait = end
         self._refresh_report()
         return end
+
+    def _finish_job(self, done, kind, payload):
+        self._ended += 1
+        super()._finish_job(done, kind, payload)
 
     def _join_report(self):
         """Sum this rank into its run's ``g3_offload`` summary object."""
@@ -158,14 +280,17 @@ class VllmG3Rank(VllmOffloadRank):
         out = {"lookup_probes": 0, "lookup_hits": 0, "lookup_pending": 0,
                "read": _direction(), "write": _direction(), "evictions": 0,
                "cross_worker_read_blocks": 0, "resident_blocks": 0, "pending_blocks": 0}
+        pools = {}
         for rank in ranks:
             stats = rank.g3_stats
-            for key in ("lookup_probes", "lookup_hits", "lookup_pending"):
+            for key in ("lookup_probes", "lookup_hits", "lookup_pending",
+                        "cross_worker_read_blocks"):
                 out[key] += stats[key]
             for direction in ("read", "write"):
                 for key, value in stats[direction].items():
                     out[direction][key] += value
-            g3 = rank.g3
+            pools[id(rank.g3)] = rank.g3       # a shared pool counts once
+        for g3 in pools.values():
             out["evictions"] += g3.evictions
             out["resident_blocks"] += len(g3) - g3.pending
             out["pending_blocks"] += g3.pending
@@ -174,8 +299,12 @@ class VllmG3Rank(VllmOffloadRank):
 
     # ------------------------------------------------------------------ events in time order
     def next_transfer_ms(self):
-        times = [t for t in (super().next_transfer_ms(), self._reads.next_done(),
-                             self._writes.next_done()) if t is not None]
+        if self.storage.shared:
+            # the end of any worker's storage job wakes this one (it looks up again)
+            lanes = (self._reads.next_any_done(), self._writes.next_any_done())
+        else:
+            lanes = (self._reads.next_done(), self._writes.next_done())
+        times = [t for t in (super().next_transfer_ms(),) + lanes if t is not None]
         return min(times) if times else None
 
     def _finish_transfers(self, now_ms):
@@ -226,11 +355,15 @@ class VllmG3Rank(VllmOffloadRank):
         if victims is None:
             return          # not enough room: the whole write is dropped
         self.host.pin(new)
+        writers = self.storage.writer
+        for h in new:
+            writers[h] = self.worker_idx
         self._writes.add(done_ms, len(new) * self.block_bytes, new)
         self.g3_stats["write"]["submitted_jobs"] += 1
 
     def _write_done(self, done_ms, job):
         keys = job[4]
+        self._ended += 1
         self.g3.complete(keys, shared=True)
         self.host.unpin(keys, shared=True)
         self._count("write", done_ms, job, len(keys))
@@ -262,11 +395,15 @@ class VllmG3Rank(VllmOffloadRank):
         for done, job in self._reads.advance(now_ms):
             self._read_done(done, job)
         self.g3.pin(keys)
+        writers, me = self.storage.writer, self.worker_idx
+        self.g3_stats["cross_worker_read_blocks"] += sum(
+            1 for h in keys if writers.get(h, me) != me)
         self._reads.add(now_ms, len(keys) * self.block_bytes, list(keys))
         self.g3_stats["read"]["submitted_jobs"] += 1
 
     def _read_done(self, done_ms, job):
         keys = job[4]
+        self._ended += 1
         self.host.complete(keys, shared=True)
         self.g3.unpin(keys, shared=True)
         self._count("read", done_ms, job, len(keys))

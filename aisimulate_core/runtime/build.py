@@ -89,6 +89,8 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
         if supports(rank_cfg, dp_size=dp, role=role) is None:
             native_cls = native
     rank_path = f"{path}.rank"
+    # g3_offload cluster_shared: one storage pool and lanes for all the role's workers
+    storage = VllmG3Rank.shared_storage(rank_cfg) if engine_cls is VllmG3Rank else None
 
     def make(worker_id, key):
         ranks = []
@@ -99,6 +101,8 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
             rank = cls(rank_cfg, timer, pool, callbacks=callbacks, worker_idx=worker_id,
                               dp_rank=d, scheduler_id=worker_id * dp + d)
             rank.config_path = rank_path
+            if storage is not None:
+                rank.use_storage(storage)
             ranks.append(rank)
         return Worker(key, ranks, worker_id)
     return make

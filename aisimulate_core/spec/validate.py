@@ -147,8 +147,6 @@ def _check_offload(r: EngineConfig, p: str, c: Checker) -> None:
             c.finite_nonnegative(f"{gp}.{name}", getattr(g3, name))
         if r.native_host_offload is None:
             c.add(gp, "requires native_host_offload")
-        if g3.scope == "cluster_shared":   # one pool for all workers: not simulated yet
-            c.add(gp + ".scope", "'cluster_shared' is not supported yet")
     if r.native_host_offload is not None:
         host, hp = r.native_host_offload, p + ".native_host_offload"
         c.positive(hp + ".num_host_blocks", host.num_host_blocks)

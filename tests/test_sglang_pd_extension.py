@@ -13,10 +13,12 @@ slot; the test also checks that runs were extended and cut short.
 
 from __future__ import annotations
 
+import gc
+import json
 import random
 from array import array
 
-from aisimulate_core import Prompt, SimRequest
+from aisimulate_core import Prompt, SimRequest, build_simulation, load_payload
 from aisimulate_core.engine.sglang import SglangRank
 from aisimulate_core.engine.sglang_roles import SglangDecodeRank, _share_tokens
 from aisimulate_core.engine.sglang_tokens import ensure_tokens
@@ -126,3 +128,23 @@ def test_a_role_copy_shares_the_prompt_tokens_ensure_tokens_builds():
         _share_tokens(copies[1], copies[0])
         assert copies[0].hash_cache == expected
         assert copies[1].hash_cache is copies[0].hash_cache
+
+
+def test_finished_requests_are_freed_without_the_cyclic_collector():
+    # a request, its handoff and its role copies link each other; once the request is
+    # terminal, its driver told and its source released, the handoff unlinks them
+    # (SglangDisaggregatedSimulation._tell_driver), so none of them is cyclic garbage
+    payload = _payload(3)
+    gc.collect()
+    gc.disable()
+    try:
+        sim = build_simulation(load_payload(json.dumps(payload)))
+        sim.run()
+        report = sim.report()
+        requests = sum(isinstance(o, SimRequest) for o in gc.get_objects())
+        gc.collect()
+        left = sum(isinstance(o, SimRequest) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert report.summary["completed_requests"] == len(payload["requests"])
+    assert requests == left

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/capacity_question.py [--jobs N] [--set PATH=VALUE ...] [--out DIR]
 
-Runs ``aisimulate sweep examples/capacity_mooncake_qwen3_32b.json`` as the README prints it
+Runs ``aisimulate sweep examples/sweeps/capacity_mooncake_qwen3_32b.json`` as the README prints it
 (bisection on worker counts, per shape family), then the same sweep file with
 ``"search": {"policy": "grid"}``: every point of the space. Prints both tables and asserts
 that both choose the same deployment, and that bisection's smallest feasible shape of every
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SWEEP = ROOT / "examples/capacity_mooncake_qwen3_32b.json"
+SWEEP = ROOT / "examples/sweeps/capacity_mooncake_qwen3_32b.json"
 
 
 def run(sweep_file: Path, out: Path, jobs: str | None, overrides: list[str]) -> dict:

@@ -1,4 +1,4 @@
-"""The README's capacity question (examples/capacity_mooncake_qwen3_32b.json) on the first
+"""The README's capacity question (examples/sweeps/capacity_mooncake_qwen3_32b.json) on the first
 minute of the Mooncake trace (goal 80 % within SLA): its bisection over shape families chooses
 what an exhaustive grid over the same space chooses. (bench/capacity_question.py checks the
 whole trace at the README's 90 %.)"""
@@ -29,7 +29,7 @@ def question(tmp_path, policy):
     """The README's sweep file with ``policy``, cut to the first minute of the trace."""
     if not TRACE.is_file():
         pytest.skip(f"the shared Mooncake trace is not beside the checkout ({TRACE})")
-    document = json.loads((ROOT / "examples/capacity_mooncake_qwen3_32b.json").read_text())
+    document = json.loads((ROOT / "examples/sweeps/capacity_mooncake_qwen3_32b.json").read_text())
     document["base"]["traffic"]["trace_path"] = str(TRACE.resolve())
     # in a minute, the requests still running at its end count as missing the SLA: a lower bar
     document["goal"]["min_good_fraction"] = GOAL

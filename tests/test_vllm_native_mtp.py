@@ -160,3 +160,20 @@ def test_the_features_doc_example_runs_on_the_c_rank(monkeypatch):
     assert (record["ttft_ms"], record["ttst_ms"], record["last_token_ms"]) == (15.0, 0.0, 60.0)
     assert run_replay(json.dumps(_mtp_payload(aic_mtp_seed=43))).per_request[0][
         "last_token_ms"] == 55.0
+
+
+def test_mtp_decode_only_runs_take_several_passes_an_event():
+    """The C rank's decode-only MTP runs (NativeVllmMtpRank.extend) happen on the random
+    streams (more passes than events), cut by arrivals too (truncating), and give the Python
+    rank's passes and records (assert_same checks both)."""
+    extended = truncated = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        stream = aggregated.random_stream(rng, 30)
+        engine = aggregated.with_mtp(rng, aggregated.random_engine(rng, stream))
+        for truncating in (False, True):
+            out, _ = aggregated.drive(NativeVllmRank, engine, seed, stream, truncating)
+            runs = len(out["pass_ends"]) > len(out["trace"])
+            extended += runs
+            truncated += runs and truncating
+    assert extended and truncated

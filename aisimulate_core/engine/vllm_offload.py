@@ -15,7 +15,7 @@ Python); this module is the policy around them:
   prefix; a pending block (or one being loaded, or its own store in flight) makes it wait in
   a queue of its own ahead of the ordinary one (vLLM's skipped_waiting); a hit reserves G1
   blocks (when the whole request fits and a seat is free: the loads started in the pass take
-  seats) and queues a load on a FIFO lane that starts once the reserved blocks' previous D2H
+  seats from later hits, not from requests admitted without a load) and queues a load on a FIFO lane that starts once the reserved blocks' previous D2H
   is done; the request is admitted at the first pass that starts after the load (the next
   one even for an instantaneous load), with the loaded blocks counted as cached;
 * the host keys are the reference's XXH3 sequence hashes (kv/ref_hashes.py): a completed
@@ -348,7 +348,7 @@ class VllmOffloadRank(VllmRank):
                 skipped.append(waiting.popleft())
                 self._skipq.add(r.uuid)
                 continue
-            if outcome == "full" or not self._seat_free():
+            if outcome == "full":
                 break
             self._blocked = (None, -1, 0)
             fresh = not r.admissions
@@ -434,8 +434,10 @@ class VllmOffloadRank(VllmRank):
         """Read ``keys`` from the tier below into their reserved host slots."""
 
     def _seat_free(self):
-        """Whether max_num_seqs leaves room for one more request: a request whose load this
-        pass started takes a seat in it too. Checked after the lookup."""
+        """Whether max_num_seqs leaves room for one more load: a request whose load this pass
+        started takes a seat from the later host hits (checked after their lookup), not from
+        the requests admitted without a load, which only the running requests limit (settled
+        on the reference: g2_miss_beside_load)."""
         return len(self.running) + self._loads_now < self.max_seqs
 
     def _start_load(self, r, hashes, g1, hit, now_ms):

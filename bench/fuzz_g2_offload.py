@@ -11,25 +11,19 @@ the canonical forms (tests/cluster_compare.py) and prints the count of exact mat
     .venv/bin/python bench/fuzz_g2_offload.py [--cases N] [--seed S] [--keep DIR] [--show K]
 
 Run from the project root. ``--keep DIR`` writes every mismatching payload (and its trace)
-there; ``--show K`` prints the first differences of K mismatches.
+there; ``--show K`` prints the first differences of K mismatches. The loop is
+bench/fuzz_common.py's ``run_cases``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster_compare import compare  # noqa: E402
-from fuzz_sglang_pd import run_ours, run_reference  # noqa: E402
+from fuzz_common import run_cases  # noqa: E402
 
 
 def make_case(rng: random.Random, trace_path: str):
@@ -81,49 +75,8 @@ def make_case(rng: random.Random, trace_path: str):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=5)
-    ap.add_argument("--timeout", type=float, default=10.0)
-    ap.add_argument("--keep", type=Path, default=None)
-    ap.add_argument("--show", type=int, default=3)
-    args = ap.parse_args(argv)
-    os.chdir(ROOT)
-    matches = 0
-    mismatched = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        for i in range(args.cases):
-            rng = random.Random(args.seed * 1_000_003 + i)
-            trace = tmp / f"case{i}.jsonl"
-            payload, rows = make_case(rng, str(trace))
-            trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-            path = tmp / f"case{i}.json"
-            path.write_text(json.dumps(payload, indent=1))
-            status, theirs = run_reference(path, args.timeout)
-            mine_status, mine = run_ours(payload)
-            if status != "ok":
-                problems = [] if mine_status == "error" else [f"reference {status}: {theirs}"]
-            elif mine_status == "error":
-                problems = [f"ours failed: {mine}"]
-            else:
-                problems = compare(mine[0], mine[1], theirs)
-            if problems:
-                mismatched.append((i, problems))
-                if args.keep is not None:
-                    args.keep.mkdir(parents=True, exist_ok=True)
-                    kept_trace = args.keep / f"case{i}.jsonl"
-                    kept_trace.write_text(trace.read_text())
-                    payload["traffic"]["trace_path"] = str(kept_trace)
-                    (args.keep / f"case{i}.json").write_text(json.dumps(payload, indent=1))
-            else:
-                matches += 1
-    for i, problems in mismatched[:args.show]:
-        print(f"case {i}: {len(problems)} differences")
-        for line in problems[:8]:
-            print("   ", line)
-    print(f"{matches} of {args.cases} G2 host-offload workloads match the reference exactly")
-    return 0 if matches == args.cases else 1
+    return run_cases(make_case, "G2 host-offload workloads", argv, doc=__doc__, seed=5,
+                     timeout=10.0)
 
 
 if __name__ == "__main__":

@@ -11,27 +11,19 @@ compares the canonical forms (tests/cluster_compare.py) and prints the count of 
     .venv/bin/python bench/fuzz_sglang_pd.py [--cases N] [--seed S] [--keep DIR] [--show K]
 
 Run from the project root. ``--keep DIR`` writes every mismatching payload (and its trace)
-there; ``--show K`` prints the first differences of K mismatches.
+there; ``--show K`` prints the first differences of K mismatches. The loop is
+bench/fuzz_common.py's ``run_cases``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster_compare import compare  # noqa: E402
-
-REF_PYTHON = ROOT.parent / "ref-venv" / "bin" / "python"
-PEER_RUN = ROOT.parent / "shared" / "tools" / "peer_run.py"
+from fuzz_common import run_cases  # noqa: E402
 
 
 def make_case(rng: random.Random, trace_path: str):
@@ -129,78 +121,9 @@ def make_case(rng: random.Random, trace_path: str):
     return payload, rows
 
 
-def run_reference(payload_path: Path, timeout_s: float):
-    env = dict(os.environ, DYN_LOG="error")
-    try:
-        done = subprocess.run([str(REF_PYTHON), str(PEER_RUN), str(payload_path), "--per-request"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return "timeout", None
-    if done.returncode != 0:
-        return "error", (done.stderr.strip().splitlines() or [""])[-1]
-    return "ok", json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def run_ours(payload: dict):
-    from aisimulate_core import run_replay
-
-    try:
-        report = run_replay(json.dumps(payload))
-    except Exception as exc:   # any failure of ours is a mismatch
-        return "error", f"{type(exc).__name__}: {exc}"
-    out = json.loads(report.to_json())
-    return "ok", (out, out.pop("per_request", None) or [])
-
-
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--timeout", type=float, default=5.0)
-    ap.add_argument("--keep", type=Path, default=None)
-    ap.add_argument("--show", type=int, default=3)
-    args = ap.parse_args(argv)
-    os.chdir(ROOT)
-    matches = skipped = 0
-    mismatched = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        for i in range(args.cases):
-            rng = random.Random(args.seed * 1_000_003 + i)
-            trace = tmp / f"case{i}.jsonl"
-            payload, rows = make_case(rng, str(trace))
-            trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-            path = tmp / f"case{i}.json"
-            path.write_text(json.dumps(payload, indent=1))
-            status, theirs = run_reference(path, args.timeout)
-            if status == "timeout":
-                skipped += 1        # the reference livelocked (FEATURES.md §8.5)
-                continue
-            mine_status, mine = run_ours(payload)
-            if status == "error":
-                problems = [] if mine_status == "error" else [f"reference failed: {theirs}"]
-            elif mine_status == "error":
-                problems = [f"ours failed: {mine}"]
-            else:
-                problems = compare(mine[0], mine[1], theirs)
-            if problems:
-                mismatched.append((i, problems))
-                if args.keep is not None:
-                    args.keep.mkdir(parents=True, exist_ok=True)
-                    kept_trace = args.keep / f"case{i}.jsonl"
-                    kept_trace.write_text(trace.read_text())
-                    payload["traffic"]["trace_path"] = str(kept_trace)
-                    (args.keep / f"case{i}.json").write_text(json.dumps(payload, indent=1))
-            else:
-                matches += 1
-    compared = args.cases - skipped
-    for i, problems in mismatched[:args.show]:
-        print(f"case {i}: {len(problems)} differences")
-        for line in problems[:8]:
-            print("   ", line)
-    print(f"{matches} of {compared} SGLang P/D workloads match the reference exactly "
-          f"({skipped} skipped: the reference did not finish within {args.timeout:g} s)")
-    return 0 if matches == compared else 1
+    return run_cases(make_case, "SGLang P/D workloads", argv, doc=__doc__, seed=11, timeout=5.0,
+                     skip_timeouts=True)   # the reference livelocks on some (FEATURES.md §8.5)
 
 
 if __name__ == "__main__":

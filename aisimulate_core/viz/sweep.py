@@ -122,7 +122,7 @@ def plot_goal_vs_axis(points: Sequence[Mapping[str, Any]], axis: str, metric: st
                 marker="x", color="tab:red", markersize=9, label="failed",
                 transform=ax.get_xaxis_transform(), clip_on=False)
     if sla_line is not None:
-        ax.axhline(float(sla_line), linestyle="--", color="tab:gray", label=f"SLA {sla_line:g}")
+        ax.axhline(float(sla_line), linestyle="--", color="tab:gray", label=f"target {sla_line:g}")
     chosen_point = _resolve(chosen, points)
     chosen_xy = None
     if chosen_point is not None:

@@ -142,8 +142,8 @@ int plain_sessions_terminal(plain_sessions *s, double end_ms)
 /* ------------------------------------------------------------ prompts */
 
 /* SyntheticSessions._fresh_ranges into ranges from pair k on; returns the pairs written. */
-static size_t fresh_ranges(const plain_prompts *p, int64_t offset, int64_t count, uint32_t *ranges,
-                           size_t k)
+size_t plain_fresh_ranges(const plain_prompts *p, int64_t offset, int64_t count,
+                          uint32_t *ranges, size_t k)
 {
     int64_t base = p->fresh_base, span = PLAIN_ID_LIMIT - base;
     while (k < 4) {
@@ -181,7 +181,7 @@ int plain_prompt_ranges(plain_prompts *pr, int64_t index, uint32_t *ranges, size
         ranges[1] = (uint32_t)pr->shared;
         k = 1;
     }
-    *n = fresh_ranges(pr, index * pr->own, pr->own, ranges, k);
+    *n = plain_fresh_ranges(pr, index * pr->own, pr->own, ranges, k);
     return AISIM_OK;
 }
 
@@ -459,4 +459,103 @@ void plain_token_times(const double *ends, plain_entry *e, const int64_t *st, in
     for (i = 0; i < n; i++)
         count += st[2 * i + 1] - st[2 * i] + 1;
     e->count = count;
+}
+
+/* ------------------------------------------------------------ heaps and pass histories */
+
+int plain_event_before(const plain_event *a, const plain_event *b)
+{
+    return a->time != b->time ? a->time < b->time : a->key < b->key;
+}
+
+int plain_heap_push(plain_heap *h, double time, int64_t key, int64_t value)
+{
+    size_t i;
+    plain_event e = {time, key, value};
+    PLAIN_TRY(plain_grow((void **)&h->items, &h->cap, h->len + 1, sizeof *h->items));
+    i = h->len++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!plain_event_before(&e, &h->items[parent]))
+            break;
+        h->items[i] = h->items[parent];
+        i = parent;
+    }
+    h->items[i] = e;
+    return AISIM_OK;
+}
+
+plain_event plain_heap_pop(plain_heap *h)
+{
+    plain_event top = h->items[0];
+    plain_event last = h->items[--h->len];
+    size_t i = 0, n = h->len;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && plain_event_before(&h->items[c + 1], &h->items[c]))
+            c++;
+        if (!plain_event_before(&h->items[c], &last))
+            break;
+        h->items[i] = h->items[c];
+        i = c;
+    }
+    if (n)
+        h->items[i] = last;
+    return top;
+}
+
+void plain_history_free(plain_history *h)
+{
+    free(h->pass_ends);
+    free(h->breaks);
+    free(h->slot_uuid);
+    h->pass_ends = NULL;
+    h->breaks = NULL;
+    h->slot_uuid = NULL;
+}
+
+int plain_history_take_slot(plain_history *h, int32_t slot, int64_t uuid)
+{
+    PLAIN_TRY(plain_grow((void **)&h->slot_uuid, &h->slot_cap, (size_t)slot + 1,
+                         sizeof *h->slot_uuid));
+    h->slot_uuid[slot] = uuid;
+    return AISIM_OK;
+}
+
+int plain_history_passes(plain_history *h, const double *ends, size_t n)
+{
+    PLAIN_TRY(plain_grow((void **)&h->pass_ends, &h->pass_ends_cap, h->n_pass_ends + n,
+                         sizeof(double)));
+    memcpy(h->pass_ends + h->n_pass_ends, ends, n * sizeof(double));
+    h->n_pass_ends += n;
+    return AISIM_OK;
+}
+
+int plain_history_breaks(plain_history *h, const int64_t *st, int64_t b)
+{
+    int64_t k;
+    if (b <= 1)
+        return AISIM_OK;
+    PLAIN_TRY(plain_grow((void **)&h->breaks, &h->breaks_cap, h->n_breaks + 2 * (size_t)(b - 1),
+                         sizeof *h->breaks));
+    for (k = 1; k < b; k++) {
+        h->breaks[h->n_breaks++] = st[2 * k - 1];
+        h->breaks[h->n_breaks++] = st[2 * k];
+    }
+    return AISIM_OK;
+}
+
+size_t plain_bisect_left(const double *ends, size_t n, double t)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ends[mid] < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }

@@ -63,6 +63,10 @@ typedef struct plain_prompts {
     const aisim_rng_view *shape_view;
 } plain_prompts;
 
+/* SyntheticSessions._fresh_ranges of `count` fresh blocks from block `offset` into ranges
+ * from pair k on; returns the pairs written then. */
+size_t plain_fresh_ranges(const plain_prompts *p, int64_t offset, int64_t count,
+                          uint32_t *ranges, size_t k);
 /* Session `index`'s prompt as (first, count) pairs into ranges[8] (drawing its group from
  * shape_rng); *n the pairs written. */
 int plain_prompt_ranges(plain_prompts *pr, int64_t index, uint32_t *ranges, size_t *n);
@@ -110,6 +114,45 @@ int plain_settle_rest(plain_requests *q);
 /* stats.exact_stats of sample array `which` into out[9] (aisim_plain_sample_stats). */
 int plain_sample_stats(plain_requests *q, int32_t which, double *out);
 void plain_drop_samples(plain_requests *q, int32_t which);
+
+/* ------------------------------------------------------------ heaps and pass histories */
+
+/* A min-heap of events ordered by (time, key) (runtime/event_queue.py's (time, seq), the
+ * disaggregated loop's (time, worker << 32 | generation) tuples); value rides along. */
+typedef struct plain_event {
+    double time;
+    int64_t key;
+    int64_t value;
+} plain_event;
+
+typedef struct plain_heap {
+    plain_event *items;
+    size_t len, cap;
+} plain_heap;
+
+int plain_heap_push(plain_heap *h, double time, int64_t key, int64_t value);
+plain_event plain_heap_pop(plain_heap *h);   /* (h not empty) */
+int plain_event_before(const plain_event *a, const plain_event *b);
+
+/* A rank's pass end times (RankBase.pass_ends), its break pairs (NativeVllmRank.
+ * _count_breaks: last pass before, first pass after) and its slots' uuids. */
+typedef struct plain_history {
+    double *pass_ends;
+    size_t n_pass_ends, pass_ends_cap;
+    int64_t *breaks;
+    size_t n_breaks, breaks_cap;   /* values */
+    int64_t *slot_uuid;
+    size_t slot_cap;
+} plain_history;
+
+void plain_history_free(plain_history *h);
+int plain_history_take_slot(plain_history *h, int32_t slot, int64_t uuid);
+/* the pass ends ends[0..n) completed */
+int plain_history_passes(plain_history *h, const double *ends, size_t n);
+/* the breaks between the b stretches st[0..2b) of a finished request */
+int plain_history_breaks(plain_history *h, const int64_t *st, int64_t b);
+/* bisect_left of t in ends[0..n) */
+size_t plain_bisect_left(const double *ends, size_t n, double t);
 
 /* records.token_times of a finished request's stretches st[0..2n) over pass end times ends */
 void plain_token_times(const double *ends, plain_entry *e, const int64_t *st, int64_t n);

@@ -37,12 +37,7 @@ typedef struct rank_state {
     int active;             /* in the worker's pass in flight */
     double *ends;           /* the pass formed and its extension (RankBase._macro_ends) */
     size_t n_ends;
-    double *pass_ends;      /* RankBase.pass_ends */
-    size_t n_pass_ends, pass_ends_cap;
-    int64_t *breaks;        /* (last before, first after) pairs */
-    size_t n_breaks, breaks_cap;   /* values */
-    int64_t *slot_uuid;     /* slot -> uuid */
-    size_t slot_cap;
+    plain_history hist;     /* its pass ends, break pairs and slots' uuids */
 } rank_state;
 
 /* runtime/worker.py's Worker: a lone rank extends its passes; an attention-DP group's ranks
@@ -57,21 +52,14 @@ typedef struct worker {
     int dirty;
 } worker;
 
-typedef struct event {
-    double time;
-    uint64_t seq;
-    int32_t worker;
-    uint32_t generation;
-} event;
 
 struct aisim_plain {
     aisim_plain_config cfg;
     worker *workers;
     rank_state *ranks;      /* worker w's are ranks[w * dp_size ...] */
     /* pass completions: a min-heap on (time, seq), as runtime/event_queue.py orders them */
-    event *heap;
-    size_t heap_len, heap_cap;
-    uint64_t seq;
+    plain_heap heap;        /* key: the push order; value: worker << 32 | generation */
+    int64_t seq;
     plain_sessions sess;
     plain_prompts prompts;
     plain_requests req;     /* requests by uuid and the summary */
@@ -86,62 +74,17 @@ struct aisim_plain {
 
 /* ------------------------------------------------------------ the event heap */
 
-static int before(const event *a, const event *b)
-{
-    return a->time != b->time ? a->time < b->time : a->seq < b->seq;
-}
-
 static int heap_push(aisim_plain *p, double time, int32_t w, uint32_t generation)
 {
-    size_t i;
-    TRY(plain_grow((void **)&p->heap, &p->heap_cap, p->heap_len + 1, sizeof *p->heap));
-    i = p->heap_len++;
-    event e = {time, p->seq++, w, generation};
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!before(&e, &p->heap[parent]))
-            break;
-        p->heap[i] = p->heap[parent];
-        i = parent;
-    }
-    p->heap[i] = e;
-    return AISIM_OK;
-}
-
-static event heap_pop(aisim_plain *p)
-{
-    event top = p->heap[0];
-    event last = p->heap[--p->heap_len];
-    size_t i = 0, n = p->heap_len;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && before(&p->heap[c + 1], &p->heap[c]))
-            c++;
-        if (!before(&p->heap[c], &last))
-            break;
-        p->heap[i] = p->heap[c];
-        i = c;
-    }
-    if (n)
-        p->heap[i] = last;
-    return top;
+    return plain_heap_push(&p->heap, time, p->seq++, ((int64_t)w << 32) | generation);
 }
 
 static double peek(const aisim_plain *p)
 {
-    return p->heap_len ? p->heap[0].time : INFINITY;
+    return p->heap.len ? p->heap.items[0].time : INFINITY;
 }
 
 /* ------------------------------------------------------------ a worker's rank */
-
-static int take_slot(rank_state *w, int32_t slot, int64_t uuid)
-{
-    TRY(plain_grow((void **)&w->slot_uuid, &w->slot_cap, (size_t)slot + 1, sizeof *w->slot_uuid));
-    w->slot_uuid[slot] = uuid;
-    return AISIM_OK;
-}
 
 /* NativeVllmRank.submit of session `index`'s request (OneTurnDriver._request). */
 static int submit(aisim_plain *p, rank_state *w, int64_t index, int64_t uuid)
@@ -178,14 +121,7 @@ static int submit(aisim_plain *p, rank_state *w, int64_t index, int64_t uuid)
     }
     if (slot < 0)
         return slot;
-    return take_slot(w, (int32_t)slot, uuid);
-}
-
-static int push_pass_end(rank_state *w, double end)
-{
-    TRY(plain_grow((void **)&w->pass_ends, &w->pass_ends_cap, w->n_pass_ends + 1, sizeof(double)));
-    w->pass_ends[w->n_pass_ends++] = end;
-    return AISIM_OK;
+    return plain_history_take_slot(&w->hist, (int32_t)slot, uuid);
 }
 
 /* NativeVllmRank._schedule_events: admissions and preemptions. */
@@ -195,7 +131,7 @@ static void schedule_events(aisim_plain *p, rank_state *w)
     size_t i;
     for (i = 0; i < v->n_events; i++) {
         const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
-        plain_entry *e = plain_entry_of(&p->req, w->slot_uuid[f[1]]);
+        plain_entry *e = plain_entry_of(&p->req, w->hist.slot_uuid[f[1]]);
         if (f[0] == AISIM_VLLM_ADMITTED) {
             e->admitted = 1;
             if (!f[3])
@@ -291,26 +227,17 @@ static int complete_rank(aisim_plain *p, rank_state *w)
     double end_ms = w->ends[w->n_ends - 1];
     size_t i;
     w->active = 0;
-    for (i = 0; i < w->n_ends; i++)
-        TRY(push_pass_end(w, w->ends[i]));
+    TRY(plain_history_passes(&w->hist, w->ends, w->n_ends));
     TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, 0));
     for (i = 0; i < v->n_events; i++) {
         const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
-        plain_entry *e = plain_entry_of(&p->req, w->slot_uuid[f[1]]);
+        plain_entry *e = plain_entry_of(&p->req, w->hist.slot_uuid[f[1]]);
         if (f[0] == AISIM_VLLM_FINISHED) {
             int64_t b = f[3];
             const int64_t *st = v->stretches + 2 * f[2];
             if (b > 0)
-                plain_token_times(w->pass_ends, e, st, b);
-            if (b > 1) {   /* NativeVllmRank._count_breaks */
-                int64_t k;
-                TRY(plain_grow((void **)&w->breaks, &w->breaks_cap, w->n_breaks + 2 * (size_t)(b - 1),
-                         sizeof *w->breaks));
-                for (k = 1; k < b; k++) {
-                    w->breaks[w->n_breaks++] = st[2 * k - 1];
-                    w->breaks[w->n_breaks++] = st[2 * k];
-                }
-            }
+                plain_token_times(w->hist.pass_ends, e, st, b);
+            TRY(plain_history_breaks(&w->hist, st, b));   /* NativeVllmRank._count_breaks */
             e->state = 1;
             p->view.completed++;
         } else if (f[0] == AISIM_VLLM_REJECTED) {
@@ -342,17 +269,11 @@ static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms)
 {
     worker *w = &p->workers[wi];
     rank_state *r = &w->ranks[0];
-    size_t lo = 0, hi = r->n_ends;
+    size_t lo;
     double end;
     if (w->n_ranks > 1 || r->n_ends <= 1)
         return AISIM_OK;
-    while (lo < hi) {   /* bisect_left */
-        size_t mid = lo + (hi - lo) / 2;
-        if (r->ends[mid] < arrival_ms)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    lo = plain_bisect_left(r->ends, r->n_ends, arrival_ms);
     if (lo < r->n_ends - 1)
         r->n_ends = lo + 1;
     end = r->ends[r->n_ends - 1];
@@ -477,10 +398,10 @@ static void find_stall(aisim_plain *p)
         int32_t head;
         if (w->view->n_waiting && !w->view->n_running &&
             aisim_vllm_queue(w->rank, 1, &head, 1) > 0) {
-            plain_entry *e = plain_entry_of(&p->req, w->slot_uuid[head]);
+            plain_entry *e = plain_entry_of(&p->req, w->hist.slot_uuid[head]);
             p->view.stuck_worker = (int32_t)(i / p->cfg.dp_size);
             p->view.stuck_rank = (int32_t)(i % p->cfg.dp_size);
-            p->view.stuck_uuid = w->slot_uuid[head];
+            p->view.stuck_uuid = w->hist.slot_uuid[head];
             p->view.stuck_prompt_len = e->prompt_len;
             p->view.stuck_generated = e->generated;
             return;
@@ -533,9 +454,9 @@ static int run(aisim_plain *p)
         v->now_ms = t;
         if (peek(p) <= t) {
             while (peek(p) <= t) {
-                event e = heap_pop(p);
-                worker *w = &p->workers[e.worker];
-                if (!w->busy || w->generation != e.generation)
+                plain_event e = plain_heap_pop(&p->heap);
+                worker *w = &p->workers[e.value >> 32];
+                if (!w->busy || w->generation != (uint32_t)(e.value & 0xFFFFFFFF))
                     continue;   /* the pass was cut short and rescheduled earlier */
                 TRY(complete_pass(p, w));
                 w->dirty = 1;
@@ -664,13 +585,11 @@ int aisim_plain_free(aisim_plain *p)
         return AISIM_OK;
     for (i = 0; p->ranks && i < p->cfg.n_workers * p->cfg.dp_size; i++) {
         free(p->ranks[i].ends);
-        free(p->ranks[i].pass_ends);
-        free(p->ranks[i].breaks);
-        free(p->ranks[i].slot_uuid);
+        plain_history_free(&p->ranks[i].hist);
     }
     free(p->ranks);
     free(p->workers);
-    free(p->heap);
+    free(p->heap.items);
     plain_sessions_free(&p->sess);
     plain_requests_free(&p->req);
     free(p);
@@ -689,8 +608,8 @@ int aisim_plain_pass_ends(const aisim_plain *p, size_t rank, const double **out,
 {
     if (!p || !out || !n || rank >= p->cfg.n_workers * p->cfg.dp_size)
         return AISIM_EINVAL;
-    *out = p->ranks[rank].pass_ends;
-    *n = p->ranks[rank].n_pass_ends;
+    *out = p->ranks[rank].hist.pass_ends;
+    *n = p->ranks[rank].hist.n_pass_ends;
     return AISIM_OK;
 }
 
@@ -699,8 +618,8 @@ int aisim_plain_breaks(const aisim_plain *p, size_t rank, const int64_t **out,
 {
     if (!p || !out || !n_pairs || rank >= p->cfg.n_workers * p->cfg.dp_size)
         return AISIM_EINVAL;
-    *out = p->ranks[rank].breaks;
-    *n_pairs = p->ranks[rank].n_breaks / 2;
+    *out = p->ranks[rank].hist.breaks;
+    *n_pairs = p->ranks[rank].hist.n_breaks / 2;
     return AISIM_OK;
 }
 
@@ -727,20 +646,20 @@ int aisim_plain_ready(const aisim_plain *p, int64_t *index, double *ready_ms, si
 
 static int event_order(const void *a, const void *b)
 {
-    return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+    return plain_event_before(a, b) ? -1 : plain_event_before(b, a) ? 1 : 0;
 }
 
 int aisim_plain_events(aisim_plain *p, double *times, int64_t *idents, size_t cap)
 {
     size_t i, n;
-    if (!p || (cap && (!times || !idents)) || p->heap_len > INT32_MAX)
+    if (!p || (cap && (!times || !idents)) || p->heap.len > INT32_MAX)
         return AISIM_EINVAL;
-    n = p->heap_len;
-    if (n > 1)
-        qsort(p->heap, n, sizeof *p->heap, event_order);   /* a sorted array is a heap */
+    n = p->heap.len;
+    if (n > 1)   /* a sorted array is a heap */
+        qsort(p->heap.items, n, sizeof *p->heap.items, event_order);
     for (i = 0; i < n && i < cap; i++) {
-        times[i] = p->heap[i].time;
-        idents[i] = ((int64_t)p->heap[i].worker << 32) | p->heap[i].generation;
+        times[i] = p->heap.items[i].time;
+        idents[i] = p->heap.items[i].value;
     }
     return (int)n;
 }

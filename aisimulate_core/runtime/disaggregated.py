@@ -49,6 +49,7 @@ from ..errors import SimulationError
 from ..engine.request import SimRequest
 from .records import make_disagg_record
 from .cluster import ClusterPool
+from . import plain_disagg_native
 from .simulation import Simulation, _GEN_MASK, watch_engines
 
 # rounds of same-time work after which a replay that does not advance is an error
@@ -208,6 +209,14 @@ class DisaggregatedSimulation(Simulation):
         # the last time this call may visit: a step looks ahead no further (_absorb_transfers)
         self._until = min(t_ms, self.max_sim_time_ms)
         super().run_until(t_ms)
+
+    def _plain(self):
+        """A plain run of this loop (runtime/plain_disagg_native.py's ``eligible``) runs in one
+        C call; ``_run_plain`` is that call."""
+        return plain_disagg_native.eligible(self, self._until) is None
+
+    def _run_plain(self, limit):
+        return plain_disagg_native.run(self, limit)
 
     def _next_time(self):
         if self._actions:
@@ -757,17 +766,9 @@ class DisaggregatedSimulation(Simulation):
                 for rank in worker.ranks:
                     pending = getattr(rank, "pending", None)
                     if pending:
-                        r = pending[0]
-                        blocks = -(-r.prompt_len // rank.block_size)
-                        return (f"request {_name(r)} can never get its KV reserved on decode "
-                                f"worker {worker.worker_id}: {rank.setting_prefix('num_gpu_blocks')}its prompt "
-                                f"needs {blocks} KV blocks of "
-                                f"{rank.block_size} tokens, {rank.pool.allocatable()} of "
-                                f"{rank.num_blocks} are free")
+                        return stuck_message(pool, worker, rank, pending[0], True)
                     if rank.waiting:
-                        r = rank.waiting[0]
-                        return (f"request {_name(r)} can never be scheduled on {pool} worker "
-                                f"{worker.worker_id}: {rank.stall_reason(r)}")
+                        return stuck_message(pool, worker, rank, rank.waiting[0], False)
         return "requests are stranded between the prefill and decode pools"
 
     # ------------------------------------------------------------------ report
@@ -794,6 +795,20 @@ class DisaggregatedSimulation(Simulation):
         return dict(prefill_worker_seconds=prefill, decode_worker_seconds=decode,
                     prefill_gpus_per_worker=self.prefill_gpus_per_worker,
                     decode_gpus_per_worker=self.gpus_per_worker)
+
+
+def stuck_message(pool, worker, rank, r, pending):
+    """Why request ``r`` at the head of ``rank``'s pending FIFO (``pending``) or waiting queue
+    never moves (runtime/plain_disagg_native.py words its stalls with it too)."""
+    if pending:
+        blocks = -(-r.prompt_len // rank.block_size)
+        return (f"request {_name(r)} can never get its KV reserved on decode "
+                f"worker {worker.worker_id}: {rank.setting_prefix('num_gpu_blocks')}its prompt "
+                f"needs {blocks} KV blocks of "
+                f"{rank.block_size} tokens, {rank.pool.allocatable()} of "
+                f"{rank.num_blocks} are free")
+    return (f"request {_name(r)} can never be scheduled on {pool} worker "
+            f"{worker.worker_id}: {rank.stall_reason(r)}")
 
 
 def _time_sum(workers, advances):

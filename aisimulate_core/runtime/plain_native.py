@@ -306,20 +306,22 @@ def _take_state(sim, loop, view, rank_cursors):
                 breaks[key] = breaks.get(key, 0) + 1
 
 
-def _fill_collector(collector, loop, view):
-    """The summary's inputs C accumulated, into the collector (report.fill_totals)."""
+def _fill_collector(collector, loop, view, sample_stats=None, drop_samples=None):
+    """The summary's inputs C accumulated, into the collector (report.fill_totals); the
+    loop's statistics and drop calls (by default the aggregated loop's)."""
     from ..report import fill_totals
     lib = native.lib
+    sample_stats = sample_stats or lib.aisim_plain_sample_stats
+    drop_samples = drop_samples or lib.aisim_plain_drop_samples
     samples, stats = {}, {}
     counts = (view.n_ttft, view.n_ttft, view.n_ttst, view.n_tpot)
     out = native.ffi.new("double[9]")
     for which, name in enumerate(_SAMPLES):
         samples[name] = native.c_array("d", getattr(view, name), counts[which])
         # (after the copy: it sorts C's array)
-        native.check_status(lib.aisim_plain_sample_stats(loop, which, out),
-                            "aisim_plain_sample_stats")
+        native.check_status(sample_stats(loop, which, out), "sample_stats")
         stats[name] = DistributionStats(*out)
-        lib.aisim_plain_drop_samples(loop, which)   # held once at the peak
+        drop_samples(loop, which)   # held once at the peak
     fill_totals(collector, completed=view.totals_completed, input_tokens=view.input_tokens,
                 output_tokens=view.output_tokens, reused=view.reused,
                 first_reused=view.first_reused, duration_ms=view.duration_ms, good=view.good,

@@ -1,0 +1,295 @@
+"""A plain disaggregated run in one C call (csrc/plain_disagg.c).
+
+When a disaggregated run (vLLM / TensorRT-LLM's source-first handoff) is nothing but timed
+one-turn synthetic sessions placed by round robin in both pools on unwatched C role ranks of
+one rank per worker, with the built-in timing models and no per-request record kept, every
+step of runtime/disaggregated.py's loop (arrivals, the prefill copies' passes, held sources,
+reservations with their retries, transfers, activations and releases, the decode workers'
+extended runs with their cuts and the absorbed transfers, terminals and the summary's
+per-request values) runs in C; Python fills the collector and the visited times from the
+arrays C gathered. ``eligible`` says whether a run is such a run; anything else runs the
+Python loop, which is this loop's twin and specification (tests/test_plain_disagg_native.py
+compares their reports on random configurations).
+
+``AISIMULATE_PLAIN_LOOP=python`` keeps every run on the Python loop (as for plain_native).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from .. import native
+from ..engine.decode_run import _native_kind
+from ..engine.rank_base import RankBase
+from ..engine.timing import FixedTiming, PolynomialTiming, StepTimer
+from ..engine.vllm_native_roles import NativeVllmDecodeRank, NativeVllmPrefillRank
+from ..errors import SimulationError
+from . import plain_native
+from .worker import Worker
+
+_TIMED = {"poisson_qps": 0, "constant_qps": 1, "burst": 2}
+# the DisaggregatedSimulation methods the C loop stands for: one replaced on the instance
+# keeps Python's
+_LOOP_METHODS = ("_step", "_next_time", "_event_time", "_complete_due", "_complete", "_drive",
+                 "_start", "_cut", "_absorb_transfers", "_run_actions", "_start_transfer",
+                 "_submit_prefill", "_deliver_prefill", "_reserve_destination",
+                 "_deliver_decode", "_reserved", "_activate", "_finish", "_arrive",
+                 "_release_arrivals", "_register_arrival", "_terminal", "_driver_terminal")
+
+
+def eligible(sim, limit):
+    """Why ``sim.run_until(limit)`` cannot run in C, or None when it can."""
+    if not plain_native.ENABLED:
+        return "switched off"
+    if native.lib is None or native.resolve_backend() != "c":
+        return "the C backend is not in use"
+    from .disaggregated import DisaggregatedSimulation
+    if type(sim) is not DisaggregatedSimulation:
+        return "a subclass of the disaggregated loop"
+    if limit != sim.max_sim_time_ms or sim.now_ms != 0.0 or sim.arrived or sim._visited \
+            or sim._actions or sim._transfers or len(sim._passes) != 1:
+        return "not a whole run from its start"
+    if sim.on_event is not None or sim.max_in_flight is not None or sim._external \
+            or sim.windows or sim.cluster is not None or sim.telemetry is not None \
+            or sim.progress is not None or sim._spawned \
+            or any(name in sim.__dict__ for name in _LOOP_METHODS):
+        return "callbacks, windows, scaling, telemetry or a method replaced"
+    if sim.collector.keeps_records or sim.collector._num_requests or sim.collector._order.waiting:
+        return "records kept"
+    reason = plain_native._driver_reason(sim.driver)
+    if reason is None and sim.driver.max_sessions is not None:
+        reason = "a closed loop"
+    if reason is None and sim.driver._shape.resolved.arrival_kind not in _TIMED:
+        reason = "arrivals other than poisson, constant rate or burst"
+    if reason is None and sim.driver._osl < 1:
+        reason = "no output token"
+    if reason is None:
+        reason = _deployment_reason(sim)
+    return reason
+
+
+def _pool_reason(sim, workers, router, cls, deliver):
+    if not workers:
+        return "an empty pool"
+    for w in workers:
+        if type(w) is not Worker or len(w.ranks) != 1 or w.busy or w.generation \
+                or w._cadence or w._round_ranks:
+            return "a worker of another kind"
+    first = workers[0].ranks[0]
+    for w in workers:
+        rank = w.ranks[0]
+        if type(rank) is not cls or rank.watched or rank.observer is not None \
+                or rank.capture_gauges or rank.fpm_on \
+                or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
+                or rank.has_work() or rank.holds_kv() or rank.timer is not first.timer \
+                or rank.cb is not sim.events or rank.mtp_nextn is not None:
+            return "a rank the loop cannot drive"
+        if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
+                != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
+                    first.no_evict):
+            return "ranks of different engines"
+    timer = first.timer
+    if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
+        return "a timing model other than fixed or polynomial"
+    if not plain_native._times_in_range(timer, first.max_seqs * sim.driver._isl):
+        return "pass times the C loop cannot round as Python does"
+    if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
+        return "sizes beyond the C loop's exact range"
+    if router._unpinned is None or router.deliver != deliver or router.queued \
+            or router.parked or router._released \
+            or router.observes_engine or router.wants_terminal:
+        return "placement other than round robin"
+    policy = router.policy.policy
+    if [w.worker_id for w in router.active] != [w.worker_id for w in workers]:
+        return "workers out of order"
+    ids = {w.worker_id for w in workers}
+    if any(v.worker_id not in ids or v.dp_size != 1 for v in policy._workers) or any(
+            policy._rank_cursors.get(w.worker_id, 0) != 0 for w in workers):
+        return "round robin over other workers"
+    return None
+
+
+def _deployment_reason(sim):
+    prefill, decode = sim.prefill_workers, sim.decode_workers
+    if [w.idx for w in sim.workers] != list(range(len(sim.workers))) \
+            or sim.workers != prefill + decode:
+        return "workers out of order"
+    reason = _pool_reason(sim, prefill, sim.routers[0], NativeVllmPrefillRank,
+                          sim._deliver_prefill) \
+        or _pool_reason(sim, decode, sim.routers[1], NativeVllmDecodeRank, sim._deliver_decode)
+    if reason is not None:
+        return reason
+    if not all(w.ranks[0].open_activations for w in decode):
+        return "decode ranks that never open activations' runs"
+    if any(r.pending for w in decode for r in w.ranks) or sim._deferred or sim._held \
+            or sim._extended or sim._no_extend or sim._idle[0] or sim._idle[1]:
+        return "a handoff under way"
+    transfer = sim.transfer
+    if _uses_bandwidth(transfer):
+        for value in (transfer.bytes_per_token, transfer.bandwidth_gbps):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or (isinstance(value, int) and abs(value) >= 1 << 53):
+                return "a transfer size the C loop cannot compute as Python does"
+    elif isinstance(transfer.fallback_ms, bool) \
+            or not isinstance(transfer.fallback_ms, (int, float)) \
+            or not math.isfinite(float(transfer.fallback_ms)) \
+            or (isinstance(transfer.fallback_ms, int) and abs(transfer.fallback_ms) >= 1 << 53):
+        return "a handoff latency the C loop cannot add as Python does"
+    if sim.driver._isl >= 1 << 53:
+        return "lengths"
+    sla = sim.collector._totals.sla
+    if sla is not None:
+        for value in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms):
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float))
+                                      or (isinstance(value, int)
+                                          and abs(value) >= plain_native._SLA_EXACT)):
+                return "an SLA bound the C loop cannot compare as Python does"
+    return None
+
+
+def _uses_bandwidth(transfer):
+    bandwidth = transfer.bandwidth_gbps
+    return not (transfer.bytes_per_token is None or bandwidth is None or bandwidth <= 0)
+
+
+def run(sim, limit):
+    """Run ``sim`` (``eligible``) to its end in C; returns the loop's last time, as the Python
+    loop leaves it."""
+    ffi, lib = native.ffi, native.lib
+    config, keep = _config(sim)
+    box = ffi.new("aisim_pd **")
+    native.check_status(lib.aisim_pd_new(box, config), "aisim_pd_new")
+    loop = ffi.gc(box[0], lib.aisim_pd_free)
+    views = ffi.new("aisim_pd_view **")
+    lib.aisim_pd_view_of(loop, views)
+    view = views[0]
+    status = lib.aisim_pd_run(loop)
+    _take_state(sim, loop, view)
+    if status == lib.AISIM_PD_STALLED:
+        raise SimulationError(f"{_stuck_request(sim, view)}; the disaggregated replay cannot "
+                              f"progress with {sim.in_flight} requests in flight")
+    if status == lib.AISIM_PD_LIVELOCK:
+        raise SimulationError(f"the disaggregated replay keeps changing state at {view.now_ms} "
+                              f"ms without time advancing (the livelock limit; "
+                              f"{sim.in_flight} requests in flight)")
+    if status == lib.AISIM_PD_TIMING:
+        raise SimulationError(f"{sim.workers[0].ranks[0].timer.name}: a modeled pass time is "
+                              f"out of the range the reference's Duration holds")
+    native.check_status(status, "aisim_pd_run")
+    plain_native._fill_collector(sim.collector, loop, view, lib.aisim_pd_sample_stats,
+                                 lib.aisim_pd_drop_samples)
+    return view.next_ms
+
+
+def _config(sim):
+    ffi, lib = native.ffi, native.lib
+    driver = sim.driver
+    shape = driver._shape
+    resolved = shape.resolved
+    keep = {}
+    config = ffi.new("aisim_pd_config *")
+    config.arrivals = _TIMED[resolved.arrival_kind]
+    if resolved.arrival_kind == "poisson_qps":
+        arrival_rng = keep["arrival_rng"] = plain_native.StdRng(resolved.arrival_seed,
+                                                                backend="c")
+        config.arrival_rng = arrival_rng._rng
+    if resolved.arrival_kind != "burst":
+        config.gap_ms = 1000.0 / resolved.arrival_qps
+    config.sessions = driver.total
+    config.isl, config.osl, config.trace_block = driver._isl, driver._osl, driver._block
+    config.own, config.shared, config.fresh_base = shape._own, shape._shared, shape._fresh_base
+    config.groups = resolved.num_prefix_groups
+    if shape.grouped:
+        config.shape_rng = shape._rng._rng
+    prefill, decode = sim.prefill_workers, sim.decode_workers
+    config.n_prefill, config.n_decode = len(prefill), len(decode)
+    handles = keep["handles"] = ffi.new("void *[]", [w.ranks[0]._rank for w in sim.workers])
+    config.ranks = handles
+    for pool, workers, router in ((0, prefill, sim.routers[0]), (1, decode, sim.routers[1])):
+        ids = {w.worker_id: i for i, w in enumerate(workers)}
+        policy = router.policy.policy
+        rr = keep[f"rr{pool}"] = ffi.new("int32_t[]", [ids[v.worker_id]
+                                                       for v in policy._workers])
+        name = "prefill" if pool == 0 else "decode"
+        setattr(config, f"rr_{name}", rr)
+        setattr(config, f"n_rr_{name}", len(policy._workers))
+        setattr(config, f"rr_{name}_cursor", policy._cursor)
+        rank = workers[0].ranks[0]
+        config.block_size[pool] = rank.block_size
+        config.num_blocks[pool] = rank.num_blocks
+        config.max_model_len[pool] = -1 if rank.max_model_len is None else rank.max_model_len
+        config.caching[pool] = bool(rank.caching)
+        config.no_evict[pool] = bool(rank.no_evict)
+    timer = prefill[0].ranks[0].timer
+    kind, _ = _native_kind(timer.model)
+    config.prefill_kind = kind
+    config.prefill_fixed_ms = timer.model.prefill if kind == lib.AISIM_DECODE_FIXED else 0.0
+    config.prefill_ratio = timer.prefill_ratio
+    transfer = sim.transfer
+    if _uses_bandwidth(transfer):
+        config.use_bandwidth = 1
+        config.bytes_per_token = float(transfer.bytes_per_token)
+        config.bandwidth_gbps = float(transfer.bandwidth_gbps)
+        config.missing_only = bool(transfer.missing_only)
+    else:
+        config.fallback_ms = float(transfer.fallback_ms)
+    config.cutoff_ms = sim.max_sim_time_ms
+    totals = sim.collector._totals
+    config.report_start_ms = totals.start_ms
+    sla = totals.sla
+    if sla is not None:
+        for name in ("ttft", "itl", "e2e"):
+            value = getattr(sla, f"{name}_ms")
+            if value is not None:
+                setattr(config, f"has_{name}", 1)
+                setattr(config, f"sla_{name}_ms", float(value))
+    return config, keep
+
+
+def _take_state(sim, loop, view):
+    """What the report reads after a run: the counters, the visited times, each rank's pass
+    history, the driver's and the round robins' positions."""
+    ffi, lib = native.ffi, native.lib
+    sim.now_ms = view.now_ms
+    sim.arrived = view.arrived
+    sim.completed = view.completed
+    sim.in_flight = view.in_flight
+    sim._next_uuid = view.arrived + 1
+    sim.collector.on_arrival(view.arrived)
+    sim.routers[0].policy.policy._cursor = view.rr_prefill_cursor
+    sim.routers[1].policy.policy._cursor = view.rr_decode_cursor
+    driver = sim.driver
+    if driver._shape.grouped:
+        driver._drawn = view.made
+    driver._made = view.made
+    driver._next_ms = view.next_arrival_ms
+    sim._visited = native.c_array("d", view.visited, view.n_visited)
+    out, n = ffi.new("double **"), ffi.new("size_t *")
+    pairs = ffi.new("int64_t **")
+    for w, worker in enumerate(sim.workers):
+        rank = worker.ranks[0]
+        native.check_status(lib.aisim_pd_pass_ends(loop, w, out, n), "aisim_pd_pass_ends")
+        rank.pass_ends = native.c_array("d", out[0], n[0])
+        native.check_status(lib.aisim_pd_breaks(loop, w, pairs, n), "aisim_pd_breaks")
+        breaks = rank.break_gaps
+        if n[0]:
+            values = ffi.unpack(pairs[0], 2 * n[0])
+            for i in range(0, len(values), 2):
+                key = (values[i], values[i + 1])
+                breaks[key] = breaks.get(key, 0) + 1
+    for worker in sim.decode_workers:
+        worker.ranks[0].activation_runs = 0
+    sim.decode_workers[0].ranks[0].activation_runs = view.extensions
+
+
+def _stuck_request(sim, view):
+    """DisaggregatedSimulation._stuck_request over the head C named."""
+    from .disaggregated import stuck_message
+    if view.stuck_worker < 0:
+        return "requests are stranded between the prefill and decode pools"
+    worker = sim.workers[view.stuck_worker]
+    head = plain_native._Head(view.stuck_uuid, view.stuck_prompt_len, view.stuck_generated)
+    pool = "decode" if view.stuck_worker >= len(sim.prefill_workers) else "prefill"
+    return stuck_message(pool, worker, worker.ranks[0], head, bool(view.stuck_pending))

@@ -1,0 +1,1077 @@
+/*
+ * plain_disagg.c: a plain disaggregated run as one C loop. Its twin and specification is
+ * runtime/disaggregated.py's loop (the module docstring's steps; _step, _complete_due,
+ * _complete, _drive, _start, _cut, _absorb_transfers and the handoff's actions) with the
+ * one-turn synthetic driver, round robin in both pools, dp 1, and the C vLLM / TensorRT-LLM
+ * role ranks (engine/vllm_native_roles.py) driven through their public entry points.
+ * Sessions, prompts and the summary are plain_common.h's.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aisim.h"
+#include "decode_run.cdef.h"
+#include "vllm_rank.cdef.h"
+#include "plain_loop.cdef.h"
+#include "plain_disagg.cdef.h"
+#include "plain_common.h"
+
+#define MAX_PASSES 4096
+#define GOLDEN 0x9E3779B97F4A7C15ull
+#define MAX_ROUNDS 1000000
+#define TRY PLAIN_TRY
+
+enum { SUBMIT, RESERVE, START_TRANSFER, ACTIVATE, RELEASE_SOURCE, CANCEL_SOURCE };
+
+typedef struct action {
+    int32_t kind;
+    int32_t pworker, pslot, dworker, dslot;
+    int64_t uuid;
+    int64_t missing;
+} action;
+
+typedef struct action_list {
+    action *items;
+    size_t len, cap;
+} action_list;
+
+typedef struct pd_worker {
+    aisim_vllm_rank *rank;
+    const aisim_vllm_view *view;
+    int decode;
+    int busy, active;
+    uint32_t generation;
+    double pass_end;
+    double *ends;           /* the pass formed and its extension */
+    size_t n_ends;
+    plain_history hist;
+    int idle, extended;
+    action_list deferred;
+    plain_heap inbound;     /* decode: its transfers' done times */
+    int64_t *pending;       /* decode: accepted destinations (uuids) in FIFO order from
+                               pending_head (the rank's pending FIFO, named at a stall) */
+    size_t pending_head, n_pending, pending_cap;
+    int32_t *held;          /* prefill: slots of sources the pass completing now held */
+    int64_t *held_uuid;
+    size_t n_held, held_cap, held_uuid_cap;
+} pd_worker;
+
+struct aisim_pd {
+    aisim_pd_config cfg;
+    pd_worker *workers;
+    size_t n_workers;
+    plain_sessions sess;
+    plain_prompts prompts;
+    plain_requests req;
+    struct info { int64_t group; int32_t pworker, pslot; } *info;   /* by uuid: its prompt's
+                               prefix group (-1: none) and its source (worker key, slot) */
+    size_t info_cap;
+    plain_heap passes;      /* pass completions: key worker << 32 | generation */
+    plain_heap transfers;   /* key: the start order; value: its action in moving */
+    action *moving;         /* by start order: the transfers' actions */
+    size_t moving_cap;
+    int64_t transfer_order;
+    plain_event *due;       /* scratch: the transfers completing at one time */
+    size_t due_cap;
+    action *queue;          /* the actions, first in first out (a ring) */
+    size_t q_head, q_len, q_cap;
+    double *visited;
+    size_t n_visited, visited_cap;
+    int no_extend, late, late_terminals;
+    double until;
+    uint32_t ranges[8];
+    aisim_decode_run run;
+    aisim_pd_view view;
+};
+
+/* ------------------------------------------------------------ heaps */
+
+static int push_pass(aisim_pd *p, double time, int32_t key, uint32_t generation)
+{
+    int64_t ident = ((int64_t)key << 32) | generation;
+    return plain_heap_push(&p->passes, time, ident, ident);
+}
+
+static int is_stale(const aisim_pd *p, int64_t ident)
+{
+    const pd_worker *w = &p->workers[ident >> 32];
+    return !w->busy || w->generation != (uint32_t)(ident & 0xFFFFFFFF);
+}
+
+static double raw_pass_time(const aisim_pd *p)
+{
+    return p->passes.len ? p->passes.items[0].time : INFINITY;
+}
+
+/* _pass_time: cut-short completions dropped from the head */
+static double pass_time(aisim_pd *p)
+{
+    while (p->passes.len && is_stale(p, p->passes.items[0].key))
+        plain_heap_pop(&p->passes);
+    return raw_pass_time(p);
+}
+
+static double transfer_time(const aisim_pd *p)
+{
+    return p->transfers.len ? p->transfers.items[0].time : INFINITY;
+}
+
+/* ------------------------------------------------------------ actions */
+
+static int enqueue(aisim_pd *p, const action *a)
+{
+    if (p->q_len == p->q_cap) {
+        size_t cap = p->q_cap ? 2 * p->q_cap : 64, i;
+        action *q = malloc(cap * sizeof *q);
+        if (!q)
+            return AISIM_ENOMEM;
+        for (i = 0; i < p->q_len; i++)
+            q[i] = p->queue[(p->q_head + i) & (p->q_cap - 1)];
+        free(p->queue);
+        p->queue = q;
+        p->q_head = 0;
+        p->q_cap = cap;
+    }
+    p->queue[(p->q_head + p->q_len) & (p->q_cap - 1)] = *a;
+    p->q_len++;
+    return AISIM_OK;
+}
+
+static int enqueue_kind(aisim_pd *p, action a, int32_t kind)
+{
+    a.kind = kind;
+    return enqueue(p, &a);
+}
+
+static int list_push(action_list *l, const action *a)
+{
+    TRY(plain_grow((void **)&l->items, &l->cap, l->len + 1, sizeof *l->items));
+    l->items[l->len++] = *a;
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ requests */
+
+/* the prompt of request uuid as id ranges (its group drawn at arrival: info's group is the prefix's first id) */
+static size_t prompt_ranges(aisim_pd *p, int64_t uuid)
+{
+    size_t k = 0;
+    int64_t group = p->info[uuid].group;
+    if (group >= 0) {
+        p->ranges[0] = (uint32_t)group;   /* (the group prefix's first id) */
+        p->ranges[1] = (uint32_t)p->prompts.shared;
+        k = 1;
+    }
+    return plain_fresh_ranges(&p->prompts, (uuid - 1) * p->prompts.own, p->prompts.own,
+                              p->ranges, k);
+}
+
+/* VllmRank._limit_output's out_limit */
+static int64_t out_limit_of(const aisim_pd_config *c, int pool, int64_t prompt_len,
+                            int64_t max_output)
+{
+    int64_t out = max_output, limit = c->max_model_len[pool];
+    if (limit >= 0 && prompt_len < limit)
+        out = max_output < limit - prompt_len ? max_output : limit - prompt_len;
+    if (c->no_evict[pool]) {
+        int64_t room = c->num_blocks[pool] * c->block_size[pool] - prompt_len;
+        if (room < 0)
+            room = 0;
+        if (room < out)
+            out = room;
+    }
+    return out;
+}
+
+/* NativeVllmRank.submit of the prefill copy (one token) of request uuid */
+static int submit_prefill(aisim_pd *p, pd_worker *w, int64_t uuid)
+{
+    const aisim_pd_config *c = &p->cfg;
+    int64_t prompt_len = c->isl, max_output = c->osl < 1 ? c->osl : 1;
+    int64_t blocks = (prompt_len + c->block_size[0] - 1) / c->block_size[0];
+    uint64_t salt = (uint64_t)uuid * GOLDEN;
+    size_t k = prompt_ranges(p, uuid);
+    int64_t limit = c->max_model_len[0];
+    int64_t out = out_limit_of(c, 0, prompt_len, max_output);
+    int hashed = (limit < 0 || prompt_len < limit) && blocks <= c->num_blocks[0];
+    int slot;
+    if (c->caching[0] && hashed)
+        slot = aisim_vllm_submit_ranges(w->rank, prompt_len, max_output, out, p->ranges, k,
+                                        c->trace_block, salt);
+    else
+        slot = aisim_vllm_submit(w->rank, prompt_len, max_output, out, NULL, 0, NULL, NULL, 0,
+                                 0, salt);
+    if (slot < 0)
+        return slot;
+    return plain_history_take_slot(&w->hist, (int32_t)slot, uuid);
+}
+
+/* ------------------------------------------------------------ summary entries */
+
+static int finish(aisim_pd *p, int64_t uuid, double end_ms, int completed)
+{
+    plain_entry *e = plain_entry_of(&p->req, uuid);
+    e->state = completed ? 1 : 2;
+    e->terminal = end_ms;
+    p->view.in_flight--;
+    if (completed)
+        p->view.completed++;
+    if (p->late)
+        p->late = 2;   /* a zero-time pass's terminal: heard after the round's arrivals */
+    return AISIM_OK;
+}
+
+/* NativeVllmRank._schedule_events */
+static void schedule_events(aisim_pd *p, pd_worker *w)
+{
+    const aisim_vllm_view *v = w->view;
+    size_t i;
+    for (i = 0; i < v->n_events; i++) {
+        const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
+        plain_entry *e = plain_entry_of(&p->req, w->hist.slot_uuid[f[1]]);
+        if (f[0] == AISIM_VLLM_ADMITTED) {
+            e->admitted = 1;
+            if (!w->decode && !f[3])
+                e->first_reused = f[2];
+            if (f[2] > e->max_reused)
+                e->max_reused = f[2];
+        } else {
+            e->generated = f[4];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ a worker's pass */
+
+/* Worker.start_pass of a lone rank (schedule, then the role's extend); *formed 0: no work */
+static int start_pass(aisim_pd *p, pd_worker *w, double now_ms, double horizon_ms, int *formed)
+{
+    const aisim_pd_config *c = &p->cfg;
+    const aisim_vllm_view *v = w->view;
+    double prefill = 0.0, decode = 0.0, end;
+    *formed = 0;
+    if (!v->n_running && !v->n_waiting)
+        return AISIM_OK;
+    TRY(aisim_vllm_schedule(w->rank, now_ms));
+    if (v->n_events)
+        schedule_events(p, w);
+    if (!w->decode && v->pf_count) {
+        int64_t count = v->pf_count;
+        int status = aisim_prefill_timing_eval(c->prefill_kind, c->prefill_fixed_ms,
+                                               c->prefill_ratio, count, v->pf_isl / count,
+                                               v->pf_prefix / count, &prefill);
+        if (status == AISIM_DECODE_MISS)
+            return AISIM_PD_TIMING;
+        TRY(status);
+    }
+    if (w->decode && v->dec_batch) {
+        if (!v->decode_known)
+            return AISIM_PD_TIMING;
+        decode = v->decode_ms;
+    }
+    end = (now_ms + prefill) + decode;
+    w->ends[0] = end;
+    w->n_ends = 1;
+    /* NativeVllmDecodeRank.extend, then NativeVllmRank.extend */
+    if (w->decode && !v->retry_due) {
+        int open = 0;
+        if (v->n_ready && end < horizon_ms) {
+            open = aisim_vllm_open_activated(w->rank);
+            TRY(open);
+        }
+        if (v->plain_decode && v->n_dec != 0 && end < horizon_ms) {
+            int status = aisim_vllm_extend(w->rank, end, horizon_ms, c->cutoff_ms, MAX_PASSES,
+                                           w->ends, MAX_PASSES, &p->run, 0);
+            if (status == AISIM_DECODE_MISS || status == AISIM_VLLM_EXTEND_IN_PYTHON)
+                return AISIM_PD_TIMING;
+            TRY(status);
+            w->n_ends = p->run.n_ends;
+            if (open && w->n_ends > 1)
+                p->view.extensions++;
+        }
+    }
+    w->active = 1;
+    w->busy = 1;
+    w->pass_end = w->ends[w->n_ends - 1];
+    *formed = 1;
+    return AISIM_OK;
+}
+
+/* NativeVllmRank.complete and _completed of the pass in flight */
+static int complete_rank(aisim_pd *p, pd_worker *w)
+{
+    const aisim_vllm_view *v = w->view;
+    double end_ms = w->ends[w->n_ends - 1];
+    size_t i;
+    w->busy = 0;
+    w->n_held = 0;
+    if (!w->active)
+        return AISIM_OK;
+    w->active = 0;
+    TRY(plain_history_passes(&w->hist, w->ends, w->n_ends));
+    TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, 0));
+    for (i = 0; i < v->n_events; i++) {
+        const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
+        int64_t uuid = w->hist.slot_uuid[f[1]];
+        plain_entry *e = plain_entry_of(&p->req, uuid);
+        if (f[0] == AISIM_VLLM_FINISHED) {
+            int64_t b = f[3];
+            const int64_t *st = v->stretches + 2 * f[2];
+            if (!w->decode)
+                return AISIM_ECORRUPT;   /* (a prefill copy of no token: not eligible) */
+            if (b > 0)
+                plain_token_times(w->hist.pass_ends, e, st, b);
+            TRY(plain_history_breaks(&w->hist, st, b));
+            TRY(finish(p, uuid, end_ms, 1));
+        } else if (f[0] == AISIM_VLLM_REJECTED) {
+            TRY(finish(p, uuid, end_ms, 0));
+        } else if (f[0] == AISIM_VLLM_HELD && !w->decode) {
+            if (f[3] > 1)
+                return AISIM_ECORRUPT;
+            TRY(plain_grow((void **)&w->held, &w->held_cap, w->n_held + 1, sizeof(int32_t)));
+            TRY(plain_grow((void **)&w->held_uuid, &w->held_uuid_cap, w->n_held + 1,
+                           sizeof(int64_t)));
+            w->held[w->n_held] = (int32_t)f[1];
+            w->held_uuid[w->n_held++] = uuid;
+        } else {
+            return AISIM_ECORRUPT;
+        }
+    }
+    return plain_settle_ready(&p->req);
+}
+
+/* _reserved: the destination of slot on decode worker key got its KV room */
+static int reserved(aisim_pd *p, int32_t key, int32_t slot, int64_t fresh)
+{
+    pd_worker *w = &p->workers[key];
+    action a;
+    a.uuid = w->hist.slot_uuid[slot];
+    w->pending_head++;   /* (the head is what a retry reserves) */
+    a.dworker = key;
+    a.dslot = slot;
+    a.missing = fresh;
+    a.pworker = p->info[a.uuid].pworker;
+    a.pslot = p->info[a.uuid].pslot;
+    return enqueue_kind(p, a, START_TRANSFER);
+}
+
+/* rank.retry(): *slot the destination reserved (-1: none), *fresh its missing tokens */
+static int retry(aisim_pd *p, int32_t key, int32_t *slot, int64_t *fresh)
+{
+    int32_t seq;
+    return aisim_vllm_retry(p->workers[key].rank, slot, fresh, &seq);
+}
+
+/* ------------------------------------------------------------ the loop's pieces */
+
+static int cut(aisim_pd *p, int32_t key, double t);
+
+/* _defer: run the action when worker key's pass in flight ends (cut there) */
+static int defer(aisim_pd *p, int32_t key, const action *a, double t)
+{
+    TRY(list_push(&p->workers[key].deferred, a));
+    if (p->workers[key].extended)
+        TRY(cut(p, key, t));
+    return AISIM_OK;
+}
+
+/* RankBase.ends_pass_at */
+static int ends_pass_at(const pd_worker *w, double t)
+{
+    if (w->n_ends <= 1 || t >= w->ends[w->n_ends - 1])
+        return 0;
+    return w->ends[plain_bisect_left(w->ends, w->n_ends, t)] == t;
+}
+
+/* _cut: Worker.truncate(t) of the extended pass in flight */
+static int cut(aisim_pd *p, int32_t key, double t)
+{
+    pd_worker *w = &p->workers[key];
+    size_t lo;
+    double end;
+    if (w->n_ends <= 1)
+        return AISIM_OK;
+    lo = plain_bisect_left(w->ends, w->n_ends, t);
+    if (lo < w->n_ends - 1)
+        w->n_ends = lo + 1;
+    end = w->ends[w->n_ends - 1];
+    if (end < w->pass_end) {
+        w->pass_end = end;
+        w->generation = w->generation + 1;
+        TRY(push_pass(p, end, key, w->generation));
+    }
+    return AISIM_OK;
+}
+
+static int take_deferred(aisim_pd *p, pd_worker *w)
+{
+    size_t i;
+    for (i = 0; i < w->deferred.len; i++)
+        TRY(enqueue(p, &w->deferred.items[i]));
+    w->deferred.len = 0;
+    return AISIM_OK;
+}
+
+/* _complete: a pass of worker key ends at t; *produced whether it made a reservation or a
+ * held source */
+static int complete(aisim_pd *p, int32_t key, double t, int immediate, int *produced)
+{
+    pd_worker *w = &p->workers[key];
+    size_t i;
+    w->extended = 0;
+    TRY(complete_rank(p, w));
+    if (w->decode) {
+        int32_t slot;
+        int64_t fresh;
+        TRY(retry(p, key, &slot, &fresh));
+        if (!immediate)
+            TRY(take_deferred(p, w));
+        if (slot >= 0)
+            TRY(reserved(p, key, slot, fresh));
+        w->idle = 1;
+        *produced = slot >= 0;
+        return AISIM_OK;
+    }
+    if (!immediate)
+        TRY(take_deferred(p, w));
+    for (i = 0; i < w->n_held; i++) {
+        action a;
+        int64_t uuid = w->held_uuid[i];
+        a.uuid = uuid;
+        a.pworker = key;
+        a.pslot = w->held[i];
+        a.dworker = a.dslot = -1;
+        a.missing = 0;
+        p->info[uuid].pworker = key;
+        p->info[uuid].pslot = a.pslot;
+        TRY(enqueue_kind(p, a, RESERVE));
+    }
+    w->idle = 1;
+    *produced = w->n_held > 0;
+    return AISIM_OK;
+}
+
+static int has_work(const pd_worker *w)
+{
+    return w->view->n_running || w->view->n_waiting;
+}
+
+/* _start: worker key starts a pass at t; *out whether it changed something */
+static int start(aisim_pd *p, int32_t key, double t, int *out)
+{
+    pd_worker *w = &p->workers[key];
+    double horizon = t;
+    int formed, effect, produced;
+    *out = 0;
+    if (w->decode && !p->no_extend)
+        horizon = w->inbound.len ? w->inbound.items[0].time : INFINITY;
+    TRY(start_pass(p, w, t, horizon, &formed));
+    if (!formed)
+        return AISIM_OK;
+    if (w->pass_end > t) {
+        TRY(push_pass(p, w->pass_end, key, w->generation));
+        w->idle = 0;
+        if (w->decode)
+            w->extended = 1;
+        *out = 1;
+        return AISIM_OK;
+    }
+    effect = w->view->pass_effect || w->view->chunked_pass;
+    p->late = 1;
+    TRY(complete(p, key, t, 1, &produced));
+    if (p->late == 2)
+        p->late_terminals = 1;
+    p->late = 0;
+    *out = produced || effect;
+    return AISIM_OK;
+}
+
+/* _drive: the idle workers of a pool with work start a pass, in key order, from the first
+ * again after each one that made progress; *progressed */
+static int drive(aisim_pd *p, int decode, double t, int *progressed)
+{
+    size_t lo = decode ? p->cfg.n_prefill : 0;
+    size_t hi = decode ? p->n_workers : p->cfg.n_prefill;
+    long rounds = 0;
+    *progressed = 0;
+    for (;;) {
+        size_t k;
+        int restarted = 0;
+        if (++rounds > MAX_ROUNDS)
+            return AISIM_PD_LIVELOCK;
+        for (k = lo; k < hi; k++) {
+            pd_worker *w = &p->workers[k];
+            int did;
+            if (!w->idle)
+                continue;
+            if (w->busy || !has_work(w)) {
+                w->idle = 0;
+                continue;
+            }
+            TRY(start(p, (int32_t)k, t, &did));
+            if (did) {
+                *progressed = 1;
+                restarted = 1;
+                break;
+            }
+        }
+        if (!restarted)
+            return AISIM_OK;
+    }
+}
+
+static int any_idle(const aisim_pd *p, int decode)
+{
+    size_t k = decode ? p->cfg.n_prefill : 0, hi = decode ? p->n_workers : p->cfg.n_prefill;
+    for (; k < hi; k++)
+        if (p->workers[k].idle)
+            return 1;
+    return 0;
+}
+
+/* _deliver_decode of a held source's handoff (round robin's pick) */
+static int reserve_destination(aisim_pd *p, const action *src, double t)
+{
+    const aisim_pd_config *c = &p->cfg;
+    size_t at = (size_t)(p->view.rr_decode_cursor % (int64_t)c->n_rr_decode);
+    int32_t key = (int32_t)c->n_prefill + c->rr_decode[at];
+    pd_worker *w = &p->workers[key];
+    int64_t prompt_len = c->isl, max_output = c->osl;
+    int64_t tokens = prompt_len;
+    int slot;
+    p->view.rr_decode_cursor = (int64_t)at + 1;
+    /* VllmDecodeRank._destination_fits */
+    if (c->no_evict[1]) {
+        int64_t capacity = c->num_blocks[1] * c->block_size[1];
+        tokens += tokens >= capacity ? max_output
+                                     : (max_output < capacity - tokens ? max_output
+                                                                       : capacity - tokens);
+    }
+    if ((tokens + c->block_size[1] - 1) / c->block_size[1] > c->num_blocks[1]) {
+        TRY(finish(p, src->uuid, t, 0));
+        return enqueue_kind(p, *src, CANCEL_SOURCE);
+    }
+    int64_t out = out_limit_of(c, 1, prompt_len, max_output);
+    uint64_t salt = (uint64_t)src->uuid * GOLDEN;
+    if (c->caching[1]) {
+        size_t k = prompt_ranges(p, src->uuid);
+        slot = aisim_vllm_accept_ranges(w->rank, prompt_len, max_output, out, p->ranges, k,
+                                        c->trace_block, salt);
+    } else {
+        slot = aisim_vllm_accept(w->rank, prompt_len, max_output, out, NULL, 0, NULL, NULL, 0,
+                                 0, salt);
+    }
+    if (slot < 0)
+        return slot;
+    TRY(plain_history_take_slot(&w->hist, (int32_t)slot, src->uuid));
+    TRY(plain_grow((void **)&w->pending, &w->pending_cap, w->n_pending + 1, sizeof(int64_t)));
+    w->pending[w->n_pending++] = src->uuid;
+    if (w->busy) {
+        if (w->extended)
+            TRY(cut(p, key, t));
+    } else {
+        int32_t got;
+        int64_t fresh;
+        TRY(retry(p, key, &got, &fresh));
+        if (got >= 0)
+            TRY(reserved(p, key, got, fresh));
+    }
+    return AISIM_OK;
+}
+
+/* _submit_prefill and _deliver_prefill (round robin's pick) */
+static int submit_handoff(aisim_pd *p, int64_t uuid)
+{
+    const aisim_pd_config *c = &p->cfg;
+    size_t at = (size_t)(p->view.rr_prefill_cursor % (int64_t)c->n_rr_prefill);
+    int32_t key = c->rr_prefill[at];
+    p->view.rr_prefill_cursor = (int64_t)at + 1;
+    TRY(submit_prefill(p, &p->workers[key], uuid));
+    p->workers[key].idle = 1;
+    return AISIM_OK;
+}
+
+/* TransferModel.delay_ms */
+static double delay_ms(const aisim_pd_config *c, int64_t missing)
+{
+    if (!c->use_bandwidth)
+        return c->fallback_ms;
+    return (double)(c->missing_only ? missing : c->isl) * c->bytes_per_token /
+           (c->bandwidth_gbps * 1e9) * 1000.0;
+}
+
+/* _run_actions */
+static int run_actions(aisim_pd *p, double t)
+{
+    while (p->q_len) {
+        action a = p->queue[p->q_head];
+        p->q_head = (p->q_head + 1) & (p->q_cap - 1);
+        p->q_len--;
+        switch (a.kind) {
+        case SUBMIT:
+            TRY(submit_handoff(p, a.uuid));
+            break;
+        case RESERVE:
+            TRY(reserve_destination(p, &a, t));
+            break;
+        case START_TRANSFER: {
+            double delay = delay_ms(&p->cfg, a.missing);
+            if (delay > 0) {
+                double done = t + delay;
+                int64_t order = p->transfer_order++;
+                TRY(plain_grow((void **)&p->moving, &p->moving_cap, (size_t)order + 1,
+                               sizeof *p->moving));
+                p->moving[order] = a;
+                TRY(plain_heap_push(&p->transfers, done, order, order));
+                TRY(plain_heap_push(&p->workers[a.dworker].inbound, done, 0, 0));
+            } else {
+                TRY(enqueue_kind(p, a, ACTIVATE));
+            }
+            break;
+        }
+        case ACTIVATE: {
+            pd_worker *w = &p->workers[a.dworker];
+            int32_t got;
+            int64_t fresh;
+            if (w->busy) {
+                TRY(defer(p, a.dworker, &a, t));
+                break;
+            }
+            TRY(aisim_vllm_activate(w->rank, a.dslot));
+            w->idle = 1;
+            TRY(enqueue_kind(p, a, RELEASE_SOURCE));
+            TRY(retry(p, a.dworker, &got, &fresh));
+            if (got >= 0)
+                TRY(reserved(p, a.dworker, got, fresh));
+            break;
+        }
+        default: {   /* RELEASE_SOURCE, CANCEL_SOURCE */
+            pd_worker *w = &p->workers[a.pworker];
+            if (w->busy) {
+                TRY(defer(p, a.pworker, &a, t));
+                break;
+            }
+            TRY(aisim_vllm_release_source(w->rank, a.pslot));
+            w->idle = 1;
+        }
+        }
+    }
+    return AISIM_OK;
+}
+
+/* _release_arrivals and _arrive */
+static int release_arrivals(aisim_pd *p, double t, int *arrived)
+{
+    *arrived = 0;
+    for (;;) {
+        int64_t index, uuid;
+        plain_entry *e;
+        action a;
+        TRY(plain_sessions_pop(&p->sess, t, &index));
+        if (index < 0)
+            return AISIM_OK;
+        TRY(plain_new_entry(&p->req, &e));
+        uuid = p->req.next_uuid++;
+        e->arrival = t;
+        e->prompt_len = p->cfg.isl;
+        TRY(plain_grow((void **)&p->info, &p->info_cap, (size_t)uuid + 1, sizeof *p->info));
+        {   /* the prompt is made at arrival: its group drawn now */
+            size_t n;
+            TRY(plain_prompt_ranges(&p->prompts, index, p->ranges, &n));
+            p->info[uuid].group = p->prompts.shape_rng ? (int64_t)p->ranges[0] : -1;
+        }
+        p->view.arrived++;
+        p->view.in_flight++;
+        memset(&a, 0, sizeof a);
+        a.kind = SUBMIT;
+        a.uuid = uuid;
+        a.pworker = a.pslot = a.dworker = a.dslot = -1;
+        TRY(enqueue(p, &a));
+        *arrived = 1;
+    }
+}
+
+/* _complete_due: steps 1 and 2 */
+static int complete_due(aisim_pd *p, double t, int *done)
+{
+    int any = 0;
+    size_t k;
+    while (p->passes.len && p->passes.items[0].time <= t) {
+        plain_event e = plain_heap_pop(&p->passes);
+        if (is_stale(p, e.key))
+            continue;
+        p->workers[e.key >> 32].active |= 2;   /* due now */
+        any = 1;
+    }
+    if (any) {
+        for (k = 0; k < p->n_workers; k++) {
+            pd_worker *w = &p->workers[k];
+            int produced;
+            if (w->active & 2) {
+                w->active &= 1;
+                TRY(complete(p, (int32_t)k, t, 0, &produced));
+            }
+        }
+    }
+    while (p->transfers.len && p->transfers.items[0].time <= t) {
+        const action *a = &p->moving[plain_heap_pop(&p->transfers).value];
+        /* (the earliest of all, so of its destination's too) */
+        plain_heap_pop(&p->workers[a->dworker].inbound);
+        TRY(enqueue_kind(p, *a, ACTIVATE));
+        any = 1;
+    }
+    *done = any;
+    return AISIM_OK;
+}
+
+static int record_visit(aisim_pd *p, double t)
+{
+    TRY(plain_grow((void **)&p->visited, &p->visited_cap, p->n_visited + 1, sizeof(double)));
+    p->visited[p->n_visited++] = t;
+    return AISIM_OK;
+}
+
+static int cut_at_pass_ends(aisim_pd *p, double t)
+{
+    size_t k;
+    for (k = p->cfg.n_prefill; k < p->n_workers; k++)
+        if (p->workers[k].extended && ends_pass_at(&p->workers[k], t))
+            TRY(cut(p, (int32_t)k, t));
+    return AISIM_OK;
+}
+
+/* _absorb_transfers */
+static int absorb_transfers(aisim_pd *p)
+{
+    while (p->transfers.len) {
+        double t = p->transfers.items[0].time, next_pass = pass_time(p);
+        size_t n = 0, i;
+        if (t >= next_pass || next_pass > p->until ||
+            t >= plain_sessions_next_ready(&p->sess) || p->q_len)
+            return AISIM_OK;
+        /* the transfers due at t, in start order: do they all go into passes in flight?
+         * (the heap's head run, looked at without popping it) */
+        while (p->transfers.len && p->transfers.items[0].time == t) {
+            plain_event e = plain_heap_pop(&p->transfers);
+            TRY(plain_grow((void **)&p->due, &p->due_cap, n + 1, sizeof *p->due));
+            p->due[n++] = e;
+        }
+        for (i = 0; i < n; i++)
+            if (!p->workers[p->moving[p->due[i].value].dworker].busy)
+                break;
+        if (i < n) {
+            for (i = 0; i < n; i++)   /* (time, start order) keys: the order is kept */
+                TRY(plain_heap_push(&p->transfers, p->due[i].time, p->due[i].key,
+                                    p->due[i].value));
+            return AISIM_OK;
+        }
+        TRY(record_visit(p, t));
+        TRY(cut_at_pass_ends(p, t));
+        for (i = 0; i < n; i++) {
+            action a = p->moving[p->due[i].value];
+            a.kind = ACTIVATE;
+            plain_heap_pop(&p->workers[a.dworker].inbound);
+            TRY(defer(p, a.dworker, &a, t));
+        }
+    }
+    return AISIM_OK;
+}
+
+/* _progress_parked */
+static int progress_parked(const aisim_pd *p)
+{
+    size_t k;
+    for (k = 0; k < p->n_workers; k++) {
+        const pd_worker *w = &p->workers[k];
+        if (w->idle && !w->busy && w->view->n_partial)
+            return 1;
+    }
+    return 0;
+}
+
+/* _step */
+static int step(aisim_pd *p, double t)
+{
+    long rounds = 0;
+    p->view.now_ms = t;
+    TRY(record_visit(p, t));
+    TRY(cut_at_pass_ends(p, t));
+    for (;;) {
+        int changed = 0, did;
+        if (++rounds > MAX_ROUNDS)
+            return AISIM_PD_LIVELOCK;
+        if (raw_pass_time(p) <= t || transfer_time(p) <= t) {
+            TRY(complete_due(p, t, &did));
+            changed = did;
+        }
+        if (p->q_len) {
+            TRY(run_actions(p, t));
+            changed = 1;
+        }
+        if (any_idle(p, 0)) {
+            TRY(drive(p, 0, t, &did));
+            changed |= did;
+        }
+        if (any_idle(p, 1)) {
+            TRY(drive(p, 1, t, &did));
+            changed |= did;
+        }
+        if (plain_sessions_next_ready(&p->sess) <= t) {
+            TRY(release_arrivals(p, t, &did));
+            changed |= did;
+        }
+        if (p->late_terminals) {
+            p->late_terminals = 0;
+            changed = 1;
+        }
+        if (!changed)
+            break;
+    }
+    if (any_idle(p, 0) || any_idle(p, 1)) {
+        p->no_extend = progress_parked(p);
+        if (p->no_extend) {
+            size_t k;
+            for (k = p->cfg.n_prefill; k < p->n_workers; k++)
+                if (p->workers[k].extended)
+                    TRY(cut(p, (int32_t)k, t));
+        }
+    } else {
+        p->no_extend = 0;
+        if (p->transfers.len) {
+            double head = p->transfers.items[0].time;
+            if (head < raw_pass_time(p) || (p->passes.len && is_stale(p, p->passes.items[0].key)))
+                TRY(absorb_transfers(p));
+        }
+    }
+    return AISIM_OK;
+}
+
+/* _next_time */
+static double next_time(aisim_pd *p)
+{
+    double t = pass_time(p), ready = plain_sessions_next_ready(&p->sess);
+    if (transfer_time(p) < t)
+        t = transfer_time(p);
+    if (ready < t)
+        t = ready > p->view.now_ms ? ready : p->view.now_ms;
+    return t;
+}
+
+static void refresh_view(aisim_pd *p)
+{
+    aisim_pd_view *v = &p->view;
+    const plain_totals *t = &p->req.totals;
+    v->made = p->sess.made;
+    v->next_arrival_ms = p->sess.next_arrival;
+    v->ttft = p->req.samples[PLAIN_TTFT];
+    v->e2e = p->req.samples[PLAIN_E2E];
+    v->n_ttft = p->req.n_samples[PLAIN_TTFT];
+    v->ttst = p->req.samples[PLAIN_TTST];
+    v->n_ttst = p->req.n_samples[PLAIN_TTST];
+    v->tpot = p->req.samples[PLAIN_TPOT];
+    v->n_tpot = p->req.n_samples[PLAIN_TPOT];
+    v->totals_completed = t->completed;
+    v->input_tokens = t->input_tokens;
+    v->output_tokens = t->output_tokens;
+    v->reused = t->reused;
+    v->first_reused = t->first_reused;
+    v->good = t->good;
+    v->good_tokens = t->good_tokens;
+    v->fallback_committed = t->fallback_committed;
+    v->duration_ms = t->duration_ms;
+    v->visited = p->visited;
+    v->n_visited = p->n_visited;
+}
+
+/* _stuck_request's question: the first worker (prefill pool first) whose rank has a pending
+ * destination or a waiting request, and that head */
+static void find_stall(aisim_pd *p)
+{
+    size_t k;
+    p->view.stuck_worker = -1;
+    for (k = 0; k < p->n_workers; k++) {
+        pd_worker *w = &p->workers[k];
+        int64_t uuid = -1;
+        int32_t head;
+        if (w->pending_head < w->n_pending) {
+            uuid = w->pending[w->pending_head];
+            p->view.stuck_pending = 1;
+        } else if (w->view->n_waiting && aisim_vllm_queue(w->rank, 1, &head, 1) > 0) {
+            uuid = w->hist.slot_uuid[head];
+            p->view.stuck_pending = 0;
+        }
+        if (uuid >= 0) {
+            plain_entry *e = plain_entry_of(&p->req, uuid);
+            p->view.stuck_worker = (int32_t)k;
+            p->view.stuck_uuid = uuid;
+            p->view.stuck_prompt_len = e->prompt_len;
+            p->view.stuck_generated = e->generated;
+            return;
+        }
+    }
+}
+
+int aisim_pd_run(aisim_pd *p)
+{
+    int status = AISIM_OK;
+    if (!p)
+        return AISIM_EINVAL;
+    for (;;) {
+        double t = next_time(p);
+        if (t > p->cfg.cutoff_ms || t == INFINITY) {
+            p->view.next_ms = t;
+            break;
+        }
+        status = step(p, t);
+        if (status != AISIM_OK)
+            break;
+    }
+    if (status == AISIM_OK && p->view.next_ms == INFINITY && p->view.in_flight > 0) {
+        find_stall(p);
+        status = AISIM_PD_STALLED;
+    }
+    if (status == AISIM_OK)
+        status = plain_settle_rest(&p->req);
+    refresh_view(p);
+    return status;
+}
+
+int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
+{
+    aisim_pd *p;
+    size_t i, n;
+    if (!out || !c || !c->n_prefill || !c->n_decode || !c->ranks || !c->rr_prefill ||
+        !c->rr_decode || !c->n_rr_prefill || !c->n_rr_decode || c->trace_block < 1 ||
+        c->isl < 1 || c->osl < 1 || c->own < 0 || c->shared < 0 || c->fresh_base < 0 ||
+        c->fresh_base >= PLAIN_ID_LIMIT || c->sessions < 0 ||
+        c->arrivals < AISIM_PLAIN_POISSON || c->arrivals > AISIM_PLAIN_BURST ||
+        (c->arrivals == AISIM_PLAIN_POISSON && !c->arrival_rng) ||
+        (c->shape_rng && c->groups < 1) || c->block_size[0] < 1 || c->block_size[1] < 1 ||
+        c->sessions > INT64_MAX / (c->own + 1))
+        return AISIM_EINVAL;
+    for (i = 0; i < c->n_rr_prefill; i++)
+        if (c->rr_prefill[i] < 0 || (size_t)c->rr_prefill[i] >= c->n_prefill)
+            return AISIM_EINVAL;
+    for (i = 0; i < c->n_rr_decode; i++)
+        if (c->rr_decode[i] < 0 || (size_t)c->rr_decode[i] >= c->n_decode)
+            return AISIM_EINVAL;
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return AISIM_ENOMEM;
+    p->cfg = *c;
+    n = p->n_workers = c->n_prefill + c->n_decode;
+    p->workers = calloc(n, sizeof *p->workers);
+    if (!p->workers) {
+        free(p);
+        return AISIM_ENOMEM;
+    }
+    for (i = 0; i < n; i++) {
+        pd_worker *w = &p->workers[i];
+        w->rank = c->ranks[i];
+        w->decode = i >= c->n_prefill;
+        w->ends = malloc(MAX_PASSES * sizeof *w->ends);
+        if (!w->rank || !w->ends || aisim_vllm_view_of(w->rank, &w->view) != AISIM_OK) {
+            aisim_pd_free(p);
+            return AISIM_EINVAL;
+        }
+    }
+    p->sess.arrivals = c->arrivals;
+    p->sess.gap_ms = c->gap_ms;
+    p->sess.sessions = c->sessions;
+    p->sess.arrival_rng = c->arrival_rng;
+    p->prompts.own = c->own;
+    p->prompts.shared = c->shared;
+    p->prompts.fresh_base = c->fresh_base;
+    p->prompts.groups = c->groups;
+    p->prompts.shape_rng = c->shape_rng;
+    p->req.settle_uuid = p->req.next_uuid = 1;
+    p->req.report_start_ms = c->report_start_ms;
+    p->req.has_ttft = c->has_ttft;
+    p->req.has_itl = c->has_itl;
+    p->req.has_e2e = c->has_e2e;
+    p->req.sla_ttft_ms = c->sla_ttft_ms;
+    p->req.sla_itl_ms = c->sla_itl_ms;
+    p->req.sla_e2e_ms = c->sla_e2e_ms;
+    p->until = c->cutoff_ms;
+    p->view.rr_prefill_cursor = c->rr_prefill_cursor;
+    p->view.rr_decode_cursor = c->rr_decode_cursor;
+    if (plain_sessions_start(&p->sess) != AISIM_OK) {
+        aisim_pd_free(p);
+        return AISIM_EINVAL;
+    }
+    refresh_view(p);
+    *out = p;
+    return AISIM_OK;
+}
+
+int aisim_pd_free(aisim_pd *p)
+{
+    size_t i;
+    if (!p)
+        return AISIM_OK;
+    for (i = 0; p->workers && i < p->n_workers; i++) {
+        pd_worker *w = &p->workers[i];
+        free(w->ends);
+        plain_history_free(&w->hist);
+        free(w->deferred.items);
+        free(w->inbound.items);
+        free(w->held);
+        free(w->held_uuid);
+        free(w->pending);
+    }
+    free(p->workers);
+    free(p->info);
+    free(p->passes.items);
+    free(p->transfers.items);
+    free(p->moving);
+    free(p->due);
+    free(p->queue);
+    free(p->visited);
+    plain_sessions_free(&p->sess);
+    plain_requests_free(&p->req);
+    free(p);
+    return AISIM_OK;
+}
+
+int aisim_pd_view_of(const aisim_pd *p, const aisim_pd_view **out)
+{
+    if (!p || !out)
+        return AISIM_EINVAL;
+    *out = &p->view;
+    return AISIM_OK;
+}
+
+int aisim_pd_pass_ends(const aisim_pd *p, size_t w, const double **out, size_t *n)
+{
+    if (!p || !out || !n || w >= p->n_workers)
+        return AISIM_EINVAL;
+    *out = p->workers[w].hist.pass_ends;
+    *n = p->workers[w].hist.n_pass_ends;
+    return AISIM_OK;
+}
+
+int aisim_pd_breaks(const aisim_pd *p, size_t w, const int64_t **out, size_t *n_pairs)
+{
+    if (!p || !out || !n_pairs || w >= p->n_workers)
+        return AISIM_EINVAL;
+    *out = p->workers[w].hist.breaks;
+    *n_pairs = p->workers[w].hist.n_breaks / 2;
+    return AISIM_OK;
+}
+
+int aisim_pd_sample_stats(aisim_pd *p, int32_t which, double *out)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    return plain_sample_stats(&p->req, which, out);
+}
+
+int aisim_pd_drop_samples(aisim_pd *p, int32_t which)
+{
+    if (!p || which < 0 || which > 3)
+        return AISIM_EINVAL;
+    plain_drop_samples(&p->req, which);
+    refresh_view(p);
+    return AISIM_OK;
+}

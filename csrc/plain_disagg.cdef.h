@@ -1,0 +1,115 @@
+/*
+ * plain_disagg.cdef.h: a whole plain disaggregated run in one C call (runtime/
+ * plain_disagg_native.py decides when a run is one and drives it; runtime/disaggregated.py's
+ * loop with the one-turn synthetic driver, round robin in both pools and unwatched C vLLM
+ * role ranks, dp 1, is its twin). Read by cffi as its cdef (no preprocessor lines).
+ */
+
+typedef struct aisim_pd aisim_pd;
+
+enum aisim_pd_status {
+    AISIM_PD_STALLED = 5,       /* nothing left to happen with requests in flight */
+    AISIM_PD_TIMING = 6,        /* a modeled time the C path cannot give */
+    AISIM_PD_LIVELOCK = 8       /* the same-time rounds did not settle */
+};
+
+typedef struct aisim_pd_config {
+    /* sessions and prompts, as aisim_plain_config's (timed arrivals only) */
+    int32_t arrivals;
+    void *arrival_rng;
+    double gap_ms;
+    int64_t sessions;
+    int64_t isl;
+    int64_t osl;
+    int64_t trace_block;
+    int64_t own;
+    int64_t shared;
+    int64_t fresh_base;
+    int64_t groups;
+    void *shape_rng;
+    /* the pools: n_prefill then n_decode workers of one rank each (worker keys in that
+     * order), their aisim_vllm_rank handles, round robin's worker lists (pool-local
+     * indices) and cursors */
+    size_t n_prefill;
+    size_t n_decode;
+    void **ranks;
+    const int32_t *rr_prefill;
+    size_t n_rr_prefill;
+    int64_t rr_prefill_cursor;
+    const int32_t *rr_decode;
+    size_t n_rr_decode;
+    int64_t rr_decode_cursor;
+    /* each pool's engine: [0] prefill, [1] decode */
+    int64_t block_size[2];
+    int64_t num_blocks[2];
+    int64_t max_model_len[2];   /* -1: none */
+    int32_t caching[2];
+    int32_t no_evict[2];
+    /* the prefill role's prefill timing: AISIM_DECODE_FIXED or _POLYNOMIAL */
+    int32_t prefill_kind;
+    double prefill_fixed_ms;
+    double prefill_ratio;
+    /* the KV transfer (TransferModel): by bandwidth when use_bandwidth, else fallback_ms */
+    int32_t use_bandwidth;
+    double bytes_per_token;
+    double bandwidth_gbps;
+    int32_t missing_only;
+    double fallback_ms;
+    double cutoff_ms;
+    /* the summary */
+    double report_start_ms;
+    int32_t has_ttft;
+    int32_t has_itl;
+    int32_t has_e2e;
+    double sla_ttft_ms;
+    double sla_itl_ms;
+    double sla_e2e_ms;
+} aisim_pd_config;
+
+typedef struct aisim_pd_view {
+    double now_ms;
+    double next_ms;
+    int64_t arrived;
+    int64_t completed;
+    int64_t in_flight;
+    int64_t made;
+    double next_arrival_ms;
+    int64_t rr_prefill_cursor;
+    int64_t rr_decode_cursor;
+    int64_t totals_completed;
+    int64_t input_tokens;
+    int64_t output_tokens;
+    int64_t reused;
+    int64_t first_reused;
+    int64_t good;
+    int64_t good_tokens;
+    int64_t fallback_committed;
+    double duration_ms;
+    const double *ttft;
+    const double *e2e;
+    size_t n_ttft;
+    const double *ttst;
+    size_t n_ttst;
+    const double *tpot;
+    size_t n_tpot;
+    const double *visited;      /* every time the clock stopped at (DisaggregatedSimulation._visited) */
+    size_t n_visited;
+    int64_t extensions;         /* decode passes that began an extended run with activations */
+    /* with AISIM_PD_STALLED: the first worker whose rank has a pending destination
+     * (stuck_pending) or a waiting request, and that head (worker -1: none) */
+    int32_t stuck_worker;
+    int32_t stuck_pending;
+    int64_t stuck_uuid;
+    int64_t stuck_prompt_len;
+    int64_t stuck_generated;
+} aisim_pd_view;
+
+int aisim_pd_new(aisim_pd **out, const aisim_pd_config *config);
+int aisim_pd_free(aisim_pd *p);
+int aisim_pd_view_of(const aisim_pd *p, const aisim_pd_view **out);
+int aisim_pd_run(aisim_pd *p);
+/* worker key w's (its one rank's) pass ends and break pairs, as aisim_plain_pass_ends */
+int aisim_pd_pass_ends(const aisim_pd *p, size_t w, const double **out, size_t *n);
+int aisim_pd_breaks(const aisim_pd *p, size_t w, const int64_t **out, size_t *n_pairs);
+int aisim_pd_sample_stats(aisim_pd *p, int32_t which, double *out);
+int aisim_pd_drop_samples(aisim_pd *p, int32_t which);

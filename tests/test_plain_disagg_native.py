@@ -1,0 +1,180 @@
+"""The plain disaggregated run in one C loop (runtime/plain_disagg_native.py,
+csrc/plain_disagg.c) against its twin, runtime/disaggregated.py's Python loop over the same C
+role ranks.
+
+Seeded random payloads the C loop takes (1 to 3 prefill and 1 to 3 decode workers, small KV
+pools on the decode side so that reservations wait and copies preempt, transfers by bandwidth
+in both timing modes or by the fixed handoff latency, max_model_len, preemption modes, prefix
+groups, Poisson, constant rate and burst arrivals, fixed and polynomial timing, SLAs, time
+cutoffs) must give the same report summary (wall time aside) or the same error line both
+ways; the C loop must have run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from aisimulate_core import AisimError, run_replay
+from aisimulate_core import native
+from aisimulate_core.runtime import plain_disagg_native, plain_native
+from report_invariants import comparable
+
+pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
+                                reason="the C loop runs on the C backend")
+
+CASES = 300
+
+
+def _payload(rng):
+    block = rng.choice([2, 4, 8, 16])
+    isl = rng.randint(1, 300)
+    osl = rng.choice([1, 2, 3, 5, 8, 20, 60])
+    blocks_needed = -(-(isl + osl) // block)
+    draw = rng.random()
+    if draw < 0.4:            # a decode pool for a few requests at once: reservations wait
+        num_blocks = blocks_needed * rng.choice([1, 1, 2, 3])
+    elif draw < 0.9:
+        num_blocks = blocks_needed * rng.choice([5, 10, 40])
+    else:                     # too little for some: failed handoffs, rejections
+        num_blocks = rng.randint(max(1, blocks_needed // 2), blocks_needed)
+    rank = {
+        "backend": rng.choice(["vllm", "vllm", "trtllm"]),
+        "block_size": block,
+        "num_gpu_blocks": num_blocks,
+        "max_num_seqs": rng.choice([1, 2, 3, 8, 64, 256]),
+        "max_num_batched_tokens": rng.choice([8, 32, 64, 200, 512, 8192]),
+        "enable_prefix_caching": rng.random() < 0.8,
+        "enable_chunked_prefill": rng.random() < 0.9,
+        "preemption_mode": rng.choice(["lifo", "fifo"]),
+        "timing_model": (
+            {"type": "polynomial"} if rng.random() < 0.4 else
+            {"type": "fixed", "prefill_ms": rng.choice([0.5, 3.0, 10.0, 25.5]),
+             "decode_ms": rng.choice([0.25, 1.0, 5.0, 7.3])}),
+    }
+    if rng.random() < 0.7:
+        rank.update(kv_transfer_bandwidth=rng.choice([0.5, 16.0, 64.0, 400.0]),
+                    kv_bytes_per_token=rng.choice([1024, 131072]),
+                    kv_transfer_timing_mode=rng.choice(["full_prompt",
+                                                        "destination_missing"]))
+    if rng.random() < 0.2:
+        rank["max_model_len"] = rng.randint(max(2, isl - 3), isl + osl + 5)
+    traffic = {
+        "source_type": "synthetic",
+        "isl": isl,
+        "osl": osl,
+        "request_count": rng.randint(1, 80),
+        "arrival_seed": rng.randint(0, 1000),
+        "load_type": rng.choice(["poisson", "poisson", "constant_rate"]),
+        "request_rate": rng.choice([5.0, 40.0, 200.0, 1000.0, 50000.0]),
+    }
+    if rng.random() < 0.5:
+        traffic["shared_prefix_ratio"] = rng.choice([0.1, 0.5, 0.9, 1.0])
+        traffic["num_prefix_groups"] = rng.randint(1, 5)
+    topology = {"kind": "disaggregated",
+                "prefill": {"initial_workers": rng.randint(1, 3)},
+                "decode": {"initial_workers": rng.randint(1, 3)}}
+    if rng.random() < 0.5:
+        topology["handoff_latency_ms"] = rng.choice([0.0, 0.7, 4.0])
+    spec = {
+        "version": 1,
+        "topology": topology,
+        "engine": {"rank": rank},
+        "adapters": {"placement": {"provider": "round_robin"}, "scaling": {"provider": "none"}},
+        "record_per_request": False,
+    }
+    if rng.random() < 0.4:
+        keys = ("e2e_ms",) if rng.random() < 0.3 else \
+            [key for key in ("ttft_ms", "itl_ms") if rng.random() < 0.7]
+        spec["sla"] = {key: rng.choice([5.0, 30.0, 100.0, 400.0, 50]) for key in keys}
+    if rng.random() < 0.2:
+        spec["max_sim_time_ms"] = rng.choice([1.0, 50.0, 300.0, 2000.0])
+    return {"spec": spec, "traffic": traffic}
+
+
+def _report(payload):
+    try:
+        report = run_replay(json.loads(json.dumps(payload)))
+    except AisimError as error:
+        return f"{type(error).__name__}: {error}"
+    return comparable(json.loads(report.to_json()))
+
+
+class _Count:
+    """How many runs went through the C loop (plain_disagg_native.run, called for real)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.calls = 0
+
+    def __call__(self, sim, limit):
+        self.calls += 1
+        return self.run(sim, limit)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    counter = _Count(plain_disagg_native.run)
+    monkeypatch.setattr(plain_disagg_native, "run", counter)
+    return counter
+
+
+def test_random_runs_match_the_python_loop(monkeypatch, counted):
+    rng = random.Random(20261202)
+    ran = 0
+    for case in range(CASES):
+        payload = _payload(rng)
+        before = counted.calls
+        monkeypatch.setattr(plain_native, "ENABLED", True)
+        fast = _report(payload)
+        took = counted.calls - before
+        monkeypatch.setattr(plain_native, "ENABLED", False)
+        slow = _report(payload)
+        assert counted.calls == before + took
+        assert fast == slow, (case, payload)
+        ran += took
+    # (a payload the validation refuses never reaches a loop)
+    assert ran > CASES * 0.9
+
+
+def _b5(**spec):
+    with open("../shared/bench/b5_disagg_1p2d.json", encoding="utf-8") as handle:
+        payload = json.load(handle)
+    payload["traffic"]["request_count"] = 50
+    payload["spec"].update(spec)
+    return payload
+
+
+def _eligible(payload):
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec import load_payload
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    return plain_disagg_native.eligible(sim, sim.max_sim_time_ms)
+
+
+def test_the_c_loop_takes_b5_and_declines_others(monkeypatch):
+    assert _eligible(_b5()) is None
+    assert _eligible(_b5(record_per_request=True)) == "records kept"
+    payload = _b5()
+    payload["spec"]["adapters"]["placement"] = {"provider": "kv_router"}
+    assert _eligible(payload) is not None   # (its ranks are watched)
+    payload = _b5()
+    payload["spec"]["engine"]["dp_size"] = 2
+    assert _eligible(payload) == "a worker of another kind"
+    payload = _b5()
+    payload["spec"]["engine"]["rank"]["backend"] = "sglang"
+    assert _eligible(payload) == "a subclass of the disaggregated loop"
+    monkeypatch.setattr(plain_native, "ENABLED", False)
+    assert _eligible(_b5()) == "switched off"
+
+
+def test_b5_runs_in_c_with_the_python_loops_summary(monkeypatch, counted):
+    payload = _b5()
+    payload["traffic"]["request_count"] = 400
+    fast = _report(payload)
+    assert counted.calls == 1
+    monkeypatch.setattr(plain_native, "ENABLED", False)
+    assert isinstance(fast, dict) and fast == _report(payload)
+    assert fast["completed_requests"] == 400

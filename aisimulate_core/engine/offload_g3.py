@@ -38,7 +38,8 @@ class FairLane:
     """One direction's jobs (reads or writes) of one worker, or of all workers for
     ``cluster_shared``: a ready job of worker ``w`` moves its bytes at
     ``min(bandwidth / n_w, shared / n_all)`` over the ``n_w`` ready jobs of its worker and the
-    ``n_all`` ready jobs of the lane (``shared`` None: no cap); bandwidth 0 moves them at once.
+    ``n_all`` ready jobs of the lane (``shared`` None or 0: no cap; ``bandwidth`` 0: no limit
+    of the worker's own); with neither limit a job moves at once.
     Each rank sees its own jobs through a ``LaneView``; the lane's clock moves forward with
     the first rank that looks (passes start in time order), and the jobs it finds done wait
     for their rank."""
@@ -47,6 +48,7 @@ class FairLane:
         self.rate = gbps * 1e6           # bytes per ms; 0: instantaneous
         self.cap = None if not shared_gbps else shared_gbps * 1e6
         self.latency = latency_ms
+        self.instant = self.rate == 0 and self.cap is None
         self.clock = 0.0
         # [ready_ms, bytes left, submitted_ms, order, payload, worker, owner]
         self.jobs = []
@@ -71,7 +73,8 @@ class FairLane:
         cap = None if self.cap is None or not ready else self.cap / len(ready)
         out = []
         for j in ready:
-            rate = self.rate / per_worker[j[5]]
+            # a worker's bandwidth 0 is no limit of its own: the shared cap still holds
+            rate = self.rate / per_worker[j[5]] if self.rate else cap
             out.append((j, rate if cap is None or rate < cap else cap))
         return out
 
@@ -82,7 +85,7 @@ class FairLane:
         t = min(waiting) if waiting else float("inf")
         rated = self._rates(jobs, clock)
         if rated:
-            if self.rate == 0:
+            if self.instant:
                 return clock, sorted((j for j, _ in rated), key=lambda j: j[3])
             t = min(t, min(clock + left[j[3]] / rate for j, rate in rated))
             for j, rate in rated:
@@ -126,7 +129,7 @@ class FairLane:
                 self.done.setdefault(j[6], []).append((t, j))
                 self.last_end = t
         if t_ms > self.clock:
-            if self.rate:
+            if not self.instant:
                 for j, rate in self._rates(self.jobs, self.clock):
                     j[1] -= (t_ms - self.clock) * rate
             self.clock = t_ms

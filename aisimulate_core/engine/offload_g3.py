@@ -114,6 +114,19 @@ class FairLane:
             gone = {j[3] for j in done}
             jobs = [j for j in jobs if j[3] not in gone]
 
+    def project(self):
+        """(end, job) of every job in flight if no job were added (the run's end)."""
+        jobs = list(self.jobs)
+        clock = self.clock
+        left = {j[3]: j[1] for j in jobs}
+        out = []
+        while jobs:
+            clock, done = self._run(jobs, clock, left)
+            out.extend((clock, j) for j in done)
+            gone = {j[3] for j in done}
+            jobs = [j for j in jobs if j[3] not in gone]
+        return out
+
     def advance(self, t_ms):
         """Move the clock to ``t_ms``: the jobs done by then go to their owners' lists."""
         while self.jobs:
@@ -297,6 +310,21 @@ class VllmG3Rank(VllmOffloadRank):
             out["evictions"] += g3.evictions
             out["resident_blocks"] += len(g3) - g3.pending
             out["pending_blocks"] += g3.pending
+        # the storage jobs still in flight are counted as run to their end (the reference
+        # completes them when the run ends, without moving its clock)
+        storages = {id(rank.storage): (rank.storage, rank.block_bytes) for rank in ranks}
+        for storage, block_bytes in storages.values():
+            for direction, lane in (("read", storage.reads), ("write", storage.writes)):
+                stats = out[direction]
+                found = [x for ends in lane.done.values() for x in ends]  # not seen yet
+                for end, job in found + lane.project():
+                    blocks = len(job[4])
+                    stats["completed_jobs"] += 1
+                    stats["completed_bytes"] += blocks * block_bytes
+                    stats["transfer_ms"] += end - job[2]
+                    if direction == "write":
+                        out["pending_blocks"] -= blocks
+                        out["resident_blocks"] += blocks
         summary.clear()
         summary.update(out)
 

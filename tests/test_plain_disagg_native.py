@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -139,8 +140,12 @@ def test_random_runs_match_the_python_loop(monkeypatch, counted):
     assert ran > CASES * 0.9
 
 
+# the shared bench payloads, beside the project (found from here: make asan runs elsewhere)
+_BENCH = Path(__file__).resolve().parent.parent.parent / "shared" / "bench"
+
+
 def _b5(**spec):
-    with open("../shared/bench/b5_disagg_1p2d.json", encoding="utf-8") as handle:
+    with open(_BENCH / "b5_disagg_1p2d.json", encoding="utf-8") as handle:
         payload = json.load(handle)
     payload["traffic"]["request_count"] = 50
     payload["spec"].update(spec)

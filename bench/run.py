@@ -116,6 +116,8 @@ def workloads():
         if not path.name.endswith(".expected.json"):
             found.append((path.stem, path, True))
     for path in sorted((ROOT / "bench").glob("*.json")):
+        if path.stem.startswith("sweep_"):
+            continue   # sweep files (bench/sweep_bench.py runs sweep_32), not payloads
         found.append((path.stem, path, not path.stem.startswith("aic_")))
     return found
 

@@ -10,9 +10,12 @@ backend in process and, all together in one subprocess, with ``AISIMULATE_BACKEN
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cluster_compare import compare
+from aisimulate_core import run_replay
 from feature_cases import ROOT, SHARED_CASES, case_output, python_backend_problems, run_payload
 
 OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_offload"
@@ -38,3 +41,22 @@ def test_cases_match_on_the_python_backend():
     names = [n for n in SHARED if (SHARED_CASES / f"{n}.json").exists()] + OWN
     assert python_backend_problems("test_features_offload", names) == {}
 
+
+
+# Recorded on the reference (peer_run.py, f8 with one field changed): a G3 rate so large, or a
+# latency so long, that a transfer no longer moves the clock ends its job at once instead of
+# looping (bench/fuzz_feature_inputs.py found both hanging).
+EXTREME_G3 = [
+    ("read_bandwidth_gbps", 1e308, (6, 13.5, 24.583333333333332)),
+    ("latency_to_first_byte_ms", 1e308, (6, 14.5, 20.333333333333332)),
+]
+
+
+@pytest.mark.parametrize("field, value, expected", EXTREME_G3)
+def test_extreme_g3_times_end_as_the_reference(field, value, expected):
+    payload = json.loads((ROOT.parent / "shared" / "bench" / "features" /
+                          "f8_g3_worker_local.json").read_text())
+    payload["spec"]["engine"]["rank"]["g3_offload"][field] = value
+    summary = run_replay(json.dumps(payload)).summary
+    assert (summary["completed_requests"], summary["mean_ttft_ms"],
+            summary["mean_e2e_latency_ms"]) == expected

@@ -87,10 +87,15 @@ class FairLane:
         if rated:
             if self.instant:
                 return clock, sorted((j for j, _ in rated), key=lambda j: j[3])
-            t = min(t, min(clock + left[j[3]] / rate for j, rate in rated))
+            # a job whose end rounds to the clock (an infinite rate, or a time too large for
+            # the transfer to move it) is done now: the step always makes progress
+            ends = {j[3]: clock + left[j[3]] / rate for j, rate in rated}
+            t = min(t, min(ends.values()))
             for j, rate in rated:
                 left[j[3]] -= (t - clock) * rate
-        done = [j for j, _ in rated if left[j[3]] <= 1e-6]
+        else:
+            ends = {}
+        done = [j for j, _ in rated if left[j[3]] <= 1e-6 or ends[j[3]] <= clock]
         done.sort(key=lambda j: j[3])
         return t, done
 

@@ -116,6 +116,18 @@ def c_array(typecode, pointer, n):
     return out
 
 
+def fold_break_triples(breaks, pointer, start, n):
+    """Add C's ``(before, after, count)`` break-gap triples ``start..n`` at ``pointer`` to the
+    dict ``breaks`` in the order C counted them; returns ``n``, the triples read (the C vLLM
+    MTP rank and the C SGLang rank count their break gaps so)."""
+    if n > start:
+        triples = ffi.unpack(pointer + 3 * start, 3 * (n - start))
+        for i in range(0, len(triples), 3):
+            key = (triples[i], triples[i + 1])
+            breaks[key] = breaks.get(key, 0) + triples[i + 2]
+    return n
+
+
 def open_handle(type_name, create, free, operation, *args, detail=None):
     """A new C object of ``type_name``: ``create(out, *args)`` makes it, and the handle frees
     itself with ``free`` when Python drops it; a failed status raises ``status_error``."""

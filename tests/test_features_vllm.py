@@ -14,14 +14,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from cluster_compare import compare, record_key
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_CASES = ROOT.parent / "shared" / "bench" / "features"
+from feature_cases import ROOT, SHARED_CASES, case_output
 OWN_PAYLOADS = ROOT / "tests" / "fixtures" / "features_vllm"
 OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_vllm"
 
@@ -33,14 +30,7 @@ OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
 
 def _case(name):
     """(payload path, the reference's output as peer_run printed it) of a case."""
-    if name in SHARED:
-        payload = SHARED_CASES / f"{name}.json"
-        if not payload.exists():
-            pytest.skip(f"{payload} is not beside the checkout")
-        return payload, json.loads((SHARED_CASES / f"{name}.expected.json").read_text())
-    fixture = json.loads((OWN_RECORDED / f"{name}.json").read_text())
-    theirs = dict(fixture["summary"], per_request=fixture["per_request"])
-    return ROOT / fixture["payload"], theirs
+    return case_output(name, SHARED, OWN_RECORDED)
 
 
 def problems_of(name):

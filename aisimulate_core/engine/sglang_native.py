@@ -522,15 +522,8 @@ class NativeSglangRank:
         bring ``break_gaps`` up to C's, in the order C counted them (the dict's order)."""
         _check(native.lib.aisim_sglang_fold(self._rank), "aisim_sglang_fold")
         view = self._view
-        n = view.n_break_gaps
-        if n > self._breaks_read:
-            triples = native.ffi.unpack(view.break_gaps + 3 * self._breaks_read,
-                                        3 * (n - self._breaks_read))
-            breaks = self._break_gaps
-            for i in range(0, len(triples), 3):
-                key = (triples[i], triples[i + 1])
-                breaks[key] = breaks.get(key, 0) + triples[i + 2]
-            self._breaks_read = n
+        self._breaks_read = native.fold_break_triples(
+            self._break_gaps, view.break_gaps, self._breaks_read, view.n_break_gaps)
 
     @property
     def break_gaps(self):

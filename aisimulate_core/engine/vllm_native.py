@@ -790,15 +790,8 @@ class NativeVllmRank(RankBase):
         """Gaps across a break between two stretches (RankBase's): an MTP rank's counted in C,
         folded in the order C counted them (the dict's order)."""
         view = self._view
-        n = view.n_mtp_breaks
-        if n > self._breaks_read:
-            triples = native.ffi.unpack(view.mtp_breaks + 3 * self._breaks_read,
-                                        3 * (n - self._breaks_read))
-            breaks = self._break_gaps
-            for i in range(0, len(triples), 3):
-                key = (triples[i], triples[i + 1])
-                breaks[key] = breaks.get(key, 0) + triples[i + 2]
-            self._breaks_read = n
+        self._breaks_read = native.fold_break_triples(
+            self._break_gaps, view.mtp_breaks, self._breaks_read, view.n_mtp_breaks)
         return self._break_gaps
 
     def _hold(self, r, slot):

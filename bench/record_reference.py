@@ -203,6 +203,12 @@ _FS = "tests/fixtures/features_sglang/"
 CASES += [("features_sglang/" + _n, _FS + _n + ".json", True) for _n in sorted(
     f[:-5] for f in os.listdir(os.path.join(ROOT, _FS)) if f.endswith(".json"))]
 
+# u. the G3 storage tier's rules found by bench/fuzz_g3_offload.py (FEATURES.md §6):
+# tests/fixtures/features_g3/ (generate.py, README.md), into reference/features_g3/
+_FG = "tests/fixtures/features_g3/"
+CASES += [("features_g3/" + _n, _FG + _n + ".json", True) for _n in sorted(
+    f[:-5] for f in os.listdir(os.path.join(ROOT, _FG)) if f.endswith(".json"))]
+
 HANG_S = 20.0               # how long a reference run may take before it counts as hung
 HANG_SAMPLE_MS = 1.0        # telemetry interval while watching it
 _HANG_PROBE = """

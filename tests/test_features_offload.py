@@ -19,18 +19,22 @@ from aisimulate_core import run_replay
 from feature_cases import ROOT, SHARED_CASES, case_output, python_backend_problems, run_payload
 
 OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_offload"
+# the G3 rules the random workloads of bench/fuzz_g3_offload.py found (features_g3/README.md)
+G3_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_g3"
 SHARED = ["f6_g2_fence_pending", "f7_g2_sessions", "f8_g3_worker_local"]
 OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
+OWN_G3 = sorted(p.stem for p in G3_RECORDED.glob("*.json"))
 
 
 def problems_of(name):
     """Differences between our run of case ``name`` and the reference's."""
-    payload, theirs = case_output(name, SHARED, OWN_RECORDED)
+    recorded = G3_RECORDED if name in OWN_G3 else OWN_RECORDED
+    payload, theirs = case_output(name, SHARED, recorded)
     report = run_payload(payload.read_text())
     return compare(report.summary, report.per_request, theirs)
 
 
-@pytest.mark.parametrize("name", SHARED + OWN)
+@pytest.mark.parametrize("name", SHARED + OWN + OWN_G3)
 def test_case_matches_the_reference(name):
     problems = problems_of(name)
     assert problems == [], "\n".join(problems[:20])
@@ -38,7 +42,7 @@ def test_case_matches_the_reference(name):
 
 def test_cases_match_on_the_python_backend():
     """Every case again with AISIMULATE_BACKEND=python (Python block pools and tier pools)."""
-    names = [n for n in SHARED if (SHARED_CASES / f"{n}.json").exists()] + OWN
+    names = [n for n in SHARED if (SHARED_CASES / f"{n}.json").exists()] + OWN + OWN_G3
     assert python_backend_problems("test_features_offload", names) == {}
 
 

@@ -6,8 +6,9 @@ move an entry to the LRU's tail, one by one):
 
 * writes: when a D2H store ends, its blocks not in the storage pool yet are written as one job
   (free slots, then the least recently used entries neither pending nor pinned are evicted;
-  if there are not enough the whole write is dropped); the host entries stay pinned until it
-  ends;
+  if there are not enough, the leading blocks that fit are written and the rest dropped); the
+  host entries stay pinned until it ends; a finished request whose stored blocks are still
+  pending on the host or pinned by a write keeps the engine stepping until they are through;
 * reads: a block the host lookup misses is probed in storage: resident, a host slot is
   reserved for it (evicting host victims) and it joins one read job; pending, the request
   waits; absent, the probe stops. A request whose lookup started a read waits for it; once
@@ -372,8 +373,23 @@ class VllmG3Rank(VllmOffloadRank):
                 finish(done, job)
 
     def _store_running(self, done, keys, end_ms):
-        # the write behind a store not seen ended yet follows it
-        return done > end_ms or any(self.host.state(h)[0] == PENDING for h in keys)
+        return False        # _retire below holds on every stored block, not the last store
+
+    def _retire(self, r, end_ms):
+        # a request that finishes while any block it stored is still pending on the host or
+        # pinned by the write behind it keeps the engine stepping until they are through,
+        # whichever of its stores wrote them (settled on the reference: g3_hold_*)
+        refs = self._refs.get(r.uuid)
+        held = []
+        if refs:
+            host = self.host
+            for h in refs[:self._cursor.get(r.uuid, 0)]:
+                state, pins = host.state(h)
+                if state == PENDING or pins:
+                    held.append(h)
+        super()._retire(r, end_ms)
+        if held:
+            self._holds.append(held)
 
     # ------------------------------------------------------------------ writes
     def _stored_hook(self, done_ms, keys):
@@ -387,9 +403,14 @@ class VllmG3Rank(VllmOffloadRank):
             return
         for done, job in self._writes.advance(done_ms):
             self._write_done(done, job)
-        victims = g3.reserve(new, protect=keys)
-        if victims is None:
-            return          # not enough room: the whole write is dropped
+        if g3.reserve(new, protect=keys) is None:
+            # not enough room: the leading blocks that fit are written, the rest dropped
+            guard = set(keys)
+            fit = g3.capacity - len(g3) + sum(1 for h in g3.lru() if h not in guard)
+            if fit <= 0:
+                return
+            new = new[:fit]
+            g3.reserve(new, protect=keys)
         self.host.pin(new)
         writers = self.storage.writer
         for h in new:

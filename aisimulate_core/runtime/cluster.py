@@ -79,7 +79,11 @@ class Cluster:
         pools = self.pools = sim.pools   # kind -> ClusterPool, in tick order (prefill first)
         self.lifecycle = Lifecycle({kind: p.life for kind, p in pools.items()},
                                    record=record_operations)
-        self.window = TrafficWindow()
+        # a policy that says it never reads the snapshot (``schedule``: its answers depend on
+        # the tick count only) gets one of just its tick ordinal and time: no traffic window
+        # is fed, so arrivals, placements and terminals run as without scaling
+        self.reads_snapshot = getattr(policy, "reads_snapshot", True)
+        self.window = TrafficWindow() if self.reads_snapshot else None
         # the loop tests these two before calling ready_due / settle
         self.starting = []           # heap of (ready_ms, order, kind, worker_id, origin op)
         self._order = 0
@@ -261,9 +265,10 @@ class Cluster:
         pool.workers.pop(worker_id, None)
 
     def worker_idle(self, pool_kind, worker):
-        """A draining worker's pass completed: remember to check whether it still holds work."""
+        """A draining worker's pass completed: remember to check whether it still holds work
+        (the loops call it only while ``lifecycle.draining``)."""
         pool = self.pools[pool_kind]
-        if pool.life.state.get(worker.worker_id) == DRAINING:
+        if pool.life.draining and pool.life.state.get(worker.worker_id) == DRAINING:
             self.settling.append((pool, worker))
 
     def settle(self, t):
@@ -290,6 +295,8 @@ class Cluster:
 
     # ------------------------------------------------------------------ what the policy sees
     def snapshot(self, t):
+        if not self.reads_snapshot:
+            return {"tick_ordinal": self._tick_ordinal, "now_ms": t}
         snap = {"tick_ordinal": self._tick_ordinal, "now_ms": t,
                 "prefill_fpm_snapshots": [], "decode_fpm_snapshots": []}
         for prefix in ("prefill", "decode"):

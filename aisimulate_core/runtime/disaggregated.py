@@ -398,15 +398,17 @@ class DisaggregatedSimulation(Simulation):
                 due.append(key)
         done = first >= 0
         if done:
+            cluster = self.cluster
+            if cluster is not None and not cluster.lifecycle.draining:
+                cluster = None   # (worker_idle's work: nothing while no worker drains)
             if due is None:
                 self._complete(first, t)
-                if self.cluster is not None:
+                if cluster is not None:
                     self._worker_idle(first)
             else:
                 # prefill workers first, each pool in id order (the keys follow that order
                 # until scaling adds a worker)
                 due.sort(key=self._order_keys.__getitem__ if self._spawned else None)
-                cluster = self.cluster
                 for key in due:
                     self._complete(key, t)
                     if cluster is not None:
@@ -504,8 +506,8 @@ class DisaggregatedSimulation(Simulation):
             # prefill pass end would cost more than the passes a cut throws away.
             inbound = self._inbound.get(key)
             horizon = inbound[0] if inbound else math.inf
-        end = worker.start_pass(t, horizon, self._extension_cutoff() if self.windows
-                                else self.max_sim_time_ms)
+        end = worker.start_pass(t, horizon, self.max_sim_time_ms if self.cluster is None
+                                and self.telemetry is None else self._extension_cutoff())
         if end is None:
             return False
         if end > t:
@@ -600,7 +602,7 @@ class DisaggregatedSimulation(Simulation):
                 if handoff.quiesce_pending:
                     handoff.quiesce_pending = False
                     self.driver.on_quiescent(handoff.request, t)
-                if self.cluster is not None:
+                if self.cluster is not None and self.cluster.lifecycle.draining:
                     self.cluster.worker_idle("prefill", self.workers[handoff.prefill_key])
                 if kind == RELEASE_SOURCE:
                     handoff.released_ms = t

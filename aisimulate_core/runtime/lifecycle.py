@@ -18,7 +18,7 @@ STARTING, ACTIVE, DRAINING, REMOVED = "starting", "active", "draining", "removed
 class PoolLifecycle:
     """The workers of one pool (``agg``, ``prefill`` or ``decode``) over the run."""
 
-    __slots__ = ("kind", "state", "added_ms", "removed_ms", "origin", "next_id")
+    __slots__ = ("kind", "state", "added_ms", "removed_ms", "origin", "next_id", "draining")
 
     def __init__(self, kind, initial_workers):
         self.kind = kind
@@ -27,6 +27,7 @@ class PoolLifecycle:
         self.removed_ms = {}
         self.origin = {}          # worker id -> the operation that began its current action
         self.next_id = initial_workers
+        self.draining = 0         # workers draining now (the loop asks at every pass end)
 
     def ids(self, state):
         return sorted(i for i, s in self.state.items() if s == state)
@@ -57,9 +58,10 @@ class PoolLifecycle:
 class Operation:
     """One entry of ``lifecycle_operations`` being built."""
 
-    __slots__ = ("record", "pool")
+    __slots__ = ("record", "pool", "owner")
 
-    def __init__(self, ordinal, at_ms, pool, cause, tick_ordinal, origin):
+    def __init__(self, owner, ordinal, at_ms, pool, cause, tick_ordinal, origin):
+        self.owner = owner        # the Lifecycle: it counts the draining workers of all pools
         self.pool = pool
         self.record = {
             "operation_ordinal": ordinal, "at_ms": at_ms, "pool": pool.kind, "cause": cause,
@@ -74,6 +76,10 @@ class Operation:
     def transition(self, worker_id, transition, new_state, origin, reason=None):
         pool = self.pool
         prior = pool.state.get(worker_id)
+        change = (new_state == DRAINING) - (prior == DRAINING)
+        if change:
+            pool.draining += change
+            self.owner.draining += change
         entry = {"worker_id": worker_id, "transition": transition, "prior_state": prior,
                  "state": new_state}
         if reason is not None:
@@ -91,9 +97,10 @@ class Lifecycle:
         self.record = record
         self.operations = []
         self._count = 0
+        self.draining = 0             # draining workers over all pools
 
     def begin(self, at_ms, pool, cause, tick_ordinal=None, origin=None):
-        op = Operation(self._count, at_ms, pool, cause, tick_ordinal, origin)
+        op = Operation(self, self._count, at_ms, pool, cause, tick_ordinal, origin)
         self._count += 1
         return op
 

@@ -41,7 +41,10 @@ class ScheduledScaling:
     None (that pool is left alone). Tick i answers tick i's targets and tick i+1's time."""
 
     NAME: ClassVar[str] = "schedule"
-    reads_pass_metrics: ClassVar[bool] = False   # its answers depend on the tick count only
+    # its answers depend on the tick count only: no forward-pass metrics, no snapshot beyond
+    # ``tick_ordinal`` and ``now_ms``
+    reads_pass_metrics: ClassVar[bool] = False
+    reads_snapshot: ClassVar[bool] = False
     TICK_KEYS = ("at_ms", "decode_target", "prefill_target")
 
     def __init__(self, config: dict) -> None:

@@ -199,7 +199,7 @@ class Simulation:
 
     def _feed_windows(self):
         windows = []
-        if self.cluster is not None:
+        if self.cluster is not None and self.cluster.window is not None:
             windows.append(self.cluster.window)
         if self.telemetry is not None:
             windows.append(self.telemetry.window)
@@ -342,17 +342,19 @@ class Simulation:
     # ------------------------------------------------------------------ loop
     def _plain(self):
         """Whether ``_run_plain`` runs this loop: an aggregated deployment (this class's own
-        loop, unchecked) without scaling, telemetry or traffic windows."""
+        loop, unchecked) without telemetry (scaling and its traffic window included)."""
         cls = type(self)
         return (cls._step is Simulation._step and cls._next_time is Simulation._next_time
                 and cls._event_time is Simulation._event_time and "_step" not in self.__dict__
-                and self.cluster is None and self.telemetry is None and not self.windows)
+                and self.telemetry is None)
 
     def _run_plain(self, limit):
         """``_next_time`` and ``_step`` of a plain run (``_plain``) in one loop, until the next
         event is past ``limit``; returns its time. The same events in the same order: only
-        the branches for scaling, telemetry and windows are gone, and a step's calls."""
-        if plain_native.eligible(self, limit) is None:
+        the branches for telemetry are gone, and a step's calls (scaling's are tested
+        inline: ticks and ready workers are times of the loop's own)."""
+        cluster = self.cluster
+        if cluster is None and plain_native.eligible(self, limit) is None:
             return plain_native.run(self, limit)   # the whole run in one C loop
         peek = self.queue.peek_time
         driver = self.driver
@@ -362,6 +364,7 @@ class Simulation:
         place, register, route = self._place, self._register_arrival, router.place
         max_in_flight = self.max_in_flight
         cutoff = self.max_sim_time_ms
+        inline = self.on_event is None and not self.windows   # _place's work inline
         inf = math.inf
         progress = self.progress
         steps = 0
@@ -372,6 +375,14 @@ class Simulation:
                 ready = next_ready()
                 if ready < t:
                     t = ready if ready > self.now_ms else self.now_ms
+            if cluster is not None:
+                # _cluster_time: the next tick or worker ready, while work remains
+                c = cluster.next_tick_ms
+                starting = cluster.starting
+                if starting and starting[0][0] < c:
+                    c = starting[0][0]
+                if c < t and (self.in_flight > 0 or next_ready() != inf):
+                    t = c
             if t > limit or t == inf:
                 return t
             self.now_ms = t
@@ -382,17 +393,30 @@ class Simulation:
             if router.queued:
                 router.flush(t)
                 ready = next_ready()
+            if cluster is not None:
+                # at one time a worker ready comes before a settlement
+                if cluster.starting and cluster.starting[0][0] <= t:
+                    cluster.ready_due(t)
+                    ready = next_ready()
+                if cluster.settling:
+                    cluster.settle(t)
+                    ready = next_ready()
             if ready <= t:
                 n = 1 << 62 if max_in_flight is None else max_in_flight - self.in_flight
                 if n > 0:
-                    if self.on_event is None:   # _place's work (no windows here) inline
+                    if inline:
                         for request in pop_ready(t, n):
                             register(request, t)
                             route(request, t, request.dp_rank)
                     else:
                         for request in pop_ready(t, n):
                             place(request, t)
-            if dirty:
+            if cluster is not None:
+                if cluster.next_tick_ms <= t:
+                    cluster.tick_due(t)
+                if dirty:
+                    self._start_passes(t, min(cutoff, self._cluster_time(inf)))
+            elif dirty:
                 self._start_passes(t, cutoff)
             if progress is not None:
                 steps += 1
@@ -405,7 +429,7 @@ class Simulation:
             ready = self.driver.next_ready_ms()
             if ready < t:
                 t = ready if ready > self.now_ms else self.now_ms
-        if self.windows:
+        if self.cluster is not None:
             t = self._cluster_time(t)
         return t
 
@@ -429,10 +453,10 @@ class Simulation:
         """Extended decode passes end by the run's time limit, and by the next tick, worker
         ready or sample, which must see every pass completed before it."""
         cutoff = self.max_sim_time_ms
-        if self.windows:
+        if self.cluster is not None:
             cutoff = min(cutoff, self._cluster_time(math.inf))
-            if self.telemetry is not None:
-                cutoff = min(cutoff, self.telemetry.next_time())
+        if self.telemetry is not None:
+            cutoff = min(cutoff, self.telemetry.next_time())
         return cutoff
 
     def _event_time(self):
@@ -468,14 +492,17 @@ class Simulation:
             if limit > 0:
                 for request in driver.pop_ready(t, limit):
                     self._place(request, t)
-        if self.windows:
-            if telemetry is not None:
-                telemetry.due(t)
-            if cluster is not None and cluster.next_tick_ms <= t:
+        if telemetry is not None:
+            telemetry.due(t)
+        if cluster is not None:
+            if cluster.next_tick_ms <= t:
                 cluster.tick_due(t)
+        elif telemetry is None:
+            if self._dirty:
+                self._start_passes(t, self.max_sim_time_ms)
+            return
         if self._dirty:
-            self._start_passes(
-                t, self._extension_cutoff() if self.windows else self.max_sim_time_ms)
+            self._start_passes(t, self._extension_cutoff())
 
     def _complete_passes(self, t):
         """Complete every pass that ends by ``t`` (the events due then)."""
@@ -491,7 +518,7 @@ class Simulation:
                 continue  # a wake-up, or the pass was cut short and rescheduled earlier
             worker.complete_pass()
             dirty.add(idx)
-            if cluster is not None:
+            if cluster is not None and cluster.lifecycle.draining:
                 cluster.worker_idle("agg", worker)
 
     def _start_passes(self, t, cutoff):

@@ -17,8 +17,9 @@ import msgspec
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
-from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64, decode_rows,
-                   fail, file_digest, first_of, model_block_size, row_decoder)
+from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64,
+                   decode_all, decode_rows, fail, first_of, model_block_size, row_decoder,
+                   small_file)
 
 
 class MooncakeRow(msgspec.Struct, kw_only=True):
@@ -116,12 +117,12 @@ class MooncakeBuilder:
 def load_mooncake(path, block_size, *, accumulate_deltas=False):
     """The file's Trace; a file read before in this process, unchanged since, is rebuilt from
     what that read kept (``_LOADED``) instead of decoded again."""
-    digest = file_digest(path, CACHED_FILE_BYTES)
+    digest, data = small_file(path, CACHED_FILE_BYTES)
     key = (path, block_size, accumulate_deltas)
     kept = _LOADED.get(key)
     if kept is not None and digest is not None and kept[0] == digest:
         return _rebuild(*kept[1])
-    trace = _decode_mooncake(path, block_size, accumulate_deltas)
+    trace = _decode_mooncake(path, block_size, accumulate_deltas, data)
     if digest is not None:
         _LOADED.pop(key, None)
         while len(_LOADED) >= _KEEP_FILES:
@@ -162,10 +163,12 @@ def _rebuild(block_size, accumulate_deltas, sessions):
     return Trace(block_size, out, accumulate_deltas=accumulate_deltas)
 
 
-def _decode_mooncake(path, block_size, accumulate_deltas):
+def _decode_mooncake(path, block_size, accumulate_deltas, data=None):
+    """The file's Trace; ``data``: its bytes, when read already (decoded in one call)."""
     builder = MooncakeBuilder(block_size, accumulate_deltas=accumulate_deltas)
     add = builder.add
-    for number, row in decode_rows(path, MooncakeRow):
+    rows = decode_all(data, MooncakeRow) if data is not None else None
+    for number, row in (decode_rows(path, MooncakeRow) if rows is None else enumerate(rows, 1)):
         where = f"{path}:{number}"
         if (row.input_tokens is None and row.output_tokens is None and row.created_time is None
                 and row.delay_ms is None):   # no alias given (the usual row): nothing to merge

@@ -85,31 +85,32 @@ def _chunks(path):
 
 
 def file_digest(path, limit):
-    """What identifies the file's bytes: its size, modification time
-    and CRC-32; None when it is larger than ``limit`` bytes or cannot be read (the loader then
-    reports why, or reads it unkept). CRC-32, not a cryptographic hash: zlib is loaded anyway,
+    """``small_file``'s digest."""
+    return small_file(path, limit)[0]
+
+
+def small_file(path, limit):
+    """``(digest, bytes)`` of the file: what identifies its bytes (its size, modification time
+    and CRC-32) and the bytes themselves, read once; ``(None, None)`` when it is larger than
+    ``limit`` bytes or cannot be read (the loader then reports why, or reads it unkept). CRC-32, not a cryptographic hash: zlib is loaded anyway,
     hashlib would add OpenSSL (about 4 MB) to every run, and an edit that keeps the size, the
     time and the CRC of a file is not a mistake anyone makes.
 
     Only a regular file that is not gzip has one: a pipe (``<(zcat trace.gz)``) can be read
     once only, and a gzip file's size says nothing of what its rows take in memory."""
     if path.endswith(".gz"):   # (read as gzip by its name, as _open does)
-        return None
-    crc = 0
-    total = 0
+        return None, None
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             if not S_ISREG(st.st_mode) or st.st_size > limit:
-                return None
-            while chunk := f.read(CHUNK_BYTES):
-                total += len(chunk)
-                if total > limit:
-                    return None
-                crc = zlib.crc32(chunk, crc)
+                return None, None
+            data = f.read(limit + 1)   # (a file growing meanwhile reads past the limit)
     except (OSError, ValueError):
-        return None
-    return total, st.st_mtime_ns, crc
+        return None, None
+    if len(data) > limit:
+        return None, None
+    return (len(data), st.st_mtime_ns, zlib.crc32(data)), data
 
 
 def _too_long(path, number):
@@ -211,6 +212,25 @@ def row_decoder(row_type):
     return decoder
 
 
+# a line holding nothing but JSON whitespace, in a file's bytes without their last newline
+_BLANK_LINE = re.compile(rb"(?:\A|\n)[ \t\r]*(?:\n|\Z)")
+
+
+def decode_all(data, row_type):
+    """Every row of a whole file's bytes ``data`` decoded as ``row_type`` in one call (row k
+    is line k), or None when that does not hold or a row does not decode: a blank line, a
+    line of two values, an error (``decode_rows`` then numbers the rows and words the error)."""
+    body = data[:-1] if data.endswith(b"\n") else data
+    if _BLANK_LINE.search(body):
+        return None
+    try:
+        rows = row_decoder(row_type).decode_lines(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    # no line is blank, so each holds a value at least: as many values as lines is one each
+    return rows if len(rows) == body.count(b"\n") + 1 else None
+
+
 def decode_rows(path, row_type, lines=None):
     """``(line number, row)`` of every non-blank line decoded as ``row_type``, streamed;
     ``lines`` (from ``iter_lines``, perhaps partly read) stands for the whole file."""
@@ -250,5 +270,5 @@ def model_block_size(block_size):
 __all__ = ["I32", "MAX_INFLATED_BYTES", "MAX_LINE_BYTES", "Milliseconds", "NonNegative", "Seconds",
            "TokenLength", "U32", "WholeMs",
            "check_prompt_tokens", "check_u64", "decode_line", "decode_rows", "describe", "fail",
-           "file_digest",
-           "first_of", "iter_lines", "model_block_size", "row_decoder"]
+           "decode_all", "file_digest",
+           "first_of", "small_file", "iter_lines", "model_block_size", "row_decoder"]

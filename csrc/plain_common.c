@@ -65,10 +65,40 @@ static int activate(plain_sessions *p, double now_ms)
     return AISIM_OK;
 }
 
+/* sessions.SessionDriver._push_next_start: the next timed session's first turn joins. */
+static int push_next_start(plain_sessions *s)
+{
+    if (s->next_start >= s->sessions)
+        return AISIM_OK;
+    int64_t index = s->start_order[s->next_start++];
+    return plain_heap_push(&s->turns, s->start_ms[index], index << 32, 0);
+}
+
+/* SessionDriver._activate: sessions start now while there is room. */
+static int trace_activate(plain_sessions *s, double now_ms)
+{
+    while (s->active < s->max_sessions && s->next_pending < s->sessions) {
+        PLAIN_TRY(plain_heap_push(&s->turns, now_ms, s->next_pending << 32, 0));
+        s->next_pending++;
+        s->active++;
+    }
+    return AISIM_OK;
+}
+
 int plain_sessions_start(plain_sessions *s)
 {
     if (s->arrival_rng && aisim_rng_view_of(s->arrival_rng, &s->arrival_view) != AISIM_OK)
         return AISIM_EINVAL;
+    if (s->arrivals == AISIM_PLAIN_TRACE) {
+        if (!s->turn_base || !s->turn_delay || s->sessions >= INT32_MAX)
+            return AISIM_EINVAL;
+        if (s->trace_closed)
+            return trace_activate(s, 0.0);
+        if (!s->start_order || !s->start_ms)
+            return AISIM_EINVAL;
+        s->next_pending = s->sessions;
+        return push_next_start(s);
+    }
     if (plain_sessions_closed(s))
         return activate(s, 0.0);
     s->next_arrival = s->sessions ? 0.0 : INFINITY;
@@ -79,12 +109,16 @@ void plain_sessions_free(plain_sessions *s)
 {
     free(s->ready_idx);
     free(s->ready_ms);
+    free(s->turns.items);
     s->ready_idx = NULL;
     s->ready_ms = NULL;
+    s->turns.items = NULL;
 }
 
 double plain_sessions_next_ready(const plain_sessions *p)
 {
+    if (p->arrivals == AISIM_PLAIN_TRACE)
+        return p->turns.len ? p->turns.items[0].time : INFINITY;
     if (plain_sessions_closed(p))
         return p->ready_len ? p->ready_ms[p->ready_head] : INFINITY;
     return p->next_arrival;
@@ -110,9 +144,21 @@ static int advance_arrival(plain_sessions *p)
     return AISIM_OK;
 }
 
-int plain_sessions_pop(plain_sessions *p, double now_ms, int64_t *index)
+int plain_sessions_pop(plain_sessions *p, double now_ms, int64_t *index, int32_t *turn)
 {
     *index = -1;
+    *turn = 0;
+    if (p->arrivals == AISIM_PLAIN_TRACE) {   /* HeapDriver.pop_ready, SessionDriver._request */
+        if (p->turns.len && p->turns.items[0].time <= now_ms) {
+            plain_event e = plain_heap_pop(&p->turns);
+            *index = e.key >> 32;
+            *turn = (int32_t)(e.key & 0xFFFFFFFF);
+            p->made++;
+            if (*turn == 0 && !p->trace_closed)
+                return push_next_start(p);
+        }
+        return AISIM_OK;
+    }
     if (plain_sessions_closed(p)) {
         if (p->ready_len && p->ready_ms[p->ready_head] <= now_ms) {
             *index = p->ready_idx[p->ready_head];
@@ -131,8 +177,18 @@ int plain_sessions_pop(plain_sessions *p, double now_ms, int64_t *index)
     return AISIM_OK;
 }
 
-int plain_sessions_terminal(plain_sessions *s, double end_ms)
+int plain_sessions_terminal(plain_sessions *s, int64_t index, int32_t turn, double end_ms)
 {
+    if (s->arrivals == AISIM_PLAIN_TRACE) {   /* SessionDriver.on_terminal */
+        int64_t next = s->turn_base[index] + turn + 1;
+        if (next < s->turn_base[index + 1])
+            return plain_heap_push(&s->turns, end_ms + s->turn_delay[next],
+                                   (index << 32) | (int64_t)(turn + 1), 0);
+        if (!s->trace_closed)
+            return AISIM_OK;
+        s->active--;
+        return trace_activate(s, end_ms);
+    }
     if (!plain_sessions_closed(s))
         return AISIM_OK;
     s->active--;
@@ -187,9 +243,12 @@ int plain_prompt_ranges(plain_prompts *pr, int64_t index, uint32_t *ranges, size
 
 /* ------------------------------------------------------------ requests by uuid */
 
+static void records_free(plain_records *r);
+
 void plain_requests_free(plain_requests *q)
 {
     size_t i;
+    records_free(&q->records);
     free(q->ring);
     q->ring = NULL;
     for (i = 0; i < 4; i++) {
@@ -233,11 +292,93 @@ static int push_sample(plain_requests *q, int which, double value)
     return AISIM_OK;
 }
 
+int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
+                   int readmit)
+{
+    plain_entry *e = plain_entry_of(q, uuid);
+    plain_records *r = &q->records;
+    e->admitted = 1;
+    if (!readmit)
+        e->first_reused = reused;
+    if (reused > e->max_reused)
+        e->max_reused = reused;
+    if (!r->on)
+        return AISIM_OK;
+    if (!e->n_admissions++) {
+        e->admit_at = at_ms;
+        e->admit_reused = reused;
+        e->admit_readmit = (int8_t)(readmit != 0);
+        return AISIM_OK;
+    }
+    PLAIN_TRY(plain_grow((void **)&r->adm_ints, &r->adm_ints_cap, 3 * (r->n_adm + 1),
+                         sizeof *r->adm_ints));
+    PLAIN_TRY(plain_grow((void **)&r->adm_at, &r->adm_at_cap, r->n_adm + 1, sizeof *r->adm_at));
+    r->adm_ints[3 * r->n_adm] = uuid;
+    r->adm_ints[3 * r->n_adm + 1] = reused;
+    r->adm_ints[3 * r->n_adm + 2] = readmit != 0;
+    r->adm_at[r->n_adm++] = at_ms;
+    return AISIM_OK;
+}
+
+void plain_records_clear(plain_records *r)
+{
+    r->n = 0;
+    r->n_adm = 0;
+    r->first_ms = NAN;
+}
+
+static void records_free(plain_records *r)
+{
+    free(r->ints);
+    free(r->doubles);
+    free(r->adm_ints);
+    free(r->adm_at);
+    r->ints = r->adm_ints = NULL;
+    r->doubles = r->adm_at = NULL;
+    r->n = r->n_adm = r->ints_cap = r->doubles_cap = r->adm_ints_cap = r->adm_at_cap = 0;
+}
+
+/* The record row of the entry of `uuid` (make_record's values). */
+static int record(plain_records *r, int64_t uuid, const plain_entry *e)
+{
+    int64_t *row;
+    double *d;
+    PLAIN_TRY(plain_grow((void **)&r->ints, &r->ints_cap, PLAIN_REC_INTS * (r->n + 1),
+                         sizeof *r->ints));
+    PLAIN_TRY(plain_grow((void **)&r->doubles, &r->doubles_cap, PLAIN_REC_DOUBLES * (r->n + 1),
+                         sizeof *r->doubles));
+    row = r->ints + PLAIN_REC_INTS * r->n;
+    d = r->doubles + PLAIN_REC_DOUBLES * r->n;
+    r->n++;
+    row[0] = uuid;
+    row[1] = e->prompt_len;
+    row[2] = e->max_output;
+    row[3] = e->has_first ? e->count : 0;
+    row[4] = e->max_reused;
+    row[5] = e->first_reused;
+    row[6] = e->state;
+    row[7] = e->rank;
+    row[8] = e->session;
+    row[9] = e->turn;
+    row[10] = e->n_admissions;
+    row[11] = e->admit_reused;
+    row[12] = e->has_first | (e->has_second << 1) | (e->admit_readmit << 2);
+    d[0] = e->arrival;
+    d[1] = e->terminal;
+    d[2] = e->has_first ? e->first : 0.0;
+    d[3] = e->has_second ? e->second : 0.0;
+    d[4] = e->has_first ? e->last : 0.0;
+    d[5] = e->admit_at;
+    return AISIM_OK;
+}
+
 /* Collector._settled and _Totals.add of the entry of the next uuid. */
 static int settle(plain_requests *q, const plain_entry *e)
 {
     const plain_requests *c = q;
     plain_totals *v = &q->totals;
+    if (q->records.on)
+        PLAIN_TRY(record(&q->records, q->settle_uuid, e));
     if (!e->admitted)
         return AISIM_OK;
     v->fallback_committed += e->prompt_len > e->max_reused ? e->prompt_len - e->max_reused : 0;
@@ -312,8 +453,10 @@ int plain_settle_ready(plain_requests *q)
 int plain_settle_rest(plain_requests *q)
 {
     int64_t u;
+    q->records.rest_from = q->records.n;
     for (u = q->settle_uuid; u < q->next_uuid; u++) {
         plain_entry *e = plain_entry_of(q, u);
+        q->settle_uuid = u;   /* (the uuid settle reads) */
         if (e->state)
             PLAIN_TRY(settle(q, e));
     }

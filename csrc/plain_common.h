@@ -24,6 +24,19 @@
 /* grows *array (elements of elem bytes, capacity *cap) to hold need elements */
 int plain_grow(void **array, size_t *cap, size_t need, size_t elem);
 
+/* A min-heap of events ordered by (time, key) (runtime/event_queue.py's (time, seq), the
+ * disaggregated loop's (time, worker << 32 | generation) tuples); value rides along. */
+typedef struct plain_event {
+    double time;
+    int64_t key;
+    int64_t value;
+} plain_event;
+
+typedef struct plain_heap {
+    plain_event *items;
+    size_t len, cap;
+} plain_heap;
+
 /* ------------------------------------------------------------ sessions */
 
 typedef struct plain_sessions {
@@ -39,6 +52,15 @@ typedef struct plain_sessions {
     double *ready_ms;
     size_t ready_head, ready_len, ready_cap;   /* ready_cap: a power of two */
     int64_t active, next_pending;
+    /* trace sessions (arrivals AISIM_PLAIN_TRACE): turns ready in a heap on (time, session
+     * << 32 | turn), as sessions.SessionDriver's heap of (time, index, turn) */
+    const int64_t *turn_base;   /* session i's turns: turn_base[i] .. turn_base[i + 1] */
+    const double *turn_delay;   /* a turn's think time after the previous one's terminal */
+    const int64_t *start_order; /* timed: sessions in (start, index) order */
+    const double *start_ms;     /* timed: each session's start */
+    int64_t next_start;         /* timed: the next of start_order to join the heap */
+    int32_t trace_closed;       /* trace: closed loop of max_sessions sessions */
+    plain_heap turns;
 } plain_sessions;
 
 /* The sessions of a run from its start (the fields above arrivals..arrival_rng set). */
@@ -47,10 +69,13 @@ void plain_sessions_free(plain_sessions *s);
 int plain_sessions_closed(const plain_sessions *s);
 /* when the next session becomes ready (INFINITY: none) */
 double plain_sessions_next_ready(const plain_sessions *s);
-/* The next session ready at now_ms, made into a request: *index its session (-1: none). */
-int plain_sessions_pop(plain_sessions *s, double now_ms, int64_t *index);
-/* OneTurnDriver.on_terminal of a closed loop's request at end_ms (nothing when timed). */
-int plain_sessions_terminal(plain_sessions *s, double end_ms);
+/* The next session ready at now_ms, made into a request: *index its session (-1: none),
+ * *turn its turn (0 but for trace sessions). */
+int plain_sessions_pop(plain_sessions *s, double now_ms, int64_t *index, int32_t *turn);
+/* The driver's on_terminal of session `index`'s turn `turn` at end_ms (OneTurnDriver's:
+ * nothing when timed; SessionDriver's: the next turn, or the session's end). Every
+ * aggregated terminal (completed, rejected) lets a trace session go on. */
+int plain_sessions_terminal(plain_sessions *s, int64_t index, int32_t turn, double end_ms);
 
 /* ------------------------------------------------------------ prompts */
 
@@ -79,7 +104,32 @@ typedef struct plain_entry {
     int64_t prompt_len, count, max_reused, first_reused, generated;
     int8_t state;       /* 0 in flight, 1 completed, 2 another terminal */
     int8_t admitted, has_first, has_second;
+    /* what a per-request record reads besides (records kept) */
+    int32_t turn;
+    int32_t rank;       /* the rank it was placed on (w * dp_size + r) */
+    int64_t session, max_output;
+    double admit_at;    /* its first admission */
+    int64_t admit_reused, n_admissions;
+    int8_t admit_readmit;
 } plain_entry;
+
+/* The per-request records the loops gather (records kept): one row of PLAIN_REC_INTS
+ * integers and one of PLAIN_REC_DOUBLES doubles per settled entry, in settlement order
+ * (the columns: aisim_plain_records in plain_loop.cdef.h), and each admission after a
+ * request's first as (uuid, reused, readmission) integers and its time. */
+enum { PLAIN_REC_INTS = 13, PLAIN_REC_DOUBLES = 6 };
+
+typedef struct plain_records {
+    int32_t on;
+    int64_t *ints;
+    double *doubles;
+    size_t n, ints_cap, doubles_cap;
+    int64_t *adm_ints;          /* 3 per admission */
+    double *adm_at;
+    size_t n_adm, adm_ints_cap, adm_at_cap;
+    size_t rest_from;           /* the first row plain_settle_rest settled (SIZE_MAX: none) */
+    double first_ms;            /* when the oldest row gathered settled (NAN: none) */
+} plain_records;
 
 enum { PLAIN_TTFT = 0, PLAIN_E2E = 1, PLAIN_TTST = 2, PLAIN_TPOT = 3 };
 
@@ -101,12 +151,17 @@ typedef struct plain_requests {
     double report_start_ms;
     int32_t has_ttft, has_itl, has_e2e;
     double sla_ttft_ms, sla_itl_ms, sla_e2e_ms;
+    plain_records records;
 } plain_requests;
 
 void plain_requests_free(plain_requests *q);
 plain_entry *plain_entry_of(plain_requests *q, int64_t uuid);
 /* the entry of uuid next_uuid (not taken: the caller advances next_uuid) */
 int plain_new_entry(plain_requests *q, plain_entry **out);
+/* NativeVllmRank._schedule_events of an admission at at_ms: reused tokens, readmission. */
+int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
+                   int readmit);
+void plain_records_clear(plain_records *r);
 /* Collector's arrival order: entries settle as soon as every earlier uuid has. */
 int plain_settle_ready(plain_requests *q);
 /* _ArrivalOrder.flush at the report: the terminals behind a request still in flight. */
@@ -116,19 +171,6 @@ int plain_sample_stats(plain_requests *q, int32_t which, double *out);
 void plain_drop_samples(plain_requests *q, int32_t which);
 
 /* ------------------------------------------------------------ heaps and pass histories */
-
-/* A min-heap of events ordered by (time, key) (runtime/event_queue.py's (time, seq), the
- * disaggregated loop's (time, worker << 32 | generation) tuples); value rides along. */
-typedef struct plain_event {
-    double time;
-    int64_t key;
-    int64_t value;
-} plain_event;
-
-typedef struct plain_heap {
-    plain_event *items;
-    size_t len, cap;
-} plain_heap;
 
 int plain_heap_push(plain_heap *h, double time, int64_t key, int64_t value);
 plain_event plain_heap_pop(plain_heap *h);   /* (h not empty) */

@@ -666,9 +666,10 @@ static int release_arrivals(aisim_pd *p, double t, int *arrived)
     *arrived = 0;
     for (;;) {
         int64_t index, uuid;
+        int32_t turn;
         plain_entry *e;
         action a;
-        TRY(plain_sessions_pop(&p->sess, t, &index));
+        TRY(plain_sessions_pop(&p->sess, t, &index, &turn));
         if (index < 0)
             return AISIM_OK;
         TRY(plain_new_entry(&p->req, &e));

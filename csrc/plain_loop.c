@@ -68,6 +68,8 @@ struct aisim_plain {
     int64_t spins;
     int64_t steps;          /* loop steps, for progress reports */
     uint32_t ranges[8];     /* a prompt's (first, count) pairs */
+    uint32_t *lengths;      /* a trace prompt's run lengths (trace_block but the last) */
+    size_t n_last;          /* the run cut last (SIZE_MAX: none) */
     aisim_decode_run run;
     aisim_plain_view view;
 };
@@ -86,20 +88,46 @@ static double peek(const aisim_plain *p)
 
 /* ------------------------------------------------------------ a worker's rank */
 
-/* NativeVllmRank.submit of session `index`'s request (OneTurnDriver._request). */
-static int submit(aisim_plain *p, rank_state *w, int64_t index, int64_t uuid)
+/* A trace turn's prompt runs (Prompt.from_hash_ids): its ids, each trace_block long, the
+ * last cut at the prompt's length. *n the runs. */
+static const uint32_t *turn_runs(aisim_plain *p, int64_t k, const uint32_t **lengths,
+                                 size_t *n)
 {
     const aisim_plain_config *c = &p->cfg;
-    size_t k;
-    int64_t prompt_len = c->isl, max_output = c->osl, out_limit = c->osl;
+    int64_t len = c->turn_input[k], runs = (len + c->trace_block - 1) / c->trace_block;
+    if (p->n_last < SIZE_MAX)
+        p->lengths[p->n_last] = (uint32_t)c->trace_block;
+    p->lengths[runs - 1] = (uint32_t)(len - (runs - 1) * c->trace_block);
+    p->n_last = (size_t)(runs - 1);
+    *lengths = p->lengths;
+    *n = (size_t)runs;
+    return c->ids + c->ids_off[k];
+}
+
+/* NativeVllmRank.submit of the request of session `index`'s turn `turn` (OneTurnDriver.
+ * _request, or SessionDriver._request over trace sessions). */
+static int submit(aisim_plain *p, rank_state *w, int64_t index, int32_t turn, int64_t uuid,
+                  plain_entry *e)
+{
+    const aisim_plain_config *c = &p->cfg;
+    size_t k = 0;
+    int64_t prompt_len = c->isl, max_output = c->osl, out_limit, g = 0;
     uint64_t salt = (uint64_t)uuid * GOLDEN;
+    int trace = c->arrivals == AISIM_PLAIN_TRACE;
     int slot;
-    TRY(plain_prompt_ranges(&p->prompts, index, p->ranges, &k));
-    int64_t blocks = (prompt_len + c->block_size - 1) / c->block_size;
-    if (c->max_model_len < 0 && !c->no_evict && c->caching && blocks <= c->num_blocks) {
-        slot = aisim_vllm_submit_ranges(w->rank, prompt_len, max_output, out_limit, p->ranges,
-                                        k, c->trace_block, salt);
+    if (trace) {
+        g = c->turn_base[index] + turn;
+        prompt_len = c->turn_input[g];
+        max_output = c->turn_output[g];
     } else {
+        TRY(plain_prompt_ranges(&p->prompts, index, p->ranges, &k));
+    }
+    e->prompt_len = prompt_len;
+    e->max_output = max_output;
+    out_limit = max_output;
+    int64_t blocks = (prompt_len + c->block_size - 1) / c->block_size;
+    int hashed = 1;
+    if (!(c->max_model_len < 0 && !c->no_evict && c->caching && blocks <= c->num_blocks)) {
         /* VllmRank._limit_output, then _request_args: hashed only when it may fit */
         int64_t limit = c->max_model_len;
         if (limit >= 0 && prompt_len < limit)
@@ -111,13 +139,20 @@ static int submit(aisim_plain *p, rank_state *w, int64_t index, int64_t uuid)
             if (room < out_limit)
                 out_limit = room;
         }
-        int hashed = (limit < 0 || prompt_len < limit) && blocks <= c->num_blocks;
-        if (c->caching && hashed)
-            slot = aisim_vllm_submit_ranges(w->rank, prompt_len, max_output, out_limit,
-                                            p->ranges, k, c->trace_block, salt);
-        else
-            slot = aisim_vllm_submit(w->rank, prompt_len, max_output, out_limit, NULL, 0, NULL,
-                                     NULL, 0, 0, salt);
+        hashed = c->caching && (limit < 0 || prompt_len < limit) && blocks <= c->num_blocks;
+    }
+    if (!hashed) {
+        slot = aisim_vllm_submit(w->rank, prompt_len, max_output, out_limit, NULL, 0, NULL,
+                                 NULL, 0, 0, salt);
+    } else if (trace) {
+        const uint32_t *lengths;
+        size_t n;
+        const uint32_t *values = turn_runs(p, g, &lengths, &n);
+        slot = aisim_vllm_submit(w->rank, prompt_len, max_output, out_limit, NULL, 0, values,
+                                 lengths, n, 0, salt);
+    } else {
+        slot = aisim_vllm_submit_ranges(w->rank, prompt_len, max_output, out_limit, p->ranges,
+                                        k, c->trace_block, salt);
     }
     if (slot < 0)
         return slot;
@@ -125,23 +160,19 @@ static int submit(aisim_plain *p, rank_state *w, int64_t index, int64_t uuid)
 }
 
 /* NativeVllmRank._schedule_events: admissions and preemptions. */
-static void schedule_events(aisim_plain *p, rank_state *w)
+static int schedule_events(aisim_plain *p, rank_state *w, double now_ms)
 {
     const aisim_vllm_view *v = w->view;
     size_t i;
     for (i = 0; i < v->n_events; i++) {
         const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
-        plain_entry *e = plain_entry_of(&p->req, w->hist.slot_uuid[f[1]]);
-        if (f[0] == AISIM_VLLM_ADMITTED) {
-            e->admitted = 1;
-            if (!f[3])
-                e->first_reused = f[2];
-            if (f[2] > e->max_reused)
-                e->max_reused = f[2];
-        } else {
-            e->generated = f[4];
-        }
+        int64_t uuid = w->hist.slot_uuid[f[1]];
+        if (f[0] == AISIM_VLLM_ADMITTED)
+            TRY(plain_admitted(&p->req, uuid, now_ms, f[2], f[3] != 0));
+        else
+            plain_entry_of(&p->req, uuid)->generated = f[4];
     }
+    return AISIM_OK;
 }
 
 /* NativeVllmRank.schedule, then (a lone rank: extend) its extend. *formed 0 when the rank
@@ -157,7 +188,7 @@ static int schedule_rank(aisim_plain *p, rank_state *w, double now_ms, double ho
         return AISIM_OK;
     TRY(aisim_vllm_schedule(w->rank, now_ms));
     if (v->n_events)
-        schedule_events(p, w);
+        TRY(schedule_events(p, w, now_ms));
     if (v->pf_count) {
         int64_t count = v->pf_count;
         int status = aisim_prefill_timing_eval(c->prefill_kind, c->prefill_fixed_ms,
@@ -247,7 +278,7 @@ static int complete_rank(aisim_plain *p, rank_state *w)
         }
         e->terminal = end_ms;
         p->view.in_flight--;
-        TRY(plain_sessions_terminal(&p->sess, end_ms));   /* OneTurnDriver.on_terminal */
+        TRY(plain_sessions_terminal(&p->sess, e->session, e->turn, end_ms));
     }
     return plain_settle_ready(&p->req);
 }
@@ -286,7 +317,7 @@ static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms)
 }
 
 /* _register_arrival, round robin's place_unpinned and _deliver of one request. */
-static int arrive(aisim_plain *p, int64_t index, double now_ms)
+static int arrive(aisim_plain *p, int64_t index, int32_t turn, double now_ms)
 {
     const aisim_plain_config *c = &p->cfg;
     plain_entry *e;
@@ -297,8 +328,10 @@ static int arrive(aisim_plain *p, int64_t index, double now_ms)
     worker *w = &p->workers[wi];
     int64_t dp_rank = w->rank_cursor;
     e->arrival = now_ms;
-    e->prompt_len = c->isl;
-    TRY(submit(p, &w->ranks[dp_rank], index, uuid));
+    e->session = index;
+    e->turn = turn;
+    e->rank = (int32_t)((size_t)wi * c->dp_size + (size_t)dp_rank);
+    TRY(submit(p, &w->ranks[dp_rank], index, turn, uuid, e));
     p->req.next_uuid++;
     p->view.rr_cursor = (int64_t)at + 1;
     w->rank_cursor = (dp_rank + 1) % (int64_t)w->n_ranks;
@@ -314,10 +347,11 @@ static int pop_ready(aisim_plain *p, double now_ms)
 {
     for (;;) {
         int64_t index;
-        TRY(plain_sessions_pop(&p->sess, now_ms, &index));
+        int32_t turn;
+        TRY(plain_sessions_pop(&p->sess, now_ms, &index, &turn));
         if (index < 0)
             return AISIM_OK;
-        TRY(arrive(p, index, now_ms));
+        TRY(arrive(p, index, turn, now_ms));
     }
 }
 
@@ -417,6 +451,7 @@ static void refresh_view(aisim_plain *p)
     v->made = s->made;
     v->active = s->active;
     v->next_pending = s->next_pending;
+    v->next_start = s->next_start;
     for (size_t i = 0; p->cfg.rank_cursors_out && i < p->cfg.n_workers; i++)
         p->cfg.rank_cursors_out[i] = p->workers[i].rank_cursor;
     v->next_arrival_ms = plain_sessions_closed(s) ? INFINITY : s->next_arrival;
@@ -468,6 +503,14 @@ static int run(aisim_plain *p)
         TRY(start_passes(p, t));
         if (p->cfg.progress_every && ++p->steps % p->cfg.progress_every == 0)
             return AISIM_PLAIN_PROGRESS;
+        if (p->req.records.n) {   /* hand the records over after enough, or long enough */
+            plain_records *r = &p->req.records;
+            if (isnan(r->first_ms))
+                r->first_ms = t;
+            if ((p->cfg.records_every && r->n >= (size_t)p->cfg.records_every) ||
+                (p->cfg.records_lag_ms > 0.0 && t - r->first_ms >= p->cfg.records_lag_ms))
+                return AISIM_PLAIN_RECORDS;
+        }
     }
 }
 
@@ -477,7 +520,7 @@ int aisim_plain_run(aisim_plain *p)
     if (!p)
         return AISIM_EINVAL;
     status = run(p);
-    if (status == AISIM_PLAIN_PROGRESS) {
+    if (status == AISIM_PLAIN_PROGRESS || status == AISIM_PLAIN_RECORDS) {
         refresh_view(p);
         return status;
     }
@@ -504,11 +547,18 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
         !config->n_rr || config->block_size < 1 || config->trace_block < 1 ||
         config->isl < 1 || config->osl < 0 || config->own < 0 || config->shared < 0 ||
         config->fresh_base < 0 || config->fresh_base >= PLAIN_ID_LIMIT || config->sessions < 0 ||
-        config->arrivals < AISIM_PLAIN_POISSON || config->arrivals > AISIM_PLAIN_CLOSED ||
+        config->arrivals < AISIM_PLAIN_POISSON || config->arrivals > AISIM_PLAIN_TRACE ||
         (config->arrivals == AISIM_PLAIN_POISSON && !config->arrival_rng) ||
         (config->shape_rng && config->groups < 1) || config->rr_cursor < 0 ||
         config->sessions > INT64_MAX / (config->own + 1) || config->livelock_passes < 1 ||
-        config->progress_every < 0)
+        config->progress_every < 0 || config->records_every < 0 ||
+        (config->arrivals == AISIM_PLAIN_TRACE &&
+         (!config->turn_base || !config->turn_input || !config->turn_output ||
+          !config->turn_delay || !config->ids_off || !config->ids || config->max_input < 1 ||
+          config->max_input > INT64_MAX - config->trace_block ||
+          (config->max_input + config->trace_block - 1) / config->trace_block > INT32_MAX ||
+          (config->trace_closed ? config->max_sessions < 0
+                                : (!config->start_order || !config->start_ms)))))
         return AISIM_EINVAL;
     for (i = 0; i < config->n_rr; i++)
         if (config->rr_workers[i] < 0 || (size_t)config->rr_workers[i] >= config->n_workers)
@@ -548,6 +598,26 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
     p->sess.sessions = config->sessions;
     p->sess.max_sessions = config->max_sessions;
     p->sess.arrival_rng = config->arrival_rng;
+    p->sess.trace_closed = config->arrivals == AISIM_PLAIN_TRACE && config->trace_closed;
+    p->sess.turn_base = config->turn_base;
+    p->sess.turn_delay = config->turn_delay;
+    p->sess.start_order = config->start_order;
+    p->sess.start_ms = config->start_ms;
+    p->req.records.on = config->keep_records != 0;
+    p->req.records.rest_from = SIZE_MAX;
+    p->req.records.first_ms = NAN;
+    p->n_last = SIZE_MAX;
+    if (config->arrivals == AISIM_PLAIN_TRACE) {
+        size_t runs = (size_t)((config->max_input + config->trace_block - 1) /
+                               config->trace_block), i;
+        p->lengths = malloc(runs * sizeof *p->lengths);
+        if (!p->lengths) {
+            aisim_plain_free(p);
+            return AISIM_ENOMEM;
+        }
+        for (i = 0; i < runs; i++)
+            p->lengths[i] = (uint32_t)config->trace_block;
+    }
     p->prompts.own = config->own;
     p->prompts.shared = config->shared;
     p->prompts.fresh_base = config->fresh_base;
@@ -589,6 +659,7 @@ int aisim_plain_free(aisim_plain *p)
     }
     free(p->ranks);
     free(p->workers);
+    free(p->lengths);
     free(p->heap.items);
     plain_sessions_free(&p->sess);
     plain_requests_free(&p->req);
@@ -630,13 +701,26 @@ int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out)
     return plain_sample_stats(&p->req, which, out);
 }
 
-int aisim_plain_ready(const aisim_plain *p, int64_t *index, double *ready_ms, size_t cap)
+static int event_order(const void *a, const void *b);
+
+int aisim_plain_ready(aisim_plain *p, int64_t *index, double *ready_ms, size_t cap)
 {
     size_t i;
-    const plain_sessions *s;
-    if (!p || (cap && (!index || !ready_ms)) || p->sess.ready_len > INT32_MAX)
+    plain_sessions *s;
+    if (!p || (cap && (!index || !ready_ms)) || p->sess.ready_len > INT32_MAX ||
+        p->sess.turns.len > INT32_MAX)
         return AISIM_EINVAL;
     s = &p->sess;
+    if (s->arrivals == AISIM_PLAIN_TRACE) {
+        plain_heap *h = &s->turns;
+        if (h->len > 1)   /* a sorted array is a heap */
+            qsort(h->items, h->len, sizeof *h->items, event_order);
+        for (i = 0; i < h->len && i < cap; i++) {
+            index[i] = h->items[i].key;
+            ready_ms[i] = h->items[i].time;
+        }
+        return (int)h->len;
+    }
     for (i = 0; i < s->ready_len && i < cap; i++) {
         index[i] = s->ready_idx[(s->ready_head + i) & (s->ready_cap - 1)];
         ready_ms[i] = s->ready_ms[(s->ready_head + i) & (s->ready_cap - 1)];
@@ -681,5 +765,31 @@ int aisim_plain_drop_samples(aisim_plain *p, int32_t which)
         return AISIM_EINVAL;
     plain_drop_samples(&p->req, which);
     refresh_view(p);
+    return AISIM_OK;
+}
+
+int aisim_plain_records(const aisim_plain *p, const int64_t **ints, const double **doubles,
+                        size_t *n, const int64_t **adm_ints, const double **adm_at,
+                        size_t *n_adm, size_t *rest_from)
+{
+    const plain_records *r;
+    if (!p || !ints || !doubles || !n || !adm_ints || !adm_at || !n_adm || !rest_from)
+        return AISIM_EINVAL;
+    r = &p->req.records;
+    *ints = r->ints;
+    *doubles = r->doubles;
+    *n = r->n;
+    *adm_ints = r->adm_ints;
+    *adm_at = r->adm_at;
+    *n_adm = r->n_adm;
+    *rest_from = r->rest_from < r->n ? r->rest_from : r->n;
+    return AISIM_OK;
+}
+
+int aisim_plain_clear_records(aisim_plain *p)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    plain_records_clear(&p->req.records);
     return AISIM_OK;
 }

@@ -13,7 +13,11 @@ enum aisim_plain_arrivals {
     AISIM_PLAIN_POISSON = 0,    /* first at 0, then exponential gaps of gap_ms (arrival_rng) */
     AISIM_PLAIN_CONSTANT = 1,   /* every gap_ms from 0 */
     AISIM_PLAIN_BURST = 2,      /* all at 0 */
-    AISIM_PLAIN_CLOSED = 3      /* closed loop: max_sessions at 0, the next at each terminal */
+    AISIM_PLAIN_CLOSED = 3,     /* closed loop: max_sessions at 0, the next at each terminal */
+    AISIM_PLAIN_TRACE = 4       /* trace sessions (sessions.SessionDriver): by timestamps, or
+                                   a closed loop of max_sessions (trace_closed); each turn
+                                   after the first ready at its predecessor's terminal plus
+                                   its delay */
 };
 
 /* aisim_plain_run's answers besides AISIM_OK and the negative errors: what Python must word
@@ -23,8 +27,11 @@ enum aisim_plain_status {
     AISIM_PLAIN_STALLED = 5,    /* nothing left to happen with requests in flight */
     AISIM_PLAIN_TIMING = 6,     /* a modeled time the C path cannot give (Python would
                                    raise, or need integers past 2^63) */
-    AISIM_PLAIN_PROGRESS = 7    /* progress_every steps more were taken: report progress,
+    AISIM_PLAIN_PROGRESS = 7,   /* progress_every steps more were taken: report progress,
                                    then call aisim_plain_run again to go on */
+    AISIM_PLAIN_RECORDS = 8     /* records_every records settled: take them (aisim_plain_
+                                   records, then aisim_plain_clear_records), then call
+                                   aisim_plain_run again to go on */
 };
 
 typedef struct aisim_plain_config {
@@ -45,6 +52,28 @@ typedef struct aisim_plain_config {
     int64_t fresh_base;
     int64_t groups;
     void *shape_rng;            /* aisim_rng (NULL: ungrouped) */
+    /* trace sessions (AISIM_PLAIN_TRACE; `sessions` of them, their turns numbered session by
+     * session): session i's turns are turn_base[i] .. turn_base[i + 1]; turn k's prompt is
+     * the first ceil(turn_input[k] / trace_block) ids of ids[ids_off[k] ..], each repeated
+     * trace_block times, cut at turn_input[k] (Prompt.from_hash_ids), its output
+     * turn_output[k], its think time turn_delay[k]; timed sessions start at start_ms[i],
+     * taken in start_order (by start, then index) */
+    int32_t trace_closed;
+    const int64_t *turn_base;
+    const int64_t *turn_input;
+    const int64_t *turn_output;
+    const double *turn_delay;
+    const int64_t *ids_off;
+    const uint32_t *ids;
+    const int64_t *start_order;
+    const double *start_ms;
+    int64_t max_input;          /* the longest turn_input */
+    /* per-request records: gathered when keep_records (aisim_plain_records), handed over
+     * (AISIM_PLAIN_RECORDS) once records_every are gathered (0: no bound), or once the oldest
+     * gathered settled records_lag_ms of simulated time ago (0: no bound); else at the end */
+    int32_t keep_records;
+    int64_t records_every;
+    double records_lag_ms;
     /* the deployment: dp_size aisim_vllm_ranks per worker, worker by worker (rank r of
      * worker w at w * dp_size + r) */
     size_t n_workers;
@@ -90,6 +119,7 @@ typedef struct aisim_plain_view {
     double next_arrival_ms;     /* timed: the next session's start (INFINITY: none) */
     int64_t active;             /* closed loop: sessions started and not ended */
     int64_t next_pending;       /* closed loop: the next session to become ready */
+    int64_t next_start;         /* timed trace: the sessions of start_order started */
     int64_t rr_cursor;
     int64_t totals_completed;
     int64_t input_tokens;
@@ -136,8 +166,9 @@ int aisim_plain_breaks(const aisim_plain *p, size_t rank, const int64_t **out,
  * rest over the ascending order, which the call leaves the array in (copy it first). */
 int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out);
 /* Closed loop: the sessions ready and not made yet, in ready order (up to cap copied);
- * returns how many there are. */
-int aisim_plain_ready(const aisim_plain *p, int64_t *index, double *ready_ms, size_t cap);
+ * returns how many there are. Trace sessions: the turns ready and not made yet, in heap
+ * order, each as session << 32 | turn. */
+int aisim_plain_ready(aisim_plain *p, int64_t *index, double *ready_ms, size_t cap);
 /* After the run: the pass completions still queued (a cutoff's), in pop order, as the
  * simulation's event queue holds them (ident = worker << 32 | generation); returns how many
  * (up to cap copied). And worker w's busy flag, generation and pass end. */
@@ -147,6 +178,20 @@ int aisim_plain_worker(const aisim_plain *p, size_t w, int32_t *busy, uint32_t *
 /* Frees a sample array once Python copied it (0 ttft, 1 e2e, 2 ttst, 3 tpot): the summary's
  * samples are held once, not twice, at the peak. */
 int aisim_plain_drop_samples(aisim_plain *p, int32_t which);
+
+/* The records gathered since the last aisim_plain_clear_records, in settlement (uuid)
+ * order: n rows of 13 integers (uuid, input length, requested output, output length, most
+ * reused tokens, first admission's reuse (-1: none), status (1 completed, 2 rejected), rank
+ * (w * dp_size + r), session, turn, admissions, the first admission's reuse, flags: 1 first
+ * token, 2 second token, 4 the first admission is a readmission) and of 6 doubles (arrival,
+ * terminal, first, second and last token times, the first admission's time); the
+ * admissions after each request's first as n_adm rows of (uuid, reused, readmission) and
+ * their times; *rest_from: the first row settled behind a request still in flight when the
+ * run ended (_ArrivalOrder.flush's; n when none). */
+int aisim_plain_records(const aisim_plain *p, const int64_t **ints, const double **doubles,
+                        size_t *n, const int64_t **adm_ints, const double **adm_at,
+                        size_t *n_adm, size_t *rest_from);
+int aisim_plain_clear_records(aisim_plain *p);
 
 /* timing.StepTimer.prefill of the built-in models (decode_run.c): AISIM_OK with *out_ms, or
  * AISIM_DECODE_MISS when Python must compute it (or raise). */

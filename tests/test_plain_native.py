@@ -3,9 +3,10 @@ against its twin, the Python loop (``Simulation._run_plain``) over the same C ra
 
 Seeded random payloads the C loop takes (1 to 4 workers, attention DP 1 to 3, small KV
 pools that preempt, budgets, max_num_seqs, max_model_len, prefix groups, Poisson, constant
-rate, burst and closed-loop arrivals, fixed and polynomial timing, SLAs, time cutoffs) must
-give the same report summary (wall time aside) or the same error line both ways; the C loop
-must have run.
+rate, burst and closed-loop arrivals, Mooncake traces of one-turn and multi-turn sessions by
+timestamps or in a closed loop, fixed and polynomial timing, SLAs, time cutoffs, per-request
+records kept or streamed) must give the same report (wall time aside; its records too) or the
+same error line both ways; the C loop must have run.
 """
 
 from __future__ import annotations
@@ -90,9 +91,65 @@ def _payload(rng):
     return {"spec": spec, "traffic": traffic}
 
 
-def _report(payload, progress=None):
+def _trace_rows(rng, isl, osl, block):
+    """Mooncake rows of a few sessions (one turn each, or several with session ids and think
+    delays), prompts sharing prefixes of a few groups, in a random interleaving that keeps
+    each session's turns in order."""
+    sessions = []
+    multi = rng.random() < 0.5
+    fresh = [1000]
+    groups = [[rng.randint(0, 50) for _ in range(rng.randint(1, 4))] for _ in range(3)]
+    clock = 0.0
+    for s in range(rng.randint(1, 40)):
+        clock += rng.choice([0.0, 0.0, 0.5, 3.0, 25.0, 140.0])
+        turns = []
+        for k in range(rng.randint(1, 4) if multi else 1):
+            length = rng.randint(1, isl + 20)
+            need = -(-length // block)
+            ids = list(rng.choice(groups))[:need] if rng.random() < 0.7 else []
+            while len(ids) < need + rng.choice([0, 0, 2]):
+                ids.append(fresh[0])
+                fresh[0] += 1
+            row = {"input_length": length, "output_length": rng.randint(1, osl + 3),
+                   "hash_ids": ids}
+            if k == 0:
+                row["timestamp"] = clock if rng.random() < 0.8 else int(clock)
+            elif rng.random() < 0.5:
+                row["delay"] = rng.choice([0.0, 1.5, 20.0])
+            if multi:
+                row["session_id"] = f"s{s}"
+            turns.append(row)
+        sessions.append(turns)
+    rows = []
+    while sessions:
+        turns = rng.choice(sessions)
+        rows.append(turns.pop(0))
+        if not turns:
+            sessions.remove(turns)
+    return rows
+
+
+def _trace_payload(rng, directory, case):
+    """A random deployment (as _payload's) replaying a random Mooncake trace."""
+    payload = _payload(rng)
+    traffic = payload["traffic"]
+    block = rng.choice([2, 4, 8, 16])
+    rows = _trace_rows(rng, traffic["isl"], traffic["osl"], block)
+    path = directory / f"trace_{case}.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    payload["traffic"] = {"source_type": "trace", "trace_path": str(path),
+                          "trace_format": "mooncake", "trace_block_size": block}
+    if rng.random() < 0.3:
+        payload["traffic"]["replay_concurrency"] = rng.randint(1, 6)
+    elif rng.random() < 0.2:   # (the reference refuses a speed-up in a closed loop)
+        payload["traffic"]["arrival_speedup_ratio"] = rng.choice([0.5, 2.0, 3.0])
+    return payload
+
+
+def _report(payload, progress=None, on_record=None):
     try:
-        report = run_replay(json.loads(json.dumps(payload)), progress=progress)
+        report = run_replay(json.loads(json.dumps(payload)), progress=progress,
+                            on_record=on_record)
     except AisimError as error:
         return f"{type(error).__name__}: {error}"
     summary = comparable(json.loads(report.to_json()))
@@ -130,6 +187,59 @@ def test_random_runs_match_the_python_loop(monkeypatch, counted):
     assert ran > CASES * 0.95
 
 
+def _both_ways(monkeypatch, counter, payload, on_record=False):
+    """The payload's report through the C loop and through the Python loop (with the
+    records streamed, when on_record); how many runs took the C loop."""
+    out, took = [], 0
+    for enabled in (True, False):
+        before = counter.calls
+        streamed = []
+        monkeypatch.setattr(plain_native, "ENABLED", enabled)
+        report = _report(payload, on_record=streamed.append if on_record else None)
+        took += counter.calls - before
+        out.append((report, json.loads(json.dumps(streamed))))
+    assert out[0] == out[1], payload
+    return took
+
+
+def test_random_runs_keeping_records_match_the_python_loop(monkeypatch, counted):
+    # the per-request records (kept, or streamed to on_record) are the Python loop's
+    rng = random.Random(20261202)
+    ran = 0
+    cases = 120
+    for case in range(cases):
+        payload = _payload(rng)
+        streamed = rng.random() < 0.4
+        payload["spec"]["record_per_request"] = not streamed
+        ran += _both_ways(monkeypatch, counted, payload, on_record=streamed)
+    assert ran > cases * 0.95
+
+
+def test_random_trace_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
+    # Mooncake traces: one-turn rows and multi-turn sessions, by timestamps or closed loop,
+    # records off, kept or streamed
+    rng = random.Random(20261203)
+    ran = 0
+    cases = 160
+    for case in range(cases):
+        payload = _trace_payload(rng, tmp_path, case)
+        draw = rng.random()
+        payload["spec"]["record_per_request"] = draw < 0.4
+        ran += _both_ways(monkeypatch, counted, payload, on_record=0.4 <= draw < 0.6)
+    assert ran > cases * 0.95
+
+
+def test_a_streamed_run_hands_records_over_as_it_goes(monkeypatch, counted):
+    # more records than one hand-over holds: the sink hears them while the run goes on (in
+    # batches of RECORDS_EVERY), in the Python loop's order
+    payload = json.loads(json.dumps(_STALL))
+    payload["spec"]["engine"]["rank"].update(enable_chunked_prefill=True, num_gpu_blocks=4096)
+    payload["traffic"].update(request_count=3 * plain_native.RECORDS_EVERY + 5,
+                              request_rate=400.0, osl=3)
+    monkeypatch.setattr(plain_native, "RECORDS_EVERY", 1000)
+    assert _both_ways(monkeypatch, counted, payload, on_record=True) == 1
+
+
 def test_the_c_loop_takes_the_plain_case_and_declines_others(monkeypatch):
     from aisimulate_core.runtime.build import build_simulation
     from aisimulate_core.spec import load_payload
@@ -139,7 +249,7 @@ def test_the_c_loop_takes_the_plain_case_and_declines_others(monkeypatch):
     assert plain_native.eligible(sim, sim.max_sim_time_ms) is None
     payload["spec"]["record_per_request"] = True
     sim = build_simulation(load_payload(json.dumps(payload)))
-    assert plain_native.eligible(sim, sim.max_sim_time_ms) == "records kept"
+    assert plain_native.eligible(sim, sim.max_sim_time_ms) is None
     payload["spec"]["record_per_request"] = False
     # a pass of 5 * 10^12 ms: Python rounds it with its integers, C could not
     payload["spec"]["engine"]["rank"]["timing_model"] = {"type": "fixed", "prefill_ms": 5e12,

@@ -1,10 +1,14 @@
 """A plain aggregated run in one C call (csrc/plain_loop.c).
 
-When a run is nothing but one-turn synthetic sessions placed by round robin on unwatched C
-vLLM / TensorRT-LLM ranks, with the built-in timing models and no per-request record kept,
-every step of it (arrivals, prompts from id ranges, placement, each rank's passes, the
-terminals and the summary's per-request values) runs in C, and Python only fills the
-collector from the arrays C gathered. ``eligible`` says whether a run is such a run;
+When a run is nothing but one-turn synthetic sessions or trace sessions (by timestamps or
+in a closed loop, one or more turns each, no accumulated deltas or authored outputs) placed
+by round robin on unwatched C vLLM / TensorRT-LLM ranks, with the built-in timing models,
+every step of it (arrivals, prompts from id ranges or the trace's ids, placement, each
+rank's passes, the terminals and the summary's per-request values) runs in C, and Python
+only fills the collector from the arrays C gathered; with per-request records kept or
+streamed, C gathers each record's values too and Python makes the records from them
+(``_Records``), in the order the collector settles them. ``eligible`` says whether a run is
+such a run;
 anything else runs ``Simulation._run_plain``, which is this loop's twin and specification
 (tests/test_plain_native.py compares their reports on random configurations).
 
@@ -24,8 +28,13 @@ from ..engine.timing import FixedTiming, PolynomialTiming, StepTimer
 from ..engine.vllm_native import NativeVllmRank
 from ..errors import SimulationError
 from ..stats import DistributionStats
+from array import array
+
+from ..report import RequestRecord
 from ..workload.one_turn import OneTurnDriver
 from ..workload.rng import CStdRng, StdRng
+from ..workload.sessions import SessionDriver
+from ..workload.trace import Session
 from .worker import Worker
 
 ENABLED = os.environ.get("AISIMULATE_PLAIN_LOOP", "").strip().lower() != "python"
@@ -34,6 +43,12 @@ _CLOSED = 3
 _SLA_EXACT = 2.0 ** 53        # an SLA bound compared as a double is Python's comparison below
 _SAMPLES = ("ttft", "e2e", "ttst", "tpot")
 _TIME_BOUND_MS = 1e12         # 10^15 ns: a tenth of the int64 nanoseconds C's rounding keeps
+_TRACE = 4
+# Records C gathers before Python takes them (a bounded buffer); a stream (on_record) takes
+# them too once the oldest settled RECORDS_LAG_MS of simulated time ago, so that they reach
+# it during the run, not in bursts of thousands at a slow request rate.
+RECORDS_EVERY = 4096
+RECORDS_LAG_MS = 100.0
 # the Simulation methods the C loop stands for: one replaced on the instance keeps Python's
 _LOOP_METHODS = ("_step", "_next_time", "_run_plain", "_complete_passes", "_start_passes",
                  "_zero_time_pass", "_register_arrival", "_place", "_deliver", "_on_finish",
@@ -49,23 +64,32 @@ def eligible(sim, limit):
     if limit != sim.max_sim_time_ms or sim.now_ms != 0.0 or sim.arrived or sim.queue.peek_time() \
             != math.inf:
         return "not a whole run from its start"
+    if sim.cluster is not None or sim.telemetry is not None or sim.windows:
+        return "scaling, telemetry or traffic windows"
     if sim.on_event is not None or sim.max_in_flight is not None or sim._external \
             or any(name in sim.__dict__ for name in _LOOP_METHODS):
         return "callbacks, an in-flight cap, submissions or a method replaced"
     from .simulation import Simulation
     if type(sim) is not Simulation:
         return "a subclass of Simulation"
-    if sim.collector.keeps_records or sim.collector._num_requests or sim.collector._order.waiting:
-        return "records kept"
+    collector = sim.collector
+    if collector._num_requests or collector._order.waiting or collector._authored \
+            or (collector._stream is not None and (collector._stream.heap
+                                                   or collector._stream.later)):
+        return "the collector holds terminals already"
     reason = _driver_reason(sim.driver)
     if reason is None:
         reason = _deployment_reason(sim)
+    if reason is not None:
+        _PREPARED[:] = [None, None]
     return reason
 
 
 def _driver_reason(driver):
+    if type(driver) is SessionDriver:
+        return _trace_reason(driver)
     if type(driver) is not OneTurnDriver:
-        return "not the one-turn synthetic driver"
+        return "not the one-turn synthetic driver or a trace's session driver"
     shape = driver._shape
     resolved = shape.resolved
     if driver._drawn or driver._ahead or not isinstance(shape._rng, CStdRng):
@@ -87,6 +111,89 @@ def _driver_reason(driver):
     if not 1 <= resolved.isl or resolved.osl < 0 or resolved.block_size < 1:
         return "lengths"
     return None
+
+
+def _trace_reason(driver):
+    """Why the session driver's trace cannot run in C (None: it can)."""
+    sessions = driver.sessions
+    if type(sessions) is not list or not sessions or driver._histories is not None \
+            or driver._release is not None:
+        return "sessions other than a trace's, or accumulated deltas"
+    if len(sessions) >= 1 << 31 or driver.total >= 1 << 40 \
+            or max(len(session.turns) for session in sessions) >= 1 << 31:
+        return "a trace too large"
+    heap = driver._heap
+    if driver.max_sessions is None:
+        if len(heap) != 1 or heap[0][2] != 0 or driver._next_pending != len(sessions):
+            return "the driver has started"
+    else:
+        k = min(driver.max_sessions, len(sessions))
+        if driver._active != k or driver._next_pending != k or \
+                sorted(heap) != [(0.0, i, 0) for i in range(k)]:
+            return "the closed loop has started"
+    try:
+        arrays = _trace_arrays(driver)
+    except (OverflowError, TypeError):
+        return "hash ids beyond u32"
+    if isinstance(arrays, str):
+        return arrays
+    _PREPARED[:] = [driver, arrays]
+    return None
+
+
+_PREPARED = [None, None]   # the driver eligible() last accepted and its trace arrays
+
+
+def _prepared(driver):
+    """The trace arrays of ``driver`` (made again unless eligible() just made them)."""
+    if _PREPARED[0] is driver:
+        arrays = _PREPARED[1]
+        _PREPARED[:] = [None, None]
+        return arrays
+    return _trace_arrays(driver)
+
+
+def _trace_arrays(driver):
+    """The trace's sessions as aisim_plain_config's arrays, or the reason they cannot be."""
+    block = driver.block_size
+    timed = driver.max_sessions is None
+    turn_base, inputs, outputs = array("q", [0]), array("q"), array("q")
+    delays, ids_off, ids = array("d"), array("q"), array("I")
+    starts = array("d")
+    longest = 0
+    for session in driver.sessions:
+        if type(session) is not Session:
+            return "sessions other than a trace's"
+        start = session.start_ms
+        if timed:
+            if start is None:
+                start = 0.0
+            elif type(start) is not float:
+                return "a session start that is not a float"
+            starts.append(start)
+        for turn in session.turns:
+            length, out = turn.input_length, turn.max_output_tokens
+            if turn.output_token_ids is not None or type(length) is not int \
+                    or type(out) is not int or not 1 <= length < 1 << 50 \
+                    or not 0 <= out < 1 << 50:
+                return "authored outputs or lengths"
+            inputs.append(length)
+            outputs.append(out)
+            delays.append(turn.delay_ms)
+            ids_off.append(len(ids))
+            n = -(-length // block)
+            hash_ids = turn.hash_ids
+            ids.extend(hash_ids if len(hash_ids) == n else hash_ids[:n])
+            if length > longest:
+                longest = length
+        turn_base.append(len(inputs))
+    arrays = dict(turn_base=turn_base, turn_input=inputs, turn_output=outputs,
+                  turn_delay=delays, ids_off=ids_off, ids=ids)
+    if timed:
+        # trace_start_order's (start, index) order
+        arrays["start_ms"] = starts
+        arrays["start_order"] = array("q", sorted(range(len(starts)), key=starts.__getitem__))
+    return arrays, longest
 
 
 def _deployment_reason(sim):
@@ -113,7 +220,7 @@ def _deployment_reason(sim):
     timer = first.timer
     if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
         return "a timing model other than fixed or polynomial"
-    if not _times_in_range(timer, first.max_seqs * sim.driver._isl):
+    if not _times_in_range(timer, first.max_seqs * _longest_prompt(sim.driver)):
         return "pass times the C loop cannot round as Python does"
     if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
         return "sizes beyond the C loop's exact range"
@@ -138,6 +245,14 @@ def _deployment_reason(sim):
                                       or (isinstance(value, int) and abs(value) >= _SLA_EXACT)):
                 return "an SLA bound the C loop cannot compare as Python does"
     return None
+
+
+def _longest_prompt(driver):
+    if type(driver) is OneTurnDriver:
+        return driver._isl
+    if _PREPARED[0] is driver:
+        return _PREPARED[1][1]
+    return max(turn.input_length for session in driver.sessions for turn in session.turns)
 
 
 def _times_in_range(timer, most_new_tokens):
@@ -167,12 +282,19 @@ def run(sim, limit):
     views = ffi.new("aisim_plain_view **")
     lib.aisim_plain_view_of(loop, views)
     view = views[0]
+    records = _Records(sim, loop) if config.keep_records else None
     status = lib.aisim_plain_run(loop)
     progress, total = sim.progress, sim.driver.total
-    while status == lib.AISIM_PLAIN_PROGRESS:   # _run_plain's call every PROGRESS_STEPS
-        progress(view.now_ms, view.completed, total or view.arrived)
+    while status in (lib.AISIM_PLAIN_PROGRESS, lib.AISIM_PLAIN_RECORDS):
+        if status == lib.AISIM_PLAIN_PROGRESS:   # _run_plain's call every PROGRESS_STEPS
+            progress(view.now_ms, view.completed, total or view.arrived)
+        else:
+            sim.now_ms = view.now_ms   # (a sink may read the clock)
+            records.take()
         status = lib.aisim_plain_run(loop)
     _take_state(sim, loop, view, keep["cursors_out"])
+    if records is not None:   # (before an error too: a stream heard them as they settled)
+        records.take()
     if status == lib.AISIM_PLAIN_STALLED:
         raise _stalled(sim, view)
     if status == lib.AISIM_PLAIN_LIVELOCK:
@@ -185,19 +307,10 @@ def run(sim, limit):
     return view.next_ms
 
 
-def _config(sim):
-    """The loop's aisim_plain_config for ``sim``, and what it points to (kept alive by the
-    caller through the run)."""
-    ffi, lib = native.ffi, native.lib
-    driver = sim.driver
+def _synthetic_config(config, driver, keep):
+    """The one-turn synthetic driver's sessions and prompts into ``config``."""
     shape = driver._shape
     resolved = shape.resolved
-    workers = sim.workers
-    ranks = [rank for w in workers for rank in w.ranks]
-    first = ranks[0]
-    timer = first.timer
-    keep = {}
-    config = ffi.new("aisim_plain_config *")
     if driver.max_sessions is None:
         config.arrivals = _ARRIVALS[resolved.arrival_kind]
         if resolved.arrival_kind == "poisson_qps":
@@ -214,6 +327,36 @@ def _config(sim):
     config.groups = resolved.num_prefix_groups
     if shape.grouped:
         config.shape_rng = shape._rng._rng
+
+
+def _config(sim):
+    """The loop's aisim_plain_config for ``sim``, and what it points to (kept alive by the
+    caller through the run)."""
+    ffi, lib = native.ffi, native.lib
+    driver = sim.driver
+    workers = sim.workers
+    ranks = [rank for w in workers for rank in w.ranks]
+    first = ranks[0]
+    timer = first.timer
+    keep = {}
+    config = ffi.new("aisim_plain_config *")
+    if type(driver) is SessionDriver:
+        arrays, longest = _prepared(driver)
+        keep.update(arrays)
+        config.arrivals = _TRACE
+        config.sessions = len(driver.sessions)
+        if driver.max_sessions is not None:
+            config.trace_closed = 1
+            config.max_sessions = driver.max_sessions
+        for name, values in arrays.items():
+            kind = {"q": "int64_t[]", "d": "double[]", "I": "uint32_t[]"}[values.typecode]
+            buffer = keep[name + "_c"] = ffi.from_buffer(kind, values) if values else \
+                ffi.new(kind, 1)
+            setattr(config, name, buffer)
+        config.max_input = longest
+        config.isl, config.osl, config.trace_block = 1, 0, driver.block_size
+    else:
+        _synthetic_config(config, driver, keep)
     config.n_workers = len(workers)
     config.dp_size = len(workers[0].ranks)
     handles = ffi.new("void *[]", [rank._rank for rank in ranks])
@@ -240,6 +383,11 @@ def _config(sim):
     from .simulation import LIVELOCK_PASSES, PROGRESS_STEPS
     config.livelock_passes = LIVELOCK_PASSES
     config.progress_every = 0 if sim.progress is None else PROGRESS_STEPS
+    if sim.collector.keeps_records:
+        config.keep_records = 1
+        config.records_every = RECORDS_EVERY
+        if sim.collector._stream.running:
+            config.records_lag_ms = RECORDS_LAG_MS
     totals = sim.collector._totals
     config.report_start_ms = totals.start_ms
     sla = totals.sla
@@ -268,9 +416,11 @@ def _take_state(sim, loop, view, rank_cursors):
     sim.collector.on_arrival(view.arrived)
     sim.router.policy.policy._cursor = view.rr_cursor
     driver = sim.driver
-    if driver._shape.grouped:
+    if type(driver) is not SessionDriver and driver._shape.grouped:
         driver._drawn = view.made   # (C drew the group of each request it made)
-    if driver.max_sessions is None:
+    if type(driver) is SessionDriver:
+        _take_trace_state(driver, loop, view)
+    elif driver.max_sessions is None:
         driver._made = view.made
         driver._next_ms = view.next_arrival_ms
     else:
@@ -304,6 +454,116 @@ def _take_state(sim, loop, view, rank_cursors):
             for i in range(0, len(values), 2):
                 key = (values[i], values[i + 1])
                 breaks[key] = breaks.get(key, 0) + 1
+
+
+def _take_trace_state(driver, loop, view):
+    """The session driver's heap, starts and closed-loop counts as the Python loop leaves
+    them."""
+    ffi, lib = native.ffi, native.lib
+    n = lib.aisim_plain_ready(loop, ffi.NULL, ffi.NULL, 0)
+    keys, ready = ffi.new("int64_t[]", n), ffi.new("double[]", n)
+    native.check_status(lib.aisim_plain_ready(loop, keys, ready, n), "aisim_plain_ready")
+    driver._heap = [(ready[i], keys[i] >> 32, keys[i] & 0xFFFFFFFF) for i in range(n)]
+    if driver.max_sessions is None:
+        for _ in range(view.next_start - 1):   # (__init__ took the first start)
+            next(driver._starts, None)
+    else:
+        driver._active = view.active
+        driver._next_pending = view.next_pending
+
+
+class _Records:
+    """Per-request records from the rows C gathered (aisim_plain_records): each the
+    ``RequestRecord`` runtime/records.py make_record makes of the request, handed to the
+    collector's record stream in the order the collector settles them."""
+
+    def __init__(self, sim, loop):
+        self.loop = loop
+        self.stream = sim.collector._stream
+        driver = sim.driver
+        ranks = [rank for w in sim.workers for rank in w.ranks]
+        # (pool, worker id, dp rank, scheduler id) of each rank, and its scheduler id
+        self.routes = [("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)
+                       for rank in ranks]
+        if type(driver) is SessionDriver:
+            self.sessions = driver.sessions if driver.session_metadata else None
+            self.synthetic = False
+        else:
+            self.sessions = None
+            self.synthetic = driver._named
+        self.later = {}   # uuid -> the admissions after its first, not settled yet
+        ffi = native.ffi
+        self.out = (ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
+                    ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
+                    ffi.new("size_t *"))
+
+    def take(self):
+        ffi, lib = native.ffi, native.lib
+        ints_p, doubles_p, n_p, adm_p, at_p, n_adm_p, rest_p = self.out
+        native.check_status(lib.aisim_plain_records(self.loop, *self.out),
+                            "aisim_plain_records")
+        n, n_adm, rest_from = n_p[0], n_adm_p[0], rest_p[0]
+        later = self.later
+        if n_adm:
+            adm = array("q")
+            adm.frombytes(ffi.buffer(adm_p[0], 24 * n_adm))
+            at = array("d")
+            at.frombytes(ffi.buffer(at_p[0], 8 * n_adm))
+            for k in range(n_adm):
+                entry = (at[k], "agg", adm[3 * k + 1], bool(adm[3 * k + 2]))
+                uuid = adm[3 * k]
+                extra = later.get(uuid)
+                if extra is None:
+                    later[uuid] = [entry]
+                else:
+                    extra.append(entry)
+        if n:
+            ints = array("q")
+            ints.frombytes(ffi.buffer(ints_p[0], 8 * 13 * n))
+            doubles = array("d")
+            doubles.frombytes(ffi.buffer(doubles_p[0], 8 * 6 * n))
+            self._settle(ints.tolist(), doubles.tolist(), n, rest_from)
+        native.check_status(lib.aisim_plain_clear_records(self.loop),
+                            "aisim_plain_clear_records")
+
+    def _settle(self, ints, doubles, n, rest_from):
+        stream = self.stream
+        settled = stream.settled
+        routes, later, sessions, synthetic = self.routes, self.later, self.sessions, \
+            self.synthetic
+        for i in range(n):
+            (uuid, prompt_len, max_output, count, max_reused, first_reused, state, rank,
+             session, turn, n_admissions, admit_reused, flags) = ints[13 * i:13 * i + 13]
+            arrival, terminal, first, second, last, admit_at = doubles[6 * i:6 * i + 6]
+            if not flags & 1:
+                first = last = None
+            if not flags & 2:
+                second = None
+            if n_admissions:
+                admissions = [(admit_at, "agg", admit_reused, bool(flags & 4))]
+                if n_admissions > 1:
+                    admissions += later.pop(uuid)
+            else:
+                admissions = []
+            if sessions is not None:
+                session_id, turn_index = sessions[session].session_id, turn
+            elif synthetic:
+                session_id, turn_index = f"session_{session}", 0
+            else:
+                session_id = turn_index = None
+            route = routes[rank]
+            record = RequestRecord(
+                uuid, None, session_id, turn_index, None, None, arrival, None, terminal,
+                "completed" if state == 1 else "rejected", prompt_len, max_output, count,
+                first, second, last, max_reused, None if first_reused < 0 else first_reused,
+                admissions, None, route[3], [route], agentic=None)
+            if i < rest_from:
+                settled(record)
+            else:   # settled behind a request still in flight: as after the stream closed
+                running = stream.running
+                stream.running = False
+                settled(record)
+                stream.running = running
 
 
 def _fill_collector(collector, loop, view, sample_stats=None, drop_samples=None):

@@ -171,6 +171,11 @@ def test_the_c_loop_takes_b5_and_declines_others(monkeypatch):
     payload = _b5()
     payload["spec"]["engine"]["rank"]["backend"] = "sglang"
     assert _eligible(payload) == "a subclass of the disaggregated loop"
+    payload = _b5()   # trace traffic runs in the aggregated C loop only
+    payload["traffic"] = {"source_type": "trace", "trace_format": "mooncake",
+                          "trace_block_size": 512,
+                          "trace_path": str(_BENCH.parent / "data/mooncake/conversation_trace.jsonl")}
+    assert _eligible(payload) == "not the one-turn synthetic driver"
     monkeypatch.setattr(plain_native, "ENABLED", False)
     assert _eligible(_b5()) == "switched off"
 

@@ -25,6 +25,7 @@ from ..engine.rank_base import RankBase
 from ..engine.timing import FixedTiming, PolynomialTiming, StepTimer
 from ..engine.vllm_native_roles import NativeVllmDecodeRank, NativeVllmPrefillRank
 from ..errors import SimulationError
+from ..workload.one_turn import OneTurnDriver
 from . import plain_native
 from .worker import Worker
 
@@ -57,6 +58,8 @@ def eligible(sim, limit):
         return "callbacks, windows, scaling, telemetry or a method replaced"
     if sim.collector.keeps_records or sim.collector._num_requests or sim.collector._order.waiting:
         return "records kept"
+    if type(sim.driver) is not OneTurnDriver:
+        return "not the one-turn synthetic driver"
     reason = plain_native._driver_reason(sim.driver)
     if reason is None and sim.driver.max_sessions is not None:
         reason = "a closed loop"

@@ -29,7 +29,7 @@ TESTS=(test_native_parity.py test_block_pool.py test_rng.py test_radix_cache.py
        test_token_stats.py test_sglang_extension.py test_vllm_native.py test_id_ranges.py
        test_vllm_native_roles.py test_arrivals.py test_radix_native.py test_sglang_native.py
        test_plain_loop.py test_one_turn_driver.py test_offload_tier.py test_plain_native.py
-       test_vllm_native_mtp.py test_plain_disagg_native.py)
+       test_vllm_native_mtp.py test_plain_disagg_native.py test_vllm_native_state.py)
 
 started=$(date +%s)
 rm -rf "$OUT"

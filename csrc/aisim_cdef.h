@@ -75,6 +75,13 @@ int aisim_kv_commit(aisim_kv_pool *p, int32_t seq, const uint64_t *hashes,
                     uint32_t first_block, uint32_t count);
 int aisim_kv_release(aisim_kv_pool *p, int32_t seq);
 int aisim_kv_check(const aisim_kv_pool *p);
+/* state_cache checkpoints (engine/vllm_state_cache.py's StatePool): uncache makes the cached
+ * blocks of seq private again (held, no hash); discard frees `block` when it is still an
+ * unreferenced cached copy of `key` (returns 1; 0 when it is not: evicted or reused since);
+ * key_refs is the references of key's primary copy (-1: no copy resident). */
+int aisim_kv_uncache(aisim_kv_pool *p, int32_t seq);
+int aisim_kv_discard(aisim_kv_pool *p, int32_t block, uint64_t key);
+int aisim_kv_key_refs(const aisim_kv_pool *p, uint64_t key);
 /* The eviction log (off at creation): while enabled, every eviction that
  * removes the last resident copy of a hash appends the hash. Disabling drops
  * the log. take_evicted copies the view.logged hashes, oldest first, into out

@@ -727,6 +727,60 @@ int aisim_kv_release(aisim_kv_pool *p, int32_t seq)
     return AISIM_OK;
 }
 
+/* ---------------------------------------------- state_cache checkpoints */
+
+/* engine/vllm_state_cache.py's StatePool (the twin): a sequence's cached blocks lose their
+ * cache identity (they stay held, private), a released block still cached under a key is
+ * freed, and a key's primary copy's references. */
+int aisim_kv_uncache(aisim_kv_pool *p, int32_t seq)
+{
+    seq_table *t;
+    uint32_t i;
+    if (!p)
+        return AISIM_EINVAL;
+    t = live_seq(p, seq);
+    if (!t)
+        return AISIM_EBADSEQ;
+    for (i = 0; i < t->len; i++) {
+        int32_t b = t->blocks[i];
+        if (p->state[b] != BLOCK_CACHED)
+            continue;
+        forget_copy(p, b);
+        p->hash[b] = 0;
+        p->state[b] = BLOCK_PRIVATE;
+        p->view.cached--;
+    }
+    return AISIM_OK;
+}
+
+int aisim_kv_discard(aisim_kv_pool *p, int32_t block, uint64_t key)
+{
+    if (!p || block < 0)
+        return AISIM_EINVAL;
+    if ((uint32_t)block >= p->touched || p->ref[block] || p->state[block] != BLOCK_CACHED ||
+        p->hash[block] != key)
+        return 0;
+    lru_unlink(p, block);
+    forget_copy(p, block);
+    p->hash[block] = 0;
+    p->state[block] = BLOCK_FREE;
+    p->view.cached--;
+    p->free_stack[p->n_free++] = block;
+    p->view.free++;
+    return 1;
+}
+
+int aisim_kv_key_refs(const aisim_kv_pool *p, uint64_t key)
+{
+    int32_t b;
+    if (!p)
+        return AISIM_EINVAL;
+    b = primary_copy(p, key);
+    if (b == NO_BLOCK)
+        return -1;
+    return p->ref[b] > INT32_MAX ? INT32_MAX : (int)p->ref[b];
+}
+
 /* -------------------------------------------------------- eviction log */
 
 int aisim_kv_log_evictions(aisim_kv_pool *p, int enabled)

@@ -83,6 +83,15 @@ enum { ST_WAITING = 0, ST_RUNNING = 1, ST_PREEMPTED = 2, ST_FINISHED = 3, ST_RES
     X(int64_t, last_attempt)   /* decode role: the generation it was last tried at */ \
     X(int64_t, burst)          /* MTP: the tokens it emits with the pass in flight */ \
     X(int64_t, sampled)        /* MTP: the tokens its burst accepted before the clip */ \
+    X(int64_t, st_computed)    /* state_cache: the tokens its working state covers */ \
+    X(int64_t, st_snap_step)   /* state_cache: the step its latest checkpoint was made */ \
+    X(uint64_t, st_snap_hash)  /* state_cache: the prefix of its latest checkpoint */   \
+    X(int32_t, st_work)        /* state_cache: pool sequence of the working state (-1) */ \
+    X(int32_t, st_snap_seq)    /* state_cache: a preserved checkpoint copy it owns (-1) */ \
+    X(int32_t, st_published)   /* state_cache: the working blocks are the checkpoint */ \
+    X(int32_t, st_has)         /* state_cache: it has a RequestState */                \
+    X(int32_t, st_n_snap)      /* state_cache: blocks of st_snap (0 or state_blocks) */ \
+    X(int32_t *, st_snap)      /* state_cache: the latest checkpoint's blocks */       \
     X(int32_t, seq)                                                              \
     X(int32_t, status)                                                           \
     X(int32_t, in_stretch)                                                       \
@@ -193,8 +202,23 @@ struct aisim_vllm_rank {
     const aisim_rng_view *sim_view;
     int64_t *sim_len, *sim_left;
     size_t sim_len_cap, sim_left_cap;
+    /* a state_cache decode-only run's look-ahead: each decoder's KV blocks and whether its
+     * working state is published */
+    int64_t *sim_held, *sim_pub;
+    size_t sim_held_cap, sim_pub_cap;
     int64_t *mtp_breaks;              /* view.mtp_breaks' triples */
     size_t n_mtp_breaks, mtp_breaks_cap;   /* values */
+    /* state_cache (aisim_vllm_set_state, engine/vllm_state_cache.py's StateCache): the
+     * working-state blocks of a request, the step (passes formed), the prefixes published
+     * during the pass being formed, a checkpoint's keys, the request being preempted */
+    int state;
+    int64_t state_blocks;
+    int64_t step;
+    uint64_t *published_now;
+    size_t n_published, published_cap;
+    uint64_t *state_keys;
+    int32_t *state_table;
+    int32_t preempting;
     /* forward-pass metrics (aisim_vllm_set_fpm) of the pass just formed */
     int fpm;
     int64_t *fpm_chunks, *fpm_contexts, *fpm_queued;
@@ -483,6 +507,7 @@ static void destroy(aisim_vllm_rank *r)
     for (i = 0; i < r->n_slots; i++) {
         free(r->hashes[i]);
         free(r->stretches[i]);
+        free(r->st_snap[i]);
     }
 #define X(type, name) free(r->name);
     REQ_FIELDS(X)
@@ -528,7 +553,12 @@ static void destroy(aisim_vllm_rank *r)
         aisim_rng_free(r->sim_rng);
     free(r->sim_len);
     free(r->sim_left);
+    free(r->sim_held);
+    free(r->sim_pub);
     free(r->mtp_breaks);
+    free(r->published_now);
+    free(r->state_keys);
+    free(r->state_table);
     free(r);
 }
 
@@ -551,6 +581,7 @@ int aisim_vllm_new(aisim_vllm_rank **out, const aisim_vllm_config *config, aisim
     r->pool = pool;
     r->kv = kv;
     r->blocked_slot = -1;
+    r->preempting = -1;
     refresh_view(r);
     *out = r;
     return AISIM_OK;
@@ -597,11 +628,24 @@ static int new_slot(aisim_vllm_rank *r, int32_t *out)
     *out = (int32_t)r->n_slots;
     r->hashes[r->n_slots] = NULL;
     r->stretches[r->n_slots] = NULL;
+    r->st_snap[r->n_slots] = NULL;
     r->hash_cap[r->n_slots] = 0;
     r->stretch_cap[r->n_slots] = 0;
     r->generation[r->n_slots] = 0;
     r->n_slots++;
     return AISIM_OK;
+}
+
+/* A request without a RequestState (state_cache: none until it is admitted). */
+static void state_clear(aisim_vllm_rank *r, int32_t s)
+{
+    r->st_has[s] = 0;
+    r->st_work[s] = r->st_snap_seq[s] = -1;
+    r->st_published[s] = 0;
+    r->st_n_snap[s] = 0;
+    r->st_computed[s] = 0;
+    r->st_snap_step[s] = -1;
+    r->st_snap_hash[s] = 0;
 }
 
 int aisim_vllm_set_decode_timing(aisim_vllm_rank *r, const aisim_decode_timing *timing)
@@ -676,6 +720,7 @@ static int add_request(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_outpu
     r->n_stretch[s] = 0;
     r->waiting_order[s] = 0;
     r->last_attempt[s] = -1;
+    state_clear(r, s);
     *out = s;
     return AISIM_OK;
 }
@@ -789,8 +834,8 @@ static int commit_full_blocks(aisim_vllm_rank *r, int32_t s, int64_t full)
             TRY(grow((void **)&r->stored_ends, &r->stored_ends_cap, r->n_stored_runs + 1,
                      sizeof *r->stored_ends));
             memcpy(r->stored + r->n_stored, r->hashes[s] + done, count * sizeof *r->stored);
-            if (r->mtp) {
-                /* VllmRank.stores_new_only (an MTP rank): a block whose hash another copy
+            if (r->mtp || r->state) {
+                /* VllmRank.stores_new_only (an MTP or state_cache rank): a block whose hash another copy
                  * caches already makes no store event (the reference's cache_private) */
                 kept = 0;
                 for (i = 0; i < count; i++) {
@@ -815,11 +860,247 @@ static int commit_full_blocks(aisim_vllm_rank *r, int32_t s, int64_t full)
     return AISIM_OK;
 }
 
+/* ------------------------------------------------------------ state_cache */
+
+/* engine/vllm_state_cache.py (the twin and specification, function for function): a running
+ * request's working state is state_blocks blocks of the same pool; a state computed to the end
+ * of the known sequence on a block boundary is published as the checkpoint of that prefix
+ * (its blocks cached under state_key(prefix hash, i)); before it is written next, a copy
+ * preserving the checkpoint is allocated, and released (cached) once the write is done; the
+ * next checkpoint discards the previous one. */
+
+static uint64_t state_key(uint64_t prefix, int64_t slot)
+{
+    uint64_t z = prefix ^ ((uint64_t)(slot + 1) * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static const uint64_t *state_keys(aisim_vllm_rank *r, uint64_t prefix)
+{
+    int64_t i;
+    for (i = 0; i < r->state_blocks; i++)
+        r->state_keys[i] = state_key(prefix, i);
+    return r->state_keys;
+}
+
+static int published_now(const aisim_vllm_rank *r, uint64_t prefix)
+{
+    size_t i;
+    for (i = 0; i < r->n_published; i++)
+        if (r->published_now[i] == prefix)
+            return 1;
+    return 0;
+}
+
+static int publish(aisim_vllm_rank *r, uint64_t prefix)
+{
+    if (published_now(r, prefix))
+        return AISIM_OK;
+    TRY(grow((void **)&r->published_now, &r->published_cap, r->n_published + 1,
+             sizeof *r->published_now));
+    r->published_now[r->n_published++] = prefix;
+    return AISIM_OK;
+}
+
+/* StateCache.has_checkpoint: every key of the prefix's checkpoint is resident, and it was not
+ * published during the pass being formed. */
+static int has_checkpoint(aisim_vllm_rank *r, uint64_t prefix)
+{
+    int64_t i;
+    if (published_now(r, prefix))
+        return 0;
+    for (i = 0; i < r->state_blocks; i++)
+        if (aisim_kv_key_refs(r->pool, state_key(prefix, i)) < 0)
+            return 0;
+    return 1;
+}
+
+/* The longest prefix of at most `cached` tokens with a checkpoint (its hashes looked up). */
+static int64_t state_restorable(aisim_vllm_rank *r, int32_t s, int64_t cached)
+{
+    int64_t bs = r->cfg.block_size;
+    while (cached > 0 && !has_checkpoint(r, r->hashes[s][cached / bs - 1]))
+        cached -= bs;
+    return cached;
+}
+
+static int64_t preserve_need(const aisim_vllm_rank *r, int32_t s, int64_t target)
+{
+    if (r->st_has[s] && r->st_work[s] >= 0 && target > r->st_computed[s] && r->st_published[s])
+        return r->state_blocks;
+    return 0;
+}
+
+static int64_t write_need(const aisim_vllm_rank *r, int32_t s, int64_t target)
+{
+    if (!r->st_has[s] || r->st_work[s] < 0)
+        return r->state_blocks;
+    return preserve_need(r, s, target);
+}
+
+/* StateCacheRank._never_fits: computing s to `end` tokens needs more than the whole pool. */
+static int never_fits(const aisim_vllm_rank *r, int32_t s, int64_t end)
+{
+    return ceildiv(end, r->cfg.block_size) + r->state_blocks + preserve_need(r, s, end) >
+           r->cfg.num_blocks;
+}
+
+/* StateCache.source_need: the cached state blocks no request holds of the checkpoint a
+ * restore from `cached` tokens reads (pinned while it is read). */
+static int64_t source_need(aisim_vllm_rank *r, int32_t s, int64_t cached)
+{
+    int64_t i, count = 0;
+    uint64_t prefix;
+    if (!cached)
+        return 0;
+    prefix = r->hashes[s][cached / r->cfg.block_size - 1];
+    for (i = 0; i < r->state_blocks; i++)
+        count += aisim_kv_key_refs(r->pool, state_key(prefix, i)) == 0;
+    return count;
+}
+
+static int snap_blocks(aisim_vllm_rank *r, int32_t s, int32_t seq)
+{
+    int n;
+    if (!r->st_snap[s]) {
+        r->st_snap[s] = malloc((size_t)r->state_blocks * sizeof **r->st_snap);
+        if (!r->st_snap[s])
+            return AISIM_ENOMEM;
+    }
+    n = aisim_kv_seq_blocks(r->pool, seq, r->st_snap[s], (size_t)r->state_blocks);
+    if (n < 0)
+        return n;
+    if (n != r->state_blocks)
+        return AISIM_ECORRUPT;
+    r->st_n_snap[s] = n;
+    return AISIM_OK;
+}
+
+/* The latest checkpoint's blocks go unless evicted or reused since (StatePool.discard). */
+static int discard_snap(aisim_vllm_rank *r, int32_t s)
+{
+    int32_t i;
+    if (!r->st_n_snap[s])
+        return AISIM_OK;
+    state_keys(r, r->st_snap_hash[s]);
+    for (i = 0; i < r->st_n_snap[s]; i++) {
+        int freed = aisim_kv_discard(r->pool, r->st_snap[s][i], r->state_keys[i]);
+        if (freed < 0)   /* (1: freed, 0: evicted or reused since) */
+            return freed;
+    }
+    return AISIM_OK;
+}
+
+/* StateCache.prepare: before computing s up to `target`, its working blocks (a restored
+ * request's read from its checkpoint, pinned meanwhile: *pin the pool sequence to release
+ * once the pass's blocks are taken), or the copy preserving its published checkpoint. */
+static int state_prepare(aisim_vllm_rank *r, int32_t s, int64_t target, int32_t *pin)
+{
+    int32_t blocks = (int32_t)r->state_blocks;
+    int seq;
+    *pin = -1;
+    if (!r->st_has[s]) {
+        state_clear(r, s);
+        r->st_has[s] = 1;
+    }
+    if (r->st_work[s] < 0) {
+        if (r->st_computed[s]) {
+            const uint64_t *keys =
+                state_keys(r, r->hashes[s][r->st_computed[s] / r->cfg.block_size - 1]);
+            seq = aisim_kv_new_seq(r->pool);
+            if (seq < 0)
+                return seq;
+            *pin = seq;
+            TRY(aisim_kv_acquire(r->pool, seq, keys, (size_t)blocks));
+        }
+        seq = aisim_kv_new_seq(r->pool);
+        if (seq < 0)
+            return seq;
+        r->st_work[s] = seq;
+        TRY(aisim_kv_allocate(r->pool, seq, (uint32_t)blocks));
+    } else if (target > r->st_computed[s] && r->st_published[s]) {
+        seq = aisim_kv_new_seq(r->pool);
+        if (seq < 0)
+            return seq;
+        r->st_snap_seq[s] = seq;
+        TRY(aisim_kv_allocate(r->pool, seq, (uint32_t)blocks));
+        TRY(aisim_kv_commit(r->pool, seq, state_keys(r, r->st_snap_hash[s]), 0,
+                            (uint32_t)blocks));
+        TRY(aisim_kv_uncache(r->pool, r->st_work[s]));
+        r->st_published[s] = 0;
+        TRY(snap_blocks(r, s, seq));
+        r->st_snap_step[s] = r->step;
+        TRY(publish(r, r->st_snap_hash[s]));
+    }
+    return AISIM_OK;
+}
+
+/* StateCache.commit: s's state now covers `computed` tokens; with has_cp, published as the
+ * checkpoint of prefix `cp`. */
+static int state_commit(aisim_vllm_rank *r, int32_t s, int64_t computed, int has_cp,
+                        uint64_t cp)
+{
+    uint32_t blocks = (uint32_t)r->state_blocks;
+    if (computed == r->st_computed[s] || r->st_work[s] < 0)
+        return AISIM_OK;
+    if (r->st_snap_seq[s] >= 0) {
+        TRY(aisim_kv_release(r->pool, r->st_snap_seq[s]));
+        r->st_snap_seq[s] = -1;
+    }
+    r->st_computed[s] = computed;
+    if (!has_cp)
+        return AISIM_OK;
+    TRY(discard_snap(r, s));
+    TRY(aisim_kv_commit(r->pool, r->st_work[s], state_keys(r, cp), 0, blocks));
+    r->st_published[s] = 1;
+    TRY(snap_blocks(r, s, r->st_work[s]));
+    r->st_snap_hash[s] = cp;
+    r->st_snap_step[s] = r->step;
+    return publish(r, cp);
+}
+
+/* StateCache.release (*had: s had a state), and with `preempted` StateCache.preempt: a
+ * preemption also discards a checkpoint the retracted pass published. */
+static int state_release(aisim_vllm_rank *r, int32_t s, int preempted)
+{
+    if (!r->st_has[s])
+        return AISIM_OK;
+    r->st_has[s] = 0;
+    if (r->st_snap_seq[s] >= 0)
+        TRY(aisim_kv_release(r->pool, r->st_snap_seq[s]));
+    if (r->st_work[s] >= 0)
+        TRY(aisim_kv_release(r->pool, r->st_work[s]));
+    if (preempted && r->st_snap_step[s] == r->step)
+        TRY(discard_snap(r, s));
+    state_clear(r, s);
+    return AISIM_OK;
+}
+
+int aisim_vllm_set_state(aisim_vllm_rank *r, int64_t state_blocks)
+{
+    if (!r || state_blocks < 1 || state_blocks > r->cfg.num_blocks || r->n_slots || r->state ||
+        r->mtp || r->cfg.role != AISIM_VLLM_AGGREGATED || r->cfg.no_evict)
+        return AISIM_EINVAL;
+    if (r->broken)
+        return AISIM_ECORRUPT;
+    r->state_keys = malloc((size_t)state_blocks * sizeof *r->state_keys);
+    if (!r->state_keys)
+        return AISIM_ENOMEM;
+    r->state_blocks = state_blocks;
+    r->state = 1;
+    return AISIM_OK;
+}
+
 static int release(aisim_vllm_rank *r, int32_t s)
 {
     r->view.generation++;   /* the decode role's capacity generation: a failed head may fit */
     if (r->seq[s] < 0)
         return AISIM_OK;
+    /* a request's state goes back before its KV (StateCacheRank._release) */
+    if (r->state)
+        TRY(state_release(r, s, r->preempting == s));
     if (r->cfg.caching)
         TRY(commit_full_blocks(r, s, r->computed[s] / r->cfg.block_size));
     TRY(aisim_kv_release(r->pool, r->seq[s]));
@@ -1012,19 +1293,26 @@ static int hold_source(aisim_vllm_rank *r, int32_t s)
 /* ``s`` has generated its last token (or had none to generate): it leaves the rank. The
  * event carries its stretches (copied out) and the slot is freed, or on a prefill rank
  * held. */
-static int retire(aisim_vllm_rank *r, int32_t s)
+/* A terminal's (or held source's) event with its stretches copied out. */
+static int push_terminal(aisim_vllm_rank *r, int32_t kind, int32_t s)
 {
     size_t n = r->n_stretch[s];
-    int held = r->cfg.role == AISIM_VLLM_PREFILL;
-    TRY(list_remove(&r->running, s));
-    TRY(held ? hold_source(r, s) : release(r, s));
     TRY(grow((void **)&r->stretch_out, &r->stretch_out_cap, r->n_stretch_out + n,
              sizeof *r->stretch_out));
-    TRY(push_event(r, held ? AISIM_VLLM_HELD : AISIM_VLLM_FINISHED, s,
-                   (int64_t)(r->n_stretch_out / 2), (int64_t)(n / 2), r->generated[s]));
+    TRY(push_event(r, kind, s, (int64_t)(r->n_stretch_out / 2), (int64_t)(n / 2),
+                   r->generated[s]));
     if (n)
         memcpy(r->stretch_out + r->n_stretch_out, r->stretches[s], n * sizeof *r->stretch_out);
     r->n_stretch_out += n;
+    return AISIM_OK;
+}
+
+static int retire(aisim_vllm_rank *r, int32_t s)
+{
+    int held = r->cfg.role == AISIM_VLLM_PREFILL;
+    TRY(list_remove(&r->running, s));
+    TRY(held ? hold_source(r, s) : release(r, s));
+    TRY(push_terminal(r, held ? AISIM_VLLM_HELD : AISIM_VLLM_FINISHED, s));
     if (!held)
         free_slot(r, s);
     return AISIM_OK;
@@ -1037,7 +1325,9 @@ static int preempt(aisim_vllm_rank *r, int32_t s, int64_t P)
     else
         TRY(list_remove(&r->partial, s));
     TRY(list_remove(&r->running, s));
+    r->preempting = s;
     TRY(release(r, s));
+    r->preempting = -1;
     r->computed[s] = 0;
     r->status[s] = ST_PREEMPTED;
     r->preemptions[s]++;
@@ -1048,8 +1338,8 @@ static int preempt(aisim_vllm_rank *r, int32_t s, int64_t P)
 
 /* ------------------------------------------------------------ scheduling */
 
-/* Compute `tokens` more known tokens of a request outside an open stretch. */
-static int run_chunk(aisim_vllm_rank *r, int32_t s, int64_t tokens)
+/* Compute `tokens` more known tokens of a request outside an open stretch (its KV). */
+static int chunk_kv(aisim_vllm_rank *r, int32_t s, int64_t tokens)
 {
     int64_t bs = r->cfg.block_size, start = r->computed[s], end = start + tokens, need;
     int64_t prompt = r->prompt_len[s], prompt_start, prompt_end;
@@ -1086,6 +1376,38 @@ static int run_chunk(aisim_vllm_rank *r, int32_t s, int64_t tokens)
     if (r->cfg.caching)
         TRY(commit_full_blocks(r, s, end / bs));
     return AISIM_OK;
+}
+
+/* chunk_kv, and on a state_cache rank its state's write around it (StateCacheRank._run_chunk):
+ * a checkpoint where the computed tokens end the known sequence on a block boundary. */
+static int run_chunk(aisim_vllm_rank *r, int32_t s, int64_t tokens)
+{
+    int64_t bs = r->cfg.block_size, end = r->computed[s] + tokens;
+    uint64_t cp = 0;
+    int32_t pin;
+    int has_cp = 0;
+    if (!r->state)
+        return chunk_kv(r, s, tokens);
+    TRY(state_prepare(r, s, end, &pin));
+    TRY(chunk_kv(r, s, tokens));
+    if (pin >= 0)
+        TRY(aisim_kv_release(r->pool, pin));
+    if (end == r->prompt_len[s] + r->generated[s] && r->cfg.caching && end % bs == 0) {
+        TRY(lookup_hashes(r, s, (size_t)(end / bs)));
+        cp = r->hashes[s][end / bs - 1];
+        has_cp = 1;
+    }
+    return state_commit(r, s, end, has_cp, cp);
+}
+
+/* A running request whose next step can never fit the pool is rejected (state_cache). */
+static int reject_running(aisim_vllm_rank *r, int32_t s)
+{
+    TRY(list_remove(&r->partial, s));
+    TRY(list_remove(&r->running, s));
+    TRY(release(r, s));
+    r->status[s] = ST_FINISHED;
+    return list_push(&r->rejected, s);
 }
 
 static int grow_decoders(aisim_vllm_rank *r, int64_t P)
@@ -1134,6 +1456,14 @@ static int running_walk(aisim_vllm_rank *r, int64_t P, int64_t *budget, int *pre
                 break;
             tokens = remaining < *budget ? remaining : *budget;
             need = ceildiv(r->computed[s] + tokens, bs) - r->held_blocks[s];
+            if (r->state) {
+                int64_t end = r->computed[s] + tokens;
+                if (never_fits(r, s, end)) {
+                    TRY(reject_running(r, s));
+                    continue;
+                }
+                need += write_need(r, s, end);
+            }
         }
         if (r->cfg.no_evict && need > allocatable(r))
             break;   /* the reservation under-counted: TRT-LLM declines to preempt */
@@ -1208,6 +1538,7 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
             active_cached, available, needed, remaining, prompt_left, tokens, footprint = 0;
     int no_evict = r->cfg.no_evict;
     int32_t s = wait_front(r);
+    int64_t state_blocks = r->state ? r->state_blocks : 0;
     int fresh;
     (void)now_ms;
     *waits = 0;
@@ -1222,7 +1553,8 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
         return reject_head(r);
     if (no_evict)
         footprint = ceildiv(r->prompt_len[s] + r->out_limit[s], bs);
-    if (fresh && (no_evict ? footprint : ceildiv(length, bs)) > r->cfg.num_blocks)
+    /* a request's working state takes blocks of the same pool (state_cache) */
+    if (fresh && (no_evict ? footprint : ceildiv(length, bs) + state_blocks) > r->cfg.num_blocks)
         return reject_head(r);
     if (no_evict && r->prompt_len[s] >= r->cfg.num_blocks * bs)
         return reject_head(r);
@@ -1248,12 +1580,19 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
                 active_cached = cached;
         }
     }
+    if (r->state && cached && r->cfg.caching) {
+        cached = state_restorable(r, s, cached);
+        if (active_cached > cached)
+            active_cached = cached;
+    }
     available = r->cfg.num_blocks - (int64_t)r->kv->active;
     if (no_evict) {
         needed = footprint - floordiv(active_cached, bs);
         available -= r->completion_total - r->view.held_total;
     } else {
-        needed = ceildiv(length, bs) - floordiv(active_cached, bs);
+        needed = ceildiv(length, bs) - floordiv(active_cached, bs) + state_blocks;
+        if (state_blocks)
+            needed += source_need(r, s, cached);
     }
     if (needed > available) {
         r->blocked_slot = s;
@@ -1280,6 +1619,11 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
     TRY(take_blocks(r, s, floordiv(cached, bs), footprint));
     r->computed[s] = cached;
     r->status[s] = ST_RUNNING;
+    if (r->state) {   /* StateCacheRank._admitted */
+        state_clear(r, s);
+        r->st_has[s] = 1;
+        r->st_computed[s] = cached;
+    }
     TRY(run_chunk(r, s, tokens));
     r->admissions[s]++;
     TRY(push_event(r, AISIM_VLLM_ADMITTED, s, cached, !fresh, 0));
@@ -1421,8 +1765,9 @@ static int fpm_pass(aisim_vllm_rank *r, int64_t P)
         int32_t s = r->ready.v[i];
         /* (an MTP rank has no open stretches: its decoders are the requests stepped without
          * prompt work, before their tokens; else a decode-role activation's step) */
-        if (r->chunk_isl[s] < 0 && (r->mtp ? r->generated[s] < r->out_limit[s]
-                                           : r->out_limit[s] > 0 && !r->generated[s]))
+        if (r->chunk_isl[s] < 0 && (r->mtp || r->state
+                                        ? r->generated[s] < r->out_limit[s]
+                                        : r->out_limit[s] > 0 && !r->generated[s]))
             TRY(push_value(&r->fpm_contexts, &r->n_fpm_contexts, &r->fpm_contexts_cap,
                            r->prompt_len[s] + r->generated[s]));
     }
@@ -1627,6 +1972,40 @@ static int mtp_decodes_on(const aisim_vllm_rank *r)
     return 1;
 }
 
+/* A state_cache rank: whether the passes after the one just formed would only decode, as
+ * mtp_decodes_on (every running request steps its one known token in it without finishing,
+ * nothing waiting could start); their KV and checkpoint copies are checked pass by pass by
+ * the look-ahead (state_extend). */
+static int state_decodes_on(const aisim_vllm_rank *r)
+{
+    size_t i;
+    if (!r->ready.len || r->ready.len != r->running.len || r->partial.len != r->running.len ||
+        (int64_t)r->running.len > r->cfg.max_batched ||
+        (r->wait_len && (int64_t)r->running.len < r->cfg.max_seqs))
+        return 0;
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        if (r->generated[s] + 1 >= r->out_limit[s])
+            return 0;
+    }
+    return 1;
+}
+
+/* The emitters of a state_cache rank's pass: the ready requests with tokens left, one each. */
+static int state_emitters(aisim_vllm_rank *r)
+{
+    size_t i;
+    r->emit.len = 0;
+    for (i = 0; i < r->ready.len; i++) {
+        int32_t s = r->ready.v[i];
+        if (r->generated[s] < r->out_limit[s]) {
+            r->burst[s] = 1;
+            TRY(list_push(&r->emit, s));
+        }
+    }
+    return AISIM_OK;
+}
+
 /* Forms the next pass of an MTP decode-only run (as schedule would: each running request
  * computes its one known token, the bursts are reserved, drawn and allocated) after its
  * look-ahead found that it fits. */
@@ -1694,7 +2073,8 @@ static int mtp_stamp(aisim_vllm_rank *r, int64_t P)
         int32_t s = r->done.v[i];
         TRY(list_remove(&r->partial, s));
         record_itl(r, s);
-        TRY(mtp_count_breaks(r, s));
+        if (r->mtp)   /* (a state_cache rank's breaks Python counts, from the event) */
+            TRY(mtp_count_breaks(r, s));
         TRY(retire(r, s));
     }
     r->done.len = 0;
@@ -1702,7 +2082,9 @@ static int mtp_stamp(aisim_vllm_rank *r, int64_t P)
     return AISIM_OK;
 }
 
-static int schedule(aisim_vllm_rank *r, double now_ms)
+/* Forms one pass at now_ms; `admit` 0: no waiting request may start (a state_cache decode-only
+ * run's replayed pass, which started before what waits arrived). */
+static int schedule(aisim_vllm_rank *r, double now_ms, int admit)
 {
     aisim_vllm_view *v = &r->view;
     int64_t P = v->pass_index, bs = r->cfg.block_size, budget = r->cfg.max_batched;
@@ -1715,11 +2097,18 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     if (!r->running.len && !r->wait_len)
         return AISIM_OK;
     v->formed = 1;
+    if (r->state) {
+        /* StateCache.begin_step; checkpoints published in the previous pass are restorable
+         * now: a queue head that had to wait must be asked again */
+        r->n_published = 0;
+        r->step++;
+        v->kv_version++;
+    }
     for (i = 0; i < r->partial.len; i++) {
         int32_t s = r->partial.v[i];
         demand += r->prompt_len[s] + r->generated[s] - r->computed[s];
     }
-    fast = demand <= budget;
+    fast = demand <= budget && !r->state;
     if (fast) {
         need = (int64_t)crossing->len;
         for (i = 0; i < r->partial.len; i++) {
@@ -1743,7 +2132,7 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
     } else {
         TRY(running_walk(r, P, &budget, &preempted));
     }
-    if (!preempted)
+    if (!preempted && admit)
         TRY(admit_waiting(r, now_ms, budget, &admitted));
     r->ready.len = 0;
     for (i = 0; i < r->partial.len; i++) {
@@ -1786,6 +2175,9 @@ static int schedule(aisim_vllm_rank *r, double now_ms)
         }
         v->pass_steps = n - steps;
         v->pass_tokens = v->pass_steps;
+        if (r->state)
+            v->mtp_plain = !preempted && !admitted && !r->rejected.len && !v->pf_count &&
+                           state_decodes_on(r);
     }
     v->dec_batch = n;
     v->dec_active = active;
@@ -1807,7 +2199,7 @@ int aisim_vllm_schedule(aisim_vllm_rank *r, double now_ms)
         return AISIM_ECORRUPT;
     r->n_events = 0;
     r->n_stretch_out = 0;
-    status = schedule(r, now_ms);
+    status = schedule(r, now_ms, 1);
     if (status < 0)
         return fail(r, status);
     refresh_view(r);
@@ -1893,6 +2285,85 @@ int aisim_vllm_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, doub
     return aisim_decode_extend(r->decode_timing, run, ends, (size_t)max_passes);
 }
 
+/* A look-ahead's next pass of n decoders over `active` tokens ends at *end plus its decode time:
+ * 0 (nothing changed) when that time is one only Python knows (the pass is formed there) or
+ * the pass would end after cutoff_ms. */
+static int look_ahead_end(const aisim_vllm_rank *r, int64_t n, int64_t active, double cutoff_ms,
+                          double *end)
+{
+    double decode;
+    if (aisim_decode_timing_eval(r->decode_timing, n, active, &decode) != AISIM_OK ||
+        *end + decode > cutoff_ms)
+        return 0;
+    *end += decode;
+    return 1;
+}
+
+/* aisim_vllm_mtp_extend of a state_cache rank: the decode-only passes after the one just
+ * formed, as the walk would form them one by one (each running request, in order, takes its
+ * next KV block where it crosses one and a copy preserving its published checkpoint, released
+ * once written; a checkpoint is published where its step ends a block). The run stops before
+ * a pass that would preempt or reject, starts at or after horizon_ms, ends after cutoff_ms or
+ * has no decode time known here, and after a pass in which a request emits its last token. */
+static int state_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, double cutoff_ms,
+                        int64_t max_passes, double *ends)
+{
+    int64_t bs = r->cfg.block_size, nb = r->state_blocks, P, P0, room, n;
+    size_t i, count = r->running.len;
+    double end = end_ms;
+    if (!r->view.mtp_plain || !r->decode_timing)
+        return 1;
+    n = (int64_t)count;
+    if (grow((void **)&r->sim_len, &r->sim_len_cap, count, sizeof *r->sim_len) ||
+        grow((void **)&r->sim_left, &r->sim_left_cap, count, sizeof *r->sim_left) ||
+        grow((void **)&r->sim_held, &r->sim_held_cap, count, sizeof *r->sim_held) ||
+        grow((void **)&r->sim_pub, &r->sim_pub_cap, count, sizeof *r->sim_pub))
+        return AISIM_ENOMEM;
+    /* each decoder as the pass just formed leaves it (its token stamped at its end) */
+    for (i = 0; i < count; i++) {
+        int32_t s = r->running.v[i];
+        r->sim_len[i] = r->computed[s];
+        r->sim_left[i] = r->out_limit[s] - r->generated[s] - 1;
+        r->sim_held[i] = r->held_blocks[s];
+        r->sim_pub[i] = r->st_published[s];
+    }
+    room = allocatable(r);
+    P0 = r->view.pass_index;
+    for (P = P0 + 1; P < P0 + max_passes; P++) {
+        int64_t avail = room, active = 0;
+        int finishing = 0, fits = 1;
+        if (end >= horizon_ms)
+            break;
+        for (i = 0; i < count && fits; i++) {
+            int64_t target = r->sim_len[i] + 1, pres = r->sim_pub[i] ? nb : 0;
+            int64_t kv = ceildiv(target, bs) - r->sim_held[i];
+            if (kv < 0)
+                kv = 0;
+            if (ceildiv(target, bs) + nb + pres > r->cfg.num_blocks || kv + pres > avail)
+                fits = 0;   /* it would be rejected, or preempt */
+            avail -= kv;
+            active += target;
+        }
+        if (!fits || !look_ahead_end(r, n, active, cutoff_ms, &end))
+            break;
+        for (i = 0; i < count; i++) {
+            int64_t target = r->sim_len[i] + 1;
+            if (ceildiv(target, bs) > r->sim_held[i])
+                r->sim_held[i] = ceildiv(target, bs);
+            r->sim_len[i] = target;
+            r->sim_pub[i] = r->cfg.caching && target % bs == 0;
+            finishing |= --r->sim_left[i] == 0;
+        }
+        room = avail;
+        ends[P - P0] = end;
+        if (finishing) {
+            P++;
+            break;
+        }
+    }
+    return (int)(P - P0);
+}
+
 int aisim_vllm_mtp_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms,
                           double cutoff_ms, int64_t max_passes, double *ends, size_t cap)
 {
@@ -1904,6 +2375,8 @@ int aisim_vllm_mtp_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms,
     if (r->broken)
         return AISIM_ECORRUPT;
     ends[0] = end_ms;
+    if (r->state)
+        return state_extend(r, end_ms, horizon_ms, cutoff_ms, max_passes, ends);
     if (!r->mtp || !r->view.mtp_plain || !r->decode_timing)
         return 1;
     bs = r->cfg.block_size;
@@ -1928,7 +2401,6 @@ int aisim_vllm_mtp_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms,
     P0 = r->view.pass_index;
     for (P = P0 + 1; P < P0 + max_passes; P++) {
         int64_t need = 0, active = 0, grown = 0;
-        double decode;
         int finishing = 0;
         if (end >= horizon_ms)
             break;
@@ -1937,13 +2409,9 @@ int aisim_vllm_mtp_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms,
             need += ceildiv(r->sim_len[i] + burst, bs) - ceildiv(r->sim_len[i], bs);
             active += r->sim_len[i];
         }
-        if (need > room)
-            break;   /* the reservation would preempt */
-        if (aisim_decode_timing_eval(r->decode_timing, n, active, &decode) != AISIM_OK)
-            break;   /* (a time only Python knows: the pass is formed there) */
-        if (end + decode > cutoff_ms)
+        /* (past room: the reservation would preempt) */
+        if (need > room || !look_ahead_end(r, n, active, cutoff_ms, &end))
             break;
-        end += decode;
         for (i = 0; i < count; i++) {
             int64_t tokens = mtp_draw(r, r->sim_rng, r->sim_view);
             int64_t burst = tokens < r->sim_left[i] ? tokens : r->sim_left[i];
@@ -2140,6 +2608,28 @@ static int complete(aisim_vllm_rank *r, int64_t extra, int32_t report)
             v->pass_index = P + 1;
             TRY(mtp_form_decode_pass(r, P + 1));
         }
+    } else if (extra && r->state) {
+        /* a state_cache decode-only run: each pass before the last completes and the next
+         * forms, as one event each would (state_extend's look-ahead found that they only
+         * decode) */
+        int64_t k;
+        for (k = 0; k < extra; k++) {
+            size_t events = r->n_events;
+            P = v->pass_index;
+            TRY(state_emitters(r));
+            TRY(mtp_stamp(r, P));
+            if (r->n_events != events)
+                return AISIM_ECORRUPT;   /* no request finishes before the run's last pass */
+            v->decode_steps += v->pass_steps;
+            v->decode_tokens += v->pass_tokens;
+            v->pass_index = P + 1;
+            /* (a request submitted meanwhile arrived after these passes started) */
+            TRY(schedule(r, 0.0, 0));
+            if (r->n_events != events || r->rejected.len || v->pf_count ||
+                r->ready.len != r->running.len) {
+                return AISIM_ECORRUPT;   /* the look-ahead said it fits and only decodes */
+            }
+        }
     } else if (extra) {
         TRY(complete_extension(r, extra));
     }
@@ -2152,7 +2642,8 @@ static int complete(aisim_vllm_rank *r, int64_t extra, int32_t report)
     if (report)
         TRY(report_pass(r, P, report));
     for (i = 0; i < r->rejected.len; i++) {
-        TRY(push_event(r, AISIM_VLLM_REJECTED, r->rejected.v[i], 0, 0, 0));
+        /* (a running request rejected mid-way, state_cache, has emitted tokens) */
+        TRY(push_terminal(r, AISIM_VLLM_REJECTED, r->rejected.v[i]));
         free_slot(r, r->rejected.v[i]);
     }
     r->rejected.len = 0;
@@ -2164,7 +2655,9 @@ static int complete(aisim_vllm_rank *r, int64_t extra, int32_t report)
             r->base_pass[s] + r->out_limit[s] - r->base_gen[s] - 1 == P)
             TRY(list_push(&r->done, s));
     }
-    if (r->mtp)   /* (no open stretches: nothing finished above) */
+    if (r->state)   /* (no open stretches: nothing finished above) */
+        TRY(state_emitters(r));
+    if (r->mtp || r->state)
         return mtp_stamp(r, P);
     for (i = 0; i < r->ready.len; i++) {
         int32_t s = r->ready.v[i];

@@ -123,8 +123,8 @@ typedef struct aisim_vllm_view {
      * and in the pass just formed */
     int64_t decode_tokens;
     int64_t pass_tokens;
-    /* MTP: the pass just formed only decodes, every running request emits without finishing,
-     * nothing could start: aisim_vllm_mtp_extend may lengthen it */
+    /* MTP or state_cache: the pass just formed only decodes, every running request emits
+     * without finishing, nothing could start: aisim_vllm_mtp_extend may lengthen it */
     int32_t mtp_plain;
     /* MTP: the gaps across breaks between the stretches of the requests finished so far, as
      * (last pass before, first pass after, count) triples in the order they were counted,
@@ -241,7 +241,15 @@ int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_
 enum { AISIM_VLLM_MAX_NEXTN = 5 };
 int aisim_vllm_set_mtp(aisim_vllm_rank *r, int32_t nextn, const uint64_t *limits,
                        const int32_t *always, uint64_t seed, int32_t draws);
-/* MTP: the decode-only passes after the pass just formed (with view.mtp_plain), as the rank
+/* state_cache (engine/vllm_state_cache.py's StateCacheRank, the twin): before the first
+ * submission of an aggregated vLLM rank without MTP, every running request also holds
+ * state_blocks working-state blocks of the pool, published as checkpoints where its computed
+ * tokens end the known sequence on a block boundary, preserved before the next write; prefix
+ * reuse needs a checkpoint. Every request then stays outside open stretches (each pass stamps
+ * its tokens); view.mtp_plain marks a pass after which aisim_vllm_mtp_extend may run its
+ * decode-only passes ahead (complete replays them). */
+int aisim_vllm_set_state(aisim_vllm_rank *r, int64_t state_blocks);
+/* MTP or state_cache: the decode-only passes after the pass just formed (with view.mtp_plain), as the rank
  * would form and complete them one by one: each pass's bursts are drawn ahead from a copy of
  * the generator, its decode time evaluated here; the run stops before a pass that would
  * preempt, starts at or after horizon_ms, ends after cutoff_ms or has no decode time known

@@ -190,6 +190,7 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
     pool = BlockPool(engine.num_gpu_blocks, backend="c")
     cb = Terminals()
     rank = rank_cls(engine, timer, pool, callbacks=cb, scheduler_id=3)
+    pool = rank.pool   # (the Python state_cache rank runs on a pool of its own)
     if observer is not None:   # (ordered, sends_kv) of a router watching, as watch_engines
         rank.observer = Recorder(*observer, cb.log)
         rank.watched = True
@@ -267,12 +268,17 @@ def drive(rank_cls, engine, timer_seed, stream, truncating, max_passes=4000, tim
         waiting=[r.uuid for r in rank.waiting], running=[r.uuid for r in rank.running]), loop_cpu_s
 
 
-def assert_same(seed, n_requests, mtp=False):
+def assert_same(seed, n_requests, mtp=False, state=False):
+    """``mtp``: with MTP bursts (with_mtp); ``state``: with a state cache (the engine's
+    ``tweak``, tests/test_vllm_native_state.py's with_state), each through its Python twin."""
     rng = random.Random(seed)
     stream = random_stream(rng, n_requests)
     engine = random_engine(rng, stream)
     if mtp:
         engine = with_mtp(rng, engine)
+    python_rank = VllmRank
+    if state:
+        engine, python_rank = state(rng, engine)
     truncating = rng.random() < 0.3
     timer_seed = rng.randrange(1 << 30)
     # short runs, and longer ones than the C loop takes (the Python loop then)
@@ -281,9 +287,10 @@ def assert_same(seed, n_requests, mtp=False):
     observer = rng.choice([None, None, (True, True), (False, True), (True, False),
                            (False, False)])
     fpm_rows = rng.random() < 0.4
-    expected, _ = drive(VllmRank, engine, timer_seed, stream, truncating, run_passes=run_passes,
-                        gauges=gauges, observer=observer, fpm_rows=fpm_rows)
-    if mtp:
+    expected, _ = drive(python_rank, engine, timer_seed, stream, truncating,
+                        run_passes=run_passes, gauges=gauges, observer=observer,
+                        fpm_rows=fpm_rows)
+    if mtp or state:
         # the Python rank runs every MTP pass as its own event, the C rank its decode-only
         # passes as one (NativeVllmMtpRank.extend): event by event with runs of one pass,
         # then the same passes, records and state with its runs (fewer events: no trace)
@@ -294,7 +301,7 @@ def assert_same(seed, n_requests, mtp=False):
     got, _ = drive(NativeVllmRank, engine, timer_seed, stream, truncating,
                    run_passes=run_passes, gauges=gauges, observer=observer, fpm_rows=fpm_rows)
     for key in expected:
-        if not (mtp and key in ("trace", "gauges")):
+        if not ((mtp or state) and key in ("trace", "gauges")):
             assert got[key] == expected[key], (seed, key, engine)
     return expected
 

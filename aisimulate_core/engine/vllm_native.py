@@ -35,6 +35,7 @@ from .native_queue import QueueView
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
 from .vllm import VllmRank
+from .vllm_state_cache import state_blocks, state_fit_error
 from ..workload.prompt import IdRanges
 
 MAX_BLOCK_SIZE = 65536       # the rank keeps one bucket per block offset
@@ -54,7 +55,8 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     role (engine/vllm_native_roles.py), alone or in an attention DP group (a group forms one
     pass per rank and never extends, as with the Python rank), whether a router, telemetry or
     a scaling policy's forward-pass metrics watch it or not, with MTP bursts or not (each
-    pass of an MTP rank is its own event); not counts beyond int64."""
+    pass of an MTP rank is its own event), with a state cache (aggregated, without MTP); not
+    counts beyond int64."""
     if native.resolve_backend(backend) != "c":
         return "the C backend is not in use"
     if engine.backend not in ("vllm", "trtllm"):
@@ -78,7 +80,10 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     if dp_size > 1 and getattr(engine, "prefill_schedule_interval", 1) > 1:
         return "prefill_schedule_interval with attention DP (the Python rank, engine/vllm_psi.py)"
     if getattr(engine, "state_cache", None) is not None:
-        return "state_cache (the Python rank, engine/vllm_state_cache.py)"
+        if role != "aggregated" or engine.backend != "vllm":
+            return "state_cache outside an aggregated vLLM rank (the Python rank)"
+        if getattr(engine, "aic_nextn", None) is not None:
+            return "state_cache with MTP bursts (the Python rank, engine/vllm_state_cache.py)"
     if getattr(engine, "native_host_offload", None) is not None:
         return "KV offload tiers (native_host_offload: the Python rank, engine/vllm_offload.py)"
     return None
@@ -91,6 +96,9 @@ def rank_class(engine, *, dp_size=1, role="aggregated", backend=None):
     native_cls, python_cls = vllm_native_roles.RANK_CLASSES[role]
     if supports(engine, dp_size=dp_size, role=role, backend=backend) is None:
         return native_cls
+    if role == "aggregated" and getattr(engine, "state_cache", None) is not None:
+        from .vllm_state_cache import StateCacheRank
+        return StateCacheRank
     return python_cls
 
 
@@ -268,10 +276,14 @@ class NativeVllmRank(RankBase):
         self._index_key = None
 
     def __new__(cls, engine, *args, **kwargs):
-        # an aggregated MTP rank is its own class (NativeVllmMtpRank): whoever drives ranks by
-        # their exact class (the plain C loop, runtime/plain_native.py) leaves it to the runtime
-        if cls is NativeVllmRank and getattr(engine, "aic_nextn", None) is not None:
-            cls = NativeVllmMtpRank
+        # an aggregated MTP or state_cache rank is its own class (NativeVllmMtpRank,
+        # NativeVllmStateRank): whoever drives ranks by their exact class (the plain C loop,
+        # runtime/plain_native.py) leaves it to the runtime
+        if cls is NativeVllmRank:
+            if getattr(engine, "aic_nextn", None) is not None:
+                cls = NativeVllmMtpRank
+            elif getattr(engine, "state_cache", None) is not None:
+                cls = NativeVllmStateRank
         return object.__new__(cls)
 
     def _set_mtp(self, engine, scheduler_id):
@@ -753,9 +765,13 @@ class NativeVllmRank(RankBase):
                 else:
                     self._take_stretches(r, stretches, a, b)
                 finished.append((r, "completed"))
-            elif kind == 3:  # rejected
+            elif kind == 3:  # rejected (a running state_cache request: with its tokens)
                 requests[slot] = None
                 r.seq = -1
+                if b:
+                    r.generated = c
+                    pairs = iter(stretches[2 * a:2 * (a + b)])
+                    r.stretches.extend(zip(pairs, pairs))
                 finished.append((r, "rejected"))
             else:           # a prefill copy's source held: its slot lives until released
                 self._hold(r, slot)
@@ -824,3 +840,24 @@ class NativeVllmMtpRank(NativeVllmRank):
         elif n < 0:
             raise native.status_error(n, "aisim_vllm_mtp_extend")
         return self.pass_end_ms
+
+
+class NativeVllmStateRank(NativeVllmMtpRank):
+    """An aggregated C rank with a state cache (``state_cache``, FEATURES.md §7);
+    ``NativeVllmRank(engine, ...)`` makes one for such an engine. Its twin and specification is
+    engine/vllm_state_cache.py's ``StateCacheRank`` (C: aisim_vllm_set_state and the state_*
+    functions of csrc/vllm_rank.c, the pool's uncache/discard/key_refs).
+
+    Every request stays outside open stretches, each pass stamps its tokens, as the Python
+    rank; its decode-only passes run as one event (``NativeVllmMtpRank.extend``: C looks them
+    up ahead, each request's KV growth and checkpoint copies included, and ``complete``
+    replays the passes kept exactly as one event each would form and complete them)."""
+
+    def __init__(self, engine, timer, pool, **kwargs):
+        super().__init__(engine, timer, pool, **kwargs)
+        self.state_blocks = state_blocks(engine)
+        _check(native.lib.aisim_vllm_set_state(self._rank, self.state_blocks),
+               "aisim_vllm_set_state")
+
+    def fit_error(self, r):
+        return state_fit_error(self, r, self.state_blocks)

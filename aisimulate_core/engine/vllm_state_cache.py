@@ -15,9 +15,12 @@ ordinary vLLM bound whose ``L / block_size`` KV blocks are cached and whose pref
 checkpoint (not one published during the pass being formed); a restored request starts with
 fresh working blocks holding ``L`` computed tokens.
 
-``StateCacheRank`` is the vLLM rank with these rules (aggregated only; the C rank declines the
-field). It keeps every request outside open stretches (each computed token is a state write) and
-runs on ``StatePool``, the Python block pool with the per-block operations the states need.
+``StateCacheRank`` is the vLLM rank with these rules (aggregated only), the twin and
+specification of the C rank's (engine/vllm_native.py ``NativeVllmStateRank``, csrc/vllm_rank.c's
+state_* functions; the C rank declines state_cache with MTP bursts, which stays here). It keeps
+every request outside open stretches (each computed token is a state write) and runs on
+``StatePool``, the Python block pool with the per-block operations the states need (the C
+pool's aisim_kv_uncache, aisim_kv_discard and aisim_kv_key_refs).
 """
 
 from __future__ import annotations
@@ -37,6 +40,24 @@ def state_key(prefix, slot):
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
     return z ^ (z >> 31)
+
+
+def state_blocks(engine):
+    """The working-state blocks of a request: ceil(bytes_per_request / (block_size x
+    kv_cache_bytes_per_token))."""
+    return -(-engine.state_cache.bytes_per_request
+             // (engine.block_size * engine.kv_cache_bytes_per_token))
+
+
+def state_fit_error(rank, r, blocks):
+    """Why ``r`` can never be admitted on ``rank`` whose requests hold ``blocks`` state blocks
+    besides their KV (checked when an embedder submits it), or None."""
+    need = -(-r.prompt_len // rank.block_size) + blocks
+    if need <= rank.num_blocks:
+        return None
+    return (f"{rank.setting_prefix('num_gpu_blocks')}the prompt of request {request_name(r)} "
+            f"({r.prompt_len} tokens) and its working state need {need} KV blocks of "
+            f"{rank.block_size} tokens, a rank has {rank.num_blocks}")
 
 
 class StatePool(PyBlockPool):
@@ -231,9 +252,7 @@ class StateCacheRank(VllmRank):
         self.pool = StatePool(engine.num_gpu_blocks)
         if owner is not None:
             self.pool._label = owner
-        bs = engine.block_size
-        blocks = -(-engine.state_cache.bytes_per_request // (bs * engine.kv_cache_bytes_per_token))
-        self.state = StateCache(self.pool, blocks, bs)
+        self.state = StateCache(self.pool, state_blocks(engine), engine.block_size)
 
     def schedule(self, now_ms):
         if self.running or self.waiting:
@@ -255,12 +274,7 @@ class StateCacheRank(VllmRank):
                 > self.num_blocks)
 
     def fit_error(self, r):
-        blocks = -(-r.prompt_len // self.block_size) + self.state.blocks
-        if blocks <= self.num_blocks:
-            return None
-        return (f"{self.setting_prefix('num_gpu_blocks')}the prompt of request {request_name(r)} "
-                f"({r.prompt_len} tokens) and its working state need {blocks} KV blocks of "
-                f"{self.block_size} tokens, a rank has {self.num_blocks}")
+        return state_fit_error(self, r, self.state.blocks)
 
     def _restorable(self, r, hashes, cached, active_cached):
         if cached and hashes is not None:
@@ -326,4 +340,4 @@ class StateCacheRank(VllmRank):
                      [(r, 1) for r in ready if r.generated < r.out_limit])
 
 
-__all__ = ["StateCacheRank", "StatePool", "state_key"]
+__all__ = ["StateCacheRank", "StatePool", "state_blocks", "state_fit_error", "state_key"]

@@ -23,8 +23,10 @@ LRU's tail, a completed job its blocks, in ascending hash order):
 * ``cluster_shared`` (one ``Storage`` for every rank, handed out by runtime/build.py): one
   pool for all workers, a job's rate also capped by the shared bandwidth over all workers'
   ready jobs of its direction; a worker reads what another wrote; the end of any worker's
-  storage job wakes an idle worker (it looks up again), a wake-up that another worker's job
-  pushed back is slept through (settled on the reference: g3_shared_* recorded).
+  storage job wakes an idle worker (it looks up again), even a job submitted after it went
+  idle; a wake-up that another worker's job pushed back is slept through (settled on the
+  reference: g3_shared_* recorded);
+* a request whose lookup made it wait is looked up again only once a transfer has ended.
 
 The summary's ``g3_offload`` object counts probes, hits, jobs, bytes and transfer times, as the
 reference's.
@@ -76,6 +78,7 @@ class Storage:
         self.completed = {}         # owner -> [(end_ms, job)] done, not taken yet
         self.epoch = 0
         self.writer = {}            # key -> the worker that wrote it
+        self.ranks = []             # the ranks using it
         self._order = 0
         self.stats = {"lookup_probes": 0, "lookup_hits": 0, "lookup_pending": 0,
                       "cross_worker_read_blocks": 0, "read": _direction(),
@@ -289,6 +292,7 @@ class VllmG3Rank(VllmOffloadRank):
         self._ended = 0             # transfers ended (host jobs, this rank's storage jobs)
         self._seen = 0              # the storage's epoch when this rank last took its jobs
         self._rewait = None         # the end of the idle wait in flight
+        self._waits = {}            # uuid -> the transfers ended when its lookup made it wait
 
     @staticmethod
     def shared_storage(engine):
@@ -302,6 +306,7 @@ class VllmG3Rank(VllmOffloadRank):
     def use_storage(self, storage):
         """Use ``storage`` (this rank's own, or the cluster's)."""
         self.storage = storage
+        storage.ranks.append(self)
         self.g3 = storage.pool
         self._owner = self.scheduler_id if storage.shared else 0
         self._worker = self.worker_idx if storage.shared else 0
@@ -309,6 +314,8 @@ class VllmG3Rank(VllmOffloadRank):
     def schedule(self, now_ms):
         if self._report is None:
             self._join_report()
+        storage = self.storage
+        before = storage.epoch, storage._order
         if now_ms == self._rewait:
             # woken for a transfer end that another worker's job pushed back (the lanes of
             # cluster_shared): if nothing ended, the worker sleeps on as if never woken
@@ -320,14 +327,45 @@ class VllmG3Rank(VllmOffloadRank):
                 self._idle_wait = self._empty_wait = True
                 self.pass_effect = False
                 self.pass_end_ms = self._rewait = upcoming
+                if storage.shared and (storage.epoch, storage._order) != before:
+                    self._wake_others(now_ms)
                 self._refresh_report()
                 return upcoming
         self._rewait = None
         end = super().schedule(now_ms)
         if self._idle_wait:
             self._rewait = end
+        if storage.shared and (storage.epoch, storage._order) != before:
+            self._wake_others(now_ms)
         self._refresh_report()
         return end
+
+    def _wake_others(self, now_ms):
+        """A storage job this pass submitted or saw done moves the next storage event of the
+        workers waiting idle for one (their requests wait for a transfer): each is woken at
+        its new next event if earlier, as the reference asks each worker for its next event
+        anew (settled on the reference: features_g3/g3_shared_wake_*)."""
+        sim = None
+        for rank in self.storage.ranks:
+            wake = rank._rewait
+            if rank is self or wake is None or not rank.waiting:
+                continue
+            t = rank.next_transfer_ms()
+            if t is None or t >= wake:
+                continue
+            if t < now_ms:
+                t = now_ms
+            if sim is None:
+                from ..runtime.simulation import PASS_DONE
+                sim = self.cb.sim
+                workers = {id(r): w for w in sim.workers for r in w.ranks}
+            worker = workers.get(id(rank))
+            if worker is None or not worker.busy:
+                continue
+            end = worker.truncate(t)
+            if end is not None:
+                rank._rewait = end
+                sim.queue.push(end, PASS_DONE, (worker.idx << 32) | worker.generation)
 
     def _finish_job(self, done, kind, payload):
         self._ended += 1
@@ -420,6 +458,23 @@ class VllmG3Rank(VllmOffloadRank):
             self._holds.append(held)
 
     # ------------------------------------------------------------------ reads
+    def _mark(self):
+        return self._ended, self.storage.epoch
+
+    def _may_look_up(self, r):
+        # a request whose lookup made it wait is looked up again only once a transfer has
+        # ended since (a host job or storage job of this rank, or any storage job)
+        mark = self._waits.get(r.uuid)
+        if mark is None:
+            return True
+        if mark == self._mark():
+            return False
+        del self._waits[r.uuid]
+        return True
+
+    def _deferred(self, r):
+        self._waits[r.uuid] = self._mark()
+
     def _probe_below(self, h, refs, reads):
         stats = self.storage.stats
         stats["lookup_probes"] += 1

@@ -343,10 +343,14 @@ class VllmOffloadRank(VllmRank):
             if self._rejects(r):
                 budget = super()._admit_head(now_ms, budget)
                 continue
+            if not self._may_look_up(r):
+                skipped.append(waiting.popleft())   # nothing it waits for can have changed
+                continue
             outcome = self._host_lookup(r, now_ms)
             if outcome == "wait" or outcome == "loading":
                 skipped.append(waiting.popleft())
                 self._skipq.add(r.uuid)
+                self._deferred(r)
                 continue
             if outcome == "full":
                 break
@@ -361,6 +365,13 @@ class VllmOffloadRank(VllmRank):
         if skipped:
             waiting.extendleft(reversed(skipped))
         return len(running) - before
+
+    def _may_look_up(self, r):
+        """Whether a waiting request is looked up in this pass (always, without G3)."""
+        return True
+
+    def _deferred(self, r):
+        """``r``'s lookup made it wait for a transfer."""
 
     def _rejects(self, r):
         """Whether ``_admit_head`` rejects ``r`` outright (before any lookup)."""

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+from bisect import bisect_left
 import itertools
 import math
 import operator
@@ -221,7 +222,14 @@ class DisaggregatedSimulation(Simulation):
     def _next_time(self):
         if self._actions:
             return self.now_ms  # a submission waits for its placement
-        return super()._next_time()
+        # (this loop's _event_time, inline: this runs per step)
+        t = self._passes[0][0]
+        if t in self._stale:
+            t = self._pass_time()
+        transfers = self._transfers
+        if transfers and transfers[0][0] < t:
+            t = transfers[0][0]
+        return self._next_time_after(t)
 
     def _event_time(self):
         t = self._passes[0][0]
@@ -267,7 +275,9 @@ class DisaggregatedSimulation(Simulation):
         extended = self._extended
         if extended:
             for key, rank in extended.items():   # (a cut leaves the keys as they are)
-                if rank.ends_pass_at(t):
+                # rank.ends_pass_at(t), inline: a pass before the last of its run ends at t
+                ends = rank._macro_ends
+                if ends is not None and t < ends[-1] and ends[bisect_left(ends, t)] == t:
                     self._cut(key, t)  # that pass end is a visited time of its own
         # bound once: a step runs two rounds or more
         passes = self._passes

@@ -5,7 +5,8 @@ triple ``(time_ms, kind, ident)``; ``kind`` must fit an int32 and ``ident`` an
 int64 (the C backend raises OverflowError otherwise).
 
 ``EventQueue()`` builds the backend chosen by ``aisimulate_core.native``;
-``EventQueue(backend="python")`` or ``"c"`` forces one.
+``EventQueue(backend="python")`` or ``"c"`` forces one. ``LoopQueue`` is the simulation
+loop's own: the same order on a heap list the loop reads without a call.
 """
 
 import math
@@ -92,6 +93,38 @@ class PyEventQueue(EventQueue):
 
     def __len__(self):
         return len(self._heap)
+
+
+class LoopQueue:
+    """The aggregated loop's queue: ``EventQueue``'s interface and order, on a heapq list
+    ``heap`` of ``(time_ms, order, kind, ident)`` over a sentinel that is never due, so that
+    the loop reads the next time as ``heap[0][0]`` and pops with ``heappop(heap)`` (no call
+    into a queue object per event)."""
+
+    __slots__ = ("heap", "_order")
+    backend = "python"
+
+    def __init__(self):
+        self.heap = [(math.inf, math.inf, 0, 0)]
+        self._order = count()
+
+    def push(self, time_ms, kind, ident):
+        time_ms = float(time_ms)
+        if time_ms != time_ms:
+            raise _push_error(time_ms)
+        heappush(self.heap, (time_ms, next(self._order), kind, ident))
+
+    def pop(self):
+        if len(self.heap) == 1:
+            raise IndexError(_EMPTY_POP)
+        time_ms, _, kind, ident = heappop(self.heap)
+        return (time_ms, kind, ident)
+
+    def peek_time(self):
+        return self.heap[0][0]
+
+    def __len__(self):
+        return len(self.heap) - 1
 
 
 def _push_error(time_ms):

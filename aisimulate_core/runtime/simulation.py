@@ -13,11 +13,12 @@ from __future__ import annotations
 import gc
 import math
 import time
+from heapq import heappop
 
 from ..engine.request import SimRequest, never_scheduled, request_name
 from ..errors import AisimError, SimulationError
 from ..report import Collector, _uuid_text
-from ..runtime.event_queue import EventQueue
+from ..runtime.event_queue import LoopQueue
 from . import plain_native
 from .checks import install_checks_from_env
 from .cluster import ClusterPool
@@ -139,7 +140,7 @@ class Simulation:
         self.on_event = on_event
         self.progress = progress
         self.now_ms = 0.0
-        self.queue = EventQueue()
+        self.queue = LoopQueue()
         self.in_flight = 0
         self.completed = 0
         self.arrived = 0
@@ -356,7 +357,7 @@ class Simulation:
         cluster = self.cluster
         if cluster is None and plain_native.eligible(self, limit) is None:
             return plain_native.run(self, limit)   # the whole run in one C loop
-        peek = self.queue.peek_time
+        heap = self.queue.heap      # the next event's time is heap[0][0]
         driver = self.driver
         next_ready, pop_ready = driver.next_ready_ms, driver.pop_ready
         dirty = self._dirty
@@ -369,7 +370,7 @@ class Simulation:
         progress = self.progress
         steps = 0
         while True:
-            t = peek()
+            t = heap[0][0]
             ready = inf
             if max_in_flight is None or self.in_flight < max_in_flight:
                 ready = next_ready()
@@ -386,7 +387,7 @@ class Simulation:
             if t > limit or t == inf:
                 return t
             self.now_ms = t
-            if peek() <= t:
+            if heap[0][0] <= t:
                 # (a terminal may free a slot or ready a request: the driver is asked again)
                 self._complete_passes(t)
                 ready = next_ready()
@@ -424,7 +425,11 @@ class Simulation:
                     progress(self.now_ms, self.completed, driver.total or self.arrived)
 
     def _next_time(self):
-        t = self._event_time()
+        return self._next_time_after(self._event_time())
+
+    def _next_time_after(self, t):
+        """The next time to visit, the next event being at ``t``: an arrival or, with scaling,
+        a tick or worker ready may come first."""
         if self.max_in_flight is None or self.in_flight < self.max_in_flight:
             ready = self.driver.next_ready_ms()
             if ready < t:
@@ -460,7 +465,7 @@ class Simulation:
         return cutoff
 
     def _event_time(self):
-        return self.queue.peek_time()
+        return self.queue.heap[0][0]
 
     def _arrival_limit(self):
         """How many requests may arrive now (the in-flight cap)."""
@@ -474,7 +479,7 @@ class Simulation:
             telemetry.due_before(t)   # samples between the last step and t see its state
         self.now_ms = t
         cluster = self.cluster
-        if self.queue.peek_time() <= t:
+        if self.queue.heap[0][0] <= t:
             self._complete_passes(t)
         router = self.router
         if router.queued:
@@ -506,12 +511,12 @@ class Simulation:
 
     def _complete_passes(self, t):
         """Complete every pass that ends by ``t`` (the events due then)."""
-        queue = self.queue
+        heap = self.queue.heap
         workers = self.workers
         dirty = self._dirty
         cluster = self.cluster
-        while queue.peek_time() <= t:
-            _, kind, ident = queue.pop()
+        while heap[0][0] <= t:
+            _, _, kind, ident = heappop(heap)
             idx = ident >> 32
             worker = workers[idx]
             if kind != PASS_DONE or not worker.busy or worker.generation != ident & _GEN_MASK:

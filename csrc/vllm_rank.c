@@ -219,6 +219,8 @@ struct aisim_vllm_rank {
     uint64_t *state_keys;
     int32_t *state_table;
     int32_t preempting;
+    /* prefill_schedule_interval's gate (aisim_vllm_set_psi, engine/vllm_psi.py), borrowed */
+    aisim_vllm_psi *psi;
     /* forward-pass metrics (aisim_vllm_set_fpm) of the pass just formed */
     int fpm;
     int64_t *fpm_chunks, *fpm_contexts, *fpm_queued;
@@ -1436,8 +1438,10 @@ static int64_t roll_back(aisim_vllm_rank *r, int32_t s)
     return r->chunk_tokens[s];
 }
 
-/* Exact walk over the running queue in order: budget, blocking and preemption. */
-static int running_walk(aisim_vllm_rank *r, int64_t P, int64_t *budget, int *preempted)
+/* Exact walk over the running queue in order: budget, blocking and preemption (`defer`:
+ * requests still computing their prompt are skipped, engine/vllm_psi.py). */
+static int running_walk(aisim_vllm_rank *r, int64_t P, int64_t *budget, int *preempted,
+                        int defer)
 {
     int64_t bs = r->cfg.block_size;
     size_t i = 0;
@@ -1449,6 +1453,9 @@ static int running_walk(aisim_vllm_rank *r, int64_t P, int64_t *budget, int *pre
             int64_t length = r->base_len[s] + P - r->base_pass[s];
             tokens = 1;
             need = pymod(length - 1, bs) == 0 ? 1 : 0;
+        } else if (defer && r->computed[s] < r->prompt_len[s]) {
+            i++;
+            continue;
         } else {
             int64_t remaining = r->prompt_len[s] + r->generated[s] - r->computed[s];
             int64_t prompt_left = r->prompt_len[s] - r->computed[s];
@@ -1604,6 +1611,10 @@ static int admit_head(aisim_vllm_rank *r, double now_ms, int64_t *budget, int *w
     }
     remaining = length - cached;
     prompt_left = r->prompt_len[s] - cached;
+    if (prompt_left > 1 && r->psi && r->psi->defer) {
+        *waits = 1;   /* a deferring pass admits only what needs at most one prompt token */
+        return AISIM_OK;
+    }
     if (!r->cfg.chunked && 0 < prompt_left && prompt_left > *budget) {
         *waits = 1;
         return AISIM_OK;
@@ -2082,6 +2093,31 @@ static int mtp_stamp(aisim_vllm_rank *r, int64_t P)
     return AISIM_OK;
 }
 
+/* PrefillCadence.begin: whether the pass starting now defers prefills (the worker's wave is
+ * not a multiple of the interval, no capacity bound, and a decoder runs here). */
+static int psi_begin(aisim_vllm_rank *r)
+{
+    size_t i;
+    int defer = 0;
+    if (!r->psi)
+        return 0;
+    if (pymod(r->psi->wave, r->psi->interval) && !r->psi->capacity_bound)
+        for (i = 0; i < r->running.len && !defer; i++) {
+            int32_t s = r->running.v[i];
+            defer = r->in_stretch[s] || r->computed[s] >= r->prompt_len[s];
+        }
+    r->psi->defer = defer;
+    return defer;
+}
+
+int aisim_vllm_set_psi(aisim_vllm_rank *r, aisim_vllm_psi *psi)
+{
+    if (!r || !psi || psi->interval < 2 || r->psi)
+        return AISIM_EINVAL;
+    r->psi = psi;
+    return AISIM_OK;
+}
+
 /* Forms one pass at now_ms; `admit` 0: no waiting request may start (a state_cache decode-only
  * run's replayed pass, which started before what waits arrived). */
 static int schedule(aisim_vllm_rank *r, double now_ms, int admit)
@@ -2091,7 +2127,7 @@ static int schedule(aisim_vllm_rank *r, double now_ms, int admit)
     int64_t demand = v->n_dec, need, admitted = 0, n, active, steps;
     static const bucket no_bucket;
     const bucket *crossing = r->buckets ? &r->buckets[pymod(P, bs)] : &no_bucket;
-    int fast, preempted = 0;
+    int fast, defer, preempted = 0;
     size_t i;
     v->formed = 0;
     if (!r->running.len && !r->wait_len)
@@ -2108,7 +2144,8 @@ static int schedule(aisim_vllm_rank *r, double now_ms, int admit)
         int32_t s = r->partial.v[i];
         demand += r->prompt_len[s] + r->generated[s] - r->computed[s];
     }
-    fast = demand <= budget && !r->state;
+    defer = psi_begin(r);
+    fast = demand <= budget && !defer && !r->state;
     if (fast) {
         need = (int64_t)crossing->len;
         for (i = 0; i < r->partial.len; i++) {
@@ -2130,10 +2167,12 @@ static int schedule(aisim_vllm_rank *r, double now_ms, int admit)
         }
         budget -= demand;
     } else {
-        TRY(running_walk(r, P, &budget, &preempted));
+        TRY(running_walk(r, P, &budget, &preempted, defer));
     }
     if (!preempted && admit)
         TRY(admit_waiting(r, now_ms, budget, &admitted));
+    if (r->psi && !r->psi->defer && !preempted)   /* PrefillCadence.end_admission */
+        r->psi->capacity_bound = r->wait_len > 0;
     r->ready.len = 0;
     for (i = 0; i < r->partial.len; i++) {
         int32_t s = r->partial.v[i];

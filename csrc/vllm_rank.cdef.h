@@ -241,6 +241,18 @@ int aisim_vllm_finishing_gauges(aisim_vllm_rank *r, int64_t extra_passes, int64_
 enum { AISIM_VLLM_MAX_NEXTN = 5 };
 int aisim_vllm_set_mtp(aisim_vllm_rank *r, int32_t nextn, const uint64_t *limits,
                        const int32_t *always, uint64_t seed, int32_t draws);
+/* prefill_schedule_interval's gate of one rank (engine/vllm_psi.py's PrefillCadence, the
+ * twin: the same fields): the worker sets wave before each grouped pass; the rank sets defer
+ * at the start of each pass and capacity_bound at the end of the admission of a pass that did
+ * not defer and preempted nothing. Borrowed by aisim_vllm_set_psi (interval >= 2; once): the
+ * caller keeps it alive for the rank's lifetime. */
+typedef struct aisim_vllm_psi {
+    int64_t interval;
+    int64_t wave;
+    int32_t capacity_bound;
+    int32_t defer;
+} aisim_vllm_psi;
+int aisim_vllm_set_psi(aisim_vllm_rank *r, aisim_vllm_psi *psi);
 /* state_cache (engine/vllm_state_cache.py's StateCacheRank, the twin): before the first
  * submission of an aggregated vLLM rank without MTP, every running request also holds
  * state_blocks working-state blocks of the pool, published as checkpoints where its computed

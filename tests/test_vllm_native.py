@@ -461,10 +461,14 @@ def drive_group(rank_cls, engine, stream, size):
              for d in range(size)]
     requests = [make_request(i + 1, item) for i, item in enumerate(stream)]
     nxt, t = 0, 0.0
+    wave = 0      # prefill_schedule_interval's grouped passes (the worker's wave)
     for _ in range(3000):
         while nxt < len(requests) and requests[nxt].arrival_ms <= t:
             ranks[nxt % size].submit(requests[nxt])
             nxt += 1
+        for rank in ranks:
+            if rank.psi is not None:
+                rank.psi.wave = wave
         ends = [(rank, rank.schedule(t)) for rank in ranks]
         active = [(rank, end) for rank, end in ends if end is not None]
         if not active:
@@ -478,6 +482,7 @@ def drive_group(rank_cls, engine, stream, size):
         progressed = any(rank.progressed() for rank, _ in active)
         for rank, _ in active:
             rank.complete()
+        wave = wave + 1 if any(rank.has_work() for rank in ranks) else 0
         if end == t and not progressed:
             if nxt >= len(requests):
                 break
@@ -491,15 +496,20 @@ def drive_group(rank_cls, engine, stream, size):
               rank.decode_tokens) for rank in ranks])
 
 
-@pytest.mark.parametrize("mtp", [False, True], ids=["plain", "mtp"])
+@pytest.mark.parametrize("mtp", [False, True, "psi"], ids=["plain", "mtp", "psi"])
 def test_attention_dp_groups_match_the_python_rank(mtp):
-    """(with MTP: each rank draws from its own generator, seed + its scheduler index)"""
-    for seed in range(2000, 2040):
+    """(with MTP: each rank draws from its own generator, seed + its scheduler index; "psi":
+    vLLM's prefill_schedule_interval gate, engine/vllm_psi.py, with the group's wave)"""
+    for seed in range(2000, 2040 if mtp != "psi" else 2120):
         rng = random.Random(seed)
         stream = random_stream(rng, 30)
         engine = random_engine(rng, stream)
         size = rng.choice([2, 3])
-        if mtp:
+        if mtp == "psi":
+            engine = attrs.evolve(engine, backend="vllm",
+                                  prefill_schedule_interval=rng.choice([2, 3, 4, 8]))
+            assert supports(engine, dp_size=size, backend="c") is None
+        elif mtp:
             engine = with_mtp(rng, engine)
         assert drive_group(NativeVllmRank, engine, stream, size) == \
             drive_group(VllmRank, engine, stream, size), seed

@@ -55,8 +55,9 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
     role (engine/vllm_native_roles.py), alone or in an attention DP group (a group forms one
     pass per rank and never extends, as with the Python rank), whether a router, telemetry or
     a scaling policy's forward-pass metrics watch it or not, with MTP bursts or not (each
-    pass of an MTP rank is its own event), with a state cache (aggregated, without MTP); not
-    counts beyond int64."""
+    pass of an MTP rank is its own event), with a state cache (aggregated, without MTP), with
+    prefill_schedule_interval's gate (aggregated, without MTP or a state cache, in a DP group);
+    not counts beyond int64."""
     if native.resolve_backend(backend) != "c":
         return "the C backend is not in use"
     if engine.backend not in ("vllm", "trtllm"):
@@ -77,8 +78,14 @@ def supports(engine, *, dp_size=1, role="aggregated", pool=None, backend=None):
             return f"{field} {value} (the C rank counts in int64: below 2^62)"
     if engine.num_gpu_blocks * engine.block_size >= _EXACT:
         return "num_gpu_blocks x block_size beyond 2^62 tokens"
-    if dp_size > 1 and getattr(engine, "prefill_schedule_interval", 1) > 1:
-        return "prefill_schedule_interval with attention DP (the Python rank, engine/vllm_psi.py)"
+    interval = getattr(engine, "prefill_schedule_interval", 1)
+    if interval >= _EXACT:
+        return f"prefill_schedule_interval {interval} (the C rank counts in int64: below 2^62)"
+    if dp_size > 1 and interval > 1 and (
+            role != "aggregated" or getattr(engine, "aic_nextn", None) is not None
+            or getattr(engine, "state_cache", None) is not None):
+        return ("prefill_schedule_interval with attention DP outside a plain aggregated rank "
+                "(the Python rank, engine/vllm_psi.py)")
     if getattr(engine, "state_cache", None) is not None:
         if role != "aggregated" or engine.backend != "vllm":
             return "state_cache outside an aggregated vLLM rank (the Python rank)"
@@ -256,6 +263,13 @@ class NativeVllmRank(RankBase):
         self._decode_timing = ffi.gc(timing[0], lib.aisim_decode_timing_free)
         _check(lib.aisim_vllm_set_decode_timing(self._rank, self._decode_timing),
                "aisim_vllm_set_decode_timing")
+        # prefill_schedule_interval's gate (engine/vllm_psi.py's PrefillCadence, the same
+        # fields in a C struct the rank reads): the worker of a DP group sets its wave
+        self.psi = None
+        interval = getattr(engine, "prefill_schedule_interval", 1)
+        if interval > 1:
+            self.psi = ffi.new("aisim_vllm_psi *", {"interval": interval})
+            _check(lib.aisim_vllm_set_psi(self._rank, self.psi), "aisim_vllm_set_psi")
         self.mtp_nextn = getattr(engine, "aic_nextn", None)
         if self.mtp_nextn is not None:
             self._set_mtp(engine, scheduler_id)

@@ -9,6 +9,10 @@ computed). A lone rank (``dp_size`` 1) is never told a wave: it never defers. On
 more than one new prompt token after prefix caching. ``capacity_bound`` is recomputed at the
 end of the admission of every pass that did not defer and preempted nothing: whether requests
 are still waiting.
+
+``PrefillCadence`` is the twin and specification of the C rank's gate (csrc/vllm_rank.c
+psi_begin, the ``aisim_vllm_psi`` struct with the same fields, which engine/vllm_native.py
+gives the worker as the rank's ``psi``).
 """
 
 from __future__ import annotations

@@ -71,6 +71,15 @@ def _chunks(path):
     total = 0
     try:
         with _open(path) as f:
+            if not inflated:
+                st = os.fstat(f.fileno())
+                if S_ISREG(st.st_mode) and st.st_size < CHUNK_BYTES:
+                    # a small file in one read sized by the file (read(CHUNK_BYTES) would
+                    # allocate a whole chunk for it)
+                    chunk = f.read()
+                    if chunk:
+                        yield chunk
+                    return
             while True:
                 chunk = f.read(CHUNK_BYTES)
                 if not chunk:
@@ -105,7 +114,7 @@ def small_file(path, limit):
             st = os.fstat(f.fileno())
             if not S_ISREG(st.st_mode) or st.st_size > limit:
                 return None, None
-            data = f.read(limit + 1)   # (a file growing meanwhile reads past the limit)
+            data = f.read()   # (sized by the file: read(limit) would allocate the limit)
     except (OSError, ValueError):
         return None, None
     if len(data) > limit:
@@ -212,23 +221,26 @@ def row_decoder(row_type):
     return decoder
 
 
-# a line holding nothing but JSON whitespace, in a file's bytes without their last newline
-_BLANK_LINE = re.compile(rb"(?:\A|\n)[ \t\r]*(?:\n|\Z)")
+# in a file's bytes with a newline after every line: a blank line (nothing but JSON
+# whitespace) other than the first, and a blank first line (each pattern starts with a
+# literal or is anchored: one fast scan, not a match tried at every byte)
+_BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
+_BLANK_FIRST = re.compile(rb"[ \t\r]*\n")
 
 
 def decode_all(data, row_type):
     """Every row of a whole file's bytes ``data`` decoded as ``row_type`` in one call (row k
     is line k), or None when that does not hold or a row does not decode: a blank line, a
     line of two values, an error (``decode_rows`` then numbers the rows and words the error)."""
-    body = data[:-1] if data.endswith(b"\n") else data
-    if _BLANK_LINE.search(body):
+    text = data if data.endswith(b"\n") else data + b"\n"
+    if _BLANK_FIRST.match(text) or _BLANK_LINE.search(text):
         return None
     try:
-        rows = row_decoder(row_type).decode_lines(body)
+        rows = row_decoder(row_type).decode_lines(text)
     except (msgspec.DecodeError, RecursionError):
         return None
     # no line is blank, so each holds a value at least: as many values as lines is one each
-    return rows if len(rows) == body.count(b"\n") + 1 else None
+    return rows if len(rows) == text.count(b"\n") else None
 
 
 def decode_rows(path, row_type, lines=None):

@@ -134,7 +134,9 @@ class PoolView:
 
     ``engine_index`` says whether the engines answer ``SchedulerView.cached_prefix`` (a policy
     that wants it lists ``"kv_index"`` in ``OBSERVES``; otherwise it keeps an index of the
-    ``"kv_events"``).
+    ``"kv_events"``). ``native`` says whether the pool belongs to a simulation on the C backend,
+    where a built-in policy may run in C (``kv_router``); a view made by hand keeps the Python
+    policy.
     ``workers`` and ``schedulers`` list the active workers (ready, not draining) in ascending
     ``worker_id`` and, per worker, ascending rank; they change only between notifications.
     """
@@ -143,7 +145,7 @@ class PoolView:
                  block_size: int = 16, max_num_batched_tokens: int | None = None,
                  schedulers: Sequence[SchedulerView] = (),
                  release: Callable[[int, Any], None] | None = None,
-                 engine_index: bool = False) -> None:
+                 engine_index: bool = False, native: bool = False) -> None:
         if kind not in POOL_KINDS:
             raise ValueError(f"pool kind must be one of {POOL_KINDS}, got {kind!r}")
         self.kind = kind
@@ -154,6 +156,7 @@ class PoolView:
         self._release = release
         # whether the pool's engines answer SchedulerView.cached_prefix ("kv_index")
         self.engine_index = engine_index
+        self.native = native
 
     def release(self, uuid: int, answer: Any) -> None:
         """Place the queued request ``uuid`` now with ``answer`` (``(worker_id, dp_rank)`` or a

@@ -313,3 +313,34 @@ int64_t aisim_hc_leading_absent(const aisim_hash_counts *m, const uint64_t *hash
         i++;
     return (int64_t)i;
 }
+
+int aisim_hc_clear(aisim_hash_counts *m)
+{
+    if (!m)
+        return AISIM_EINVAL;
+    if (m->view.len)
+        memset(m->slots, 0, (m->mask + 1) * sizeof(hc_slot));
+    m->view.len = 0;
+    return AISIM_OK;
+}
+
+int aisim_hc_set(aisim_hash_counts *m, uint64_t h, int64_t count)
+{
+    if (!m)
+        return AISIM_EINVAL;
+    if (reserve(m, 1) != AISIM_OK)
+        return AISIM_ENOMEM;
+    put(m, h, count);
+    return AISIM_OK;
+}
+
+int aisim_hc_remove(aisim_hash_counts *m, uint64_t h)
+{
+    if (!m)
+        return AISIM_EINVAL;
+    size_t slot = find(m, h);
+    if (!m->slots[slot].used)
+        return 0;
+    erase_slot(m, slot);
+    return 1;
+}

@@ -34,3 +34,9 @@ int aisim_hc_remove_all(aisim_hash_counts *m, const uint64_t *hashes, size_t n);
 int64_t aisim_hc_leading(const aisim_hash_counts *m, const uint64_t *hashes, size_t n);
 /* how many leading hashes are absent (a linear scan to the first present one) */
 int64_t aisim_hc_leading_absent(const aisim_hash_counts *m, const uint64_t *hashes, size_t n);
+
+/* map use (the kv_router's uuid and scheduler maps): empty it; set h's count
+ * (inserted when absent); remove h (returns 1 when it was present, else 0) */
+int aisim_hc_clear(aisim_hash_counts *m);
+int aisim_hc_set(aisim_hash_counts *m, uint64_t h, int64_t count);
+int aisim_hc_remove(aisim_hash_counts *m, uint64_t h);

@@ -10,12 +10,19 @@ completes reaches its engine only once that pass is fully settled.
 
 Only the notifications a policy lists in ``OBSERVES`` are wired (``wants_*``): round robin
 pays one ``place`` call per request and nothing per pass.
+
+A policy running in C (``NATIVE_ROUTER``: the built-in ``kv_router`` on the C backend,
+plugins/placement's kv_router_native.py) is called directly: ``place_simulated`` with the
+simulated request (no PlacementRequest, no guard: its errors are the core's), its notifications
+without a SchedulerView, and, without a pending queue, prefill completions and terminals at
+once instead of in the pass's running order (their order only matters to a queue's releases).
 """
 
 from __future__ import annotations
 
 import numbers
 
+from .. import native as _native_core
 from ..errors import ConfigError, PluginError
 from ..guards import GuardedPlacement
 from ..placement import QUEUED, Placement, PlacementRequest, PoolView, SchedulerView, WorkerView
@@ -25,7 +32,8 @@ class Router:
     __slots__ = ("kind", "policy", "view", "deliver", "block_size", "by_id", "active",
                  "queued", "_released", "wants_kv", "wants_index", "wants_prefill",
                  "wants_terminal",
-                 "_views", "_label", "_batch", "_order", "_active_ids", "parked", "_unpinned")
+                 "_views", "_label", "_batch", "_order", "_active_ids", "parked", "_unpinned",
+                 "_native", "_native_direct")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
                  deliver=None):
@@ -47,7 +55,8 @@ class Router:
                              max_num_batched_tokens=max_num_batched_tokens,
                              release=self._on_release,
                              engine_index=all(hasattr(rank, "indexed_prefix")
-                                              for w in workers for rank in w.ranks))
+                                              for w in workers for rank in w.ranks),
+                             native=_native_core.BACKEND == "c")
         for worker in workers:
             self.by_id[worker.worker_id] = worker
             self.active.append(worker)
@@ -66,6 +75,10 @@ class Router:
         stands_for = own.get("UNPINNED_PLACE")
         unpinned = stands_for is not None and stands_for is own.get("place")
         self._unpinned = self.policy.policy.place_unpinned if unpinned else None
+        policy = self.policy.policy
+        self._native = policy if getattr(policy, "NATIVE_ROUTER", False) else None
+        # without a pending queue a C router takes prefill completions and terminals at once
+        self._native_direct = self._native is not None and not policy.holds_requests
 
     @property
     def observes_engine(self):
@@ -105,6 +118,9 @@ class Router:
         if not self.active and self.kind != "agg" and self._parks():
             self.parked.append((request, dp_rank))
             return False
+        native = self._native
+        if native is not None:
+            return self._place_native(native, request, now_ms)
         answer = self.policy.place(_Routed(request, dp_rank, now_ms, self.block_size))
         if type(answer) is tuple and len(answer) == 2:   # the usual answer, checked inline
             worker_id, dp_rank = answer
@@ -118,6 +134,27 @@ class Router:
             self.queued[request.uuid] = (request, now_ms)
             return False
         self._route(request, answer, now_ms, None)
+        if self._released:
+            self.flush(now_ms)
+        return True
+
+    def _place_native(self, native, request, now_ms):
+        if not native.place_simulated(request, now_ms, self.block_size):
+            self.queued[request.uuid] = (request, now_ms)
+            return False
+        view = native._view
+        worker_id, dp_rank = view.worker_id, view.dp_rank
+        worker = self._active_ids[worker_id]
+        rank = worker.ranks[dp_rank]
+        selected, best = view.overlap, view.best_overlap
+        # route_entry's, for a Placement with its overlaps
+        request.route = {"pool": self.kind, "logical_worker_id": worker_id,
+                         "scheduler_id": rank.scheduler_id, "dp_rank": rank.dp_rank,
+                         "reported_overlap_tokens": selected * self.block_size,
+                         "selected_overlap_blocks": selected,
+                         "best_available_overlap_blocks": best,
+                         "overlap_regret_blocks": best - selected}
+        self.deliver(request, worker, dp_rank, now_ms)
         if self._released:
             self.flush(now_ms)
         return True
@@ -181,20 +218,30 @@ class Router:
 
     # ------------------------------------------------------------------ notifications
     def kv_stored(self, rank, hashes, now_ms):
-        self.policy.notify("on_kv_stored", self.scheduler_view(rank), hashes, now_ms)
+        if self._native is not None:
+            self._native.kv_event(rank.worker_idx, rank.dp_rank, True, hashes, now_ms)
+        else:
+            self.policy.notify("on_kv_stored", self.scheduler_view(rank), hashes, now_ms)
 
     def kv_removed(self, rank, hashes, now_ms):
-        self.policy.notify("on_kv_removed", self.scheduler_view(rank), hashes, now_ms)
+        if self._native is not None:
+            self._native.kv_event(rank.worker_idx, rank.dp_rank, False, hashes, now_ms)
+        else:
+            self.policy.notify("on_kv_removed", self.scheduler_view(rank), hashes, now_ms)
 
     def prefill_completed(self, uuid, now_ms):
-        if self._batch is not None:
+        if self._native_direct:
+            self._native.on_prefill_completed(uuid, now_ms)
+        elif self._batch is not None:
             self._batch.append((uuid, "on_prefill_completed"))
         else:
             self.policy.notify("on_prefill_completed", uuid, now_ms)
 
     def terminal(self, uuid, now_ms):
         if self.wants_terminal:
-            if self._batch is not None:
+            if self._native_direct:
+                self._native.on_terminal(uuid, now_ms)
+            elif self._batch is not None:
                 self._batch.append((uuid, "on_terminal"))
             else:
                 self.policy.notify("on_terminal", uuid, now_ms)
@@ -208,9 +255,16 @@ class Router:
     def end_pass(self, now_ms):
         batch, order = self._batch, self._order
         self._batch = self._order = None
+        if not batch:
+            return
         if len(batch) > 1:
             last = len(order) + len(batch)
             batch.sort(key=lambda signal: order.get(signal[0], last))
+        native = self._native
+        if native is not None:
+            for uuid, method in batch:
+                getattr(native, method)(uuid, now_ms)
+            return
         for uuid, method in batch:
             self.policy.notify(method, uuid, now_ms)
 

@@ -50,13 +50,13 @@ from aisimulate_core.placement import (
     WorkerView,
 )
 from aisimulate_placement.kv_router_config import parse_kv_router_config
+# DEFAULT_MAX_BATCHED_TOKENS: the reference's budget for a worker that reports no
+# max_num_batched_tokens (such a worker is practically never busy), shared with the C router
+from aisimulate_placement.kv_router_native import (DEFAULT_MAX_BATCHED_TOKENS, NO_ENDPOINTS,
+                                                   NativeKvRouter, native_refusal)
 from aisimulate_placement.kv_router_queue import PendingQueue, QueuedRequest
 from aisimulate_placement.kv_router_state import LaggedEvents, SchedulerState
 
-# The reference's budget for a worker that reports no max_num_batched_tokens (its
-# DEFAULT_MAX_BATCHED_TOKENS): such a worker is practically never busy.
-DEFAULT_MAX_BATCHED_TOKENS = 10_000_000
-NO_ENDPOINTS = "placement policy error: no endpoints available to route work"
 
 
 class Decision(NamedTuple):
@@ -77,6 +77,15 @@ class KvRouter(PlacementPolicy):
     NAME = "kv_router"
     CONFIG_KEYS = None
     OBSERVES = frozenset({"kv_events", "prefill", "terminal"})
+
+    def __new__(cls, config: dict, pool: PoolView) -> Any:
+        # the router in C (kv_router_native.py) when it decides exactly as this class would;
+        # a subclass (which may change how it decides) stays in Python
+        if cls is KvRouter or cls is KvAware:
+            settings = parse_kv_router_config(config).for_pool(pool.kind)
+            if native_refusal(settings, pool) is None:
+                return NativeKvRouter(config, pool, settings, cls.NAME)
+        return object.__new__(cls)
 
     def __init__(self, config: dict, pool: PoolView) -> None:
         super().__init__(config, pool)

@@ -26,7 +26,11 @@ LRU's tail, a completed job its blocks, in ascending hash order):
   storage job wakes an idle worker (it looks up again), even a job submitted after it went
   idle; a wake-up that another worker's job pushed back is slept through (settled on the
   reference: g3_shared_* recorded);
-* a request whose lookup made it wait is looked up again only once a transfer has ended.
+* a request whose lookup made it wait is looked up again only once a transfer has ended;
+* the engine boundary at a pass end (the reference's): this worker's transfers done by then
+  are seen before any pass starts at that time, the boundaries of one instant in worker
+  order; the host jobs submitted before it first (the writes behind the stores among them),
+  then the storage jobs done, then the stores the ending pass submitted if done.
 
 The summary's ``g3_offload`` object counts probes, hits, jobs, bytes and transfer times, as the
 reference's.
@@ -34,11 +38,12 @@ reference's.
 
 from __future__ import annotations
 
+import heapq
 import math
 from weakref import WeakKeyDictionary
 
 from ..kv.offload_tier import ABSENT, PENDING, offload_tier
-from .vllm_offload import VllmOffloadRank
+from .vllm_offload import _D2H, VllmOffloadRank
 
 _READ, _WRITE = 0, 1
 _INF = math.inf
@@ -79,6 +84,7 @@ class Storage:
         self.epoch = 0
         self.writer = {}            # key -> the worker that wrote it
         self.ranks = []             # the ranks using it
+        self.boundaries = []        # (end, worker, dp rank, rank) of passes ended, not seen
         self._order = 0
         self.stats = {"lookup_probes": 0, "lookup_hits": 0, "lookup_pending": 0,
                       "cross_worker_read_blocks": 0, "read": _direction(),
@@ -292,6 +298,8 @@ class VllmG3Rank(VllmOffloadRank):
         self._ended = 0             # transfers ended (host jobs, this rank's storage jobs)
         self._seen = 0              # the storage's epoch when this rank last took its jobs
         self._rewait = None         # the end of the idle wait in flight
+        self._store_at = {}         # id(store keys) -> the pass end that submitted it
+        self._wait_mark = None      # _mark() when the idle wait in flight began
         self._waits = {}            # uuid -> the transfers ended when its lookup made it wait
 
     @staticmethod
@@ -315,15 +323,15 @@ class VllmG3Rank(VllmOffloadRank):
         if self._report is None:
             self._join_report()
         storage = self.storage
+        if storage.boundaries:
+            self._flush_boundaries(now_ms)
         before = storage.epoch, storage._order
         if now_ms == self._rewait:
-            # woken for a transfer end that another worker's job pushed back (the lanes of
-            # cluster_shared): if nothing ended, the worker sleeps on as if never woken
-            ended, seen = self._ended, self._seen
+            # woken for a transfer end that another worker's job pushed back: if nothing
+            # ended since the wait began, the worker sleeps on as if never woken
             self._finish_transfers(now_ms)
             upcoming = self.next_transfer_ms()
-            if self._ended == ended and self.storage.epoch == seen and \
-                    upcoming is not None and upcoming > now_ms:
+            if self._mark() == self._wait_mark and upcoming is not None and upcoming > now_ms:
                 self._idle_wait = self._empty_wait = True
                 self.pass_effect = False
                 self.pass_end_ms = self._rewait = upcoming
@@ -335,6 +343,7 @@ class VllmG3Rank(VllmOffloadRank):
         end = super().schedule(now_ms)
         if self._idle_wait:
             self._rewait = end
+            self._wait_mark = self._mark()
         if storage.shared and (storage.epoch, storage._order) != before:
             self._wake_others(now_ms)
         self._refresh_report()
@@ -366,6 +375,27 @@ class VllmG3Rank(VllmOffloadRank):
             if end is not None:
                 rank._rewait = end
                 sim.queue.push(end, PASS_DONE, (worker.idx << 32) | worker.generation)
+
+    def complete(self):
+        # the engine boundary at the pass end: the transfers done by then are seen before any
+        # pass starts at that time, this worker's or another's, in worker order (settled on
+        # the reference: features_g3/g3_boundary_*)
+        end = self.pass_end_ms
+        super().complete()
+        self.storage.boundaries.append((end, self.worker_idx, self.dp_rank, self))
+
+    def _flush_boundaries(self, now_ms):
+        """The engine boundaries of the storage's ranks due by ``now_ms``, in time and worker
+        order."""
+        storage = self.storage
+        due = [b for b in storage.boundaries if b[0] <= now_ms]
+        storage.boundaries = [b for b in storage.boundaries if b[0] > now_ms]
+        due.sort(key=lambda b: b[:3])
+        for end, _, _, rank in due:
+            before = storage.epoch, storage._order
+            rank._finish_transfers(end)
+            if storage.shared and (storage.epoch, storage._order) != before:
+                rank._wake_others(end)
 
     def _finish_job(self, done, kind, payload):
         self._ended += 1
@@ -412,26 +442,56 @@ class VllmG3Rank(VllmOffloadRank):
         times = [t for t in (host, lane) if t is not None]
         return min(times) if times else None
 
+    def _submit_stores(self, stores, end_ms):
+        super()._submit_stores(stores, end_ms)
+        at = self._store_at
+        for _, keys, _ in stores:
+            at[id(keys)] = end_ms
+
     def _finish_transfers(self, now_ms):
-        # the host jobs done by now; the writes behind the stores among them are submitted
-        # now, when the engine sees them; then this rank's storage jobs done by now
+        """The transfers done by ``now_ms``, as the reference's engine boundary sees them: the
+        host jobs submitted before (the writes behind the stores among them submitted now),
+        then this rank's storage jobs done (a write's host entries unpinned, a read's
+        resident), then the stores the pass ending now submitted, if done (their writes),
+        and the storage jobs again (settled on the reference: features_g3/g3_boundary_order)."""
+        jobs = self._jobs
+        if jobs and jobs[0][0] <= now_ms:
+            due = []
+            while jobs and jobs[0][0] <= now_ms:
+                due.append(heapq.heappop(jobs))
+            at = self._store_at
+            now = []
+            for job in due:
+                if job[2] == _D2H and at.get(id(job[3])) == now_ms:
+                    now.append(job)
+                else:
+                    self._see(job, now_ms)
+            self._take(now_ms)
+            for job in now:
+                self._see(job, now_ms)
+        self._take(now_ms)
+        self._seen = self.storage.epoch
+
+    def _see(self, job, now_ms):
+        done, _, kind, payload = job
+        self._store_at.pop(id(payload), None)
         self._stored = []
-        super()._finish_transfers(now_ms)
+        self._finish_job(done, kind, payload)
         for keys in self._stored:
             self._write(keys, now_ms)
-        storage = self.storage
-        for done, job in storage.take_completed(self._owner, now_ms):
+
+    def _take(self, now_ms):
+        for done, job in self.storage.take_completed(self._owner, now_ms):
             self._ended += 1
             keys = job[_KEYS]
             if job[_DIR] == _WRITE:
                 self.host.unpin(keys, shared=True)
             else:
                 self.host.complete(keys, shared=True)
-        self._seen = storage.epoch
 
     # ------------------------------------------------------------------ writes
     def _stored_hook(self, done_ms, keys):
-        self._stored.append(keys)
+        self._stored.append(keys)           # its write is submitted now
 
     def _write(self, keys, now_ms):
         written = self.storage.submit(self._owner, self._worker, _WRITE, keys, now_ms)

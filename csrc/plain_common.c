@@ -65,11 +65,19 @@ static int activate(plain_sessions *p, double now_ms)
     return AISIM_OK;
 }
 
+static int advance_arrival(plain_sessions *p);
+
 /* sessions.SessionDriver._push_next_start: the next timed session's first turn joins. */
 static int push_next_start(plain_sessions *s)
 {
     if (s->next_start >= s->sessions)
         return AISIM_OK;
+    if (s->turns_each) {   /* SyntheticSessions.start_order: first_arrivals in session order */
+        int64_t index = s->next_start++;
+        PLAIN_TRY(plain_heap_push(&s->turns, s->next_arrival, index << 32, 0));
+        s->made = s->next_start;   /* (advance_arrival's count of the starts taken) */
+        return advance_arrival(s);
+    }
     int64_t index = s->start_order[s->next_start++];
     return plain_heap_push(&s->turns, s->start_ms[index], index << 32, 0);
 }
@@ -90,12 +98,19 @@ int plain_sessions_start(plain_sessions *s)
     if (s->arrival_rng && aisim_rng_view_of(s->arrival_rng, &s->arrival_view) != AISIM_OK)
         return AISIM_EINVAL;
     if (s->arrivals == AISIM_PLAIN_TRACE) {
-        if (!s->turn_base || !s->turn_delay || s->sessions >= INT32_MAX)
+        if ((!s->turns_each && (!s->turn_base || !s->turn_delay)) || s->sessions >= INT32_MAX ||
+            s->turns_each < 0 || s->turns_each > INT32_MAX)
             return AISIM_EINVAL;
         if (s->trace_closed)
             return trace_activate(s, 0.0);
-        if (!s->start_order || !s->start_ms)
+        if (s->turns_each) {
+            if (s->start_kind < AISIM_PLAIN_POISSON || s->start_kind > AISIM_PLAIN_BURST ||
+                (s->start_kind == AISIM_PLAIN_POISSON && !s->arrival_rng))
+                return AISIM_EINVAL;
+            s->next_arrival = 0.0;
+        } else if (!s->start_order || !s->start_ms) {
             return AISIM_EINVAL;
+        }
         s->next_pending = s->sessions;
         return push_next_start(s);
     }
@@ -132,10 +147,11 @@ static int advance_arrival(plain_sessions *p)
         p->next_arrival = INFINITY;
         return AISIM_OK;
     }
-    if (p->arrivals == AISIM_PLAIN_POISSON) {
+    int32_t kind = p->arrivals == AISIM_PLAIN_TRACE ? p->start_kind : p->arrivals;
+    if (kind == AISIM_PLAIN_POISSON) {
         PLAIN_TRY(aisim_rng_exponential(p->arrival_rng, p->gap_ms));
         t += p->arrival_view->last_f64;
-    } else if (p->arrivals == AISIM_PLAIN_CONSTANT) {
+    } else if (kind == AISIM_PLAIN_CONSTANT) {
         t += p->gap_ms;
     } else {
         t = 0.0;
@@ -153,9 +169,11 @@ int plain_sessions_pop(plain_sessions *p, double now_ms, int64_t *index, int32_t
             plain_event e = plain_heap_pop(&p->turns);
             *index = e.key >> 32;
             *turn = (int32_t)(e.key & 0xFFFFFFFF);
-            p->made++;
-            if (*turn == 0 && !p->trace_closed)
-                return push_next_start(p);
+            if (*turn == 0) {
+                p->first_turns++;
+                if (!p->trace_closed)
+                    return push_next_start(p);
+            }
         }
         return AISIM_OK;
     }
@@ -180,10 +198,16 @@ int plain_sessions_pop(plain_sessions *p, double now_ms, int64_t *index, int32_t
 int plain_sessions_terminal(plain_sessions *s, int64_t index, int32_t turn, double end_ms)
 {
     if (s->arrivals == AISIM_PLAIN_TRACE) {   /* SessionDriver.on_terminal */
-        int64_t next = s->turn_base[index] + turn + 1;
-        if (next < s->turn_base[index + 1])
-            return plain_heap_push(&s->turns, end_ms + s->turn_delay[next],
-                                   (index << 32) | (int64_t)(turn + 1), 0);
+        if (s->turns_each) {
+            if (turn + 1 < s->turns_each)
+                return plain_heap_push(&s->turns, end_ms + s->inter_delay_ms,
+                                       (index << 32) | (int64_t)(turn + 1), 0);
+        } else {
+            int64_t next = s->turn_base[index] + turn + 1;
+            if (next < s->turn_base[index + 1])
+                return plain_heap_push(&s->turns, end_ms + s->turn_delay[next],
+                                       (index << 32) | (int64_t)(turn + 1), 0);
+        }
         if (!s->trace_closed)
             return AISIM_OK;
         s->active--;
@@ -238,6 +262,25 @@ int plain_prompt_ranges(plain_prompts *pr, int64_t index, uint32_t *ranges, size
         k = 1;
     }
     *n = plain_fresh_ranges(pr, index * pr->own, pr->own, ranges, k);
+    return AISIM_OK;
+}
+
+int plain_session_ranges(plain_prompts *pr, int64_t index, int32_t turn, int64_t turns,
+                         uint32_t *ranges, size_t *n)
+{
+    size_t k = 0;
+    if (pr->shape_rng) {
+        if (turn == 0) {   /* SyntheticSessions._make: the session's draw_prefix */
+            PLAIN_TRY(plain_prompt_ranges(pr, 0, ranges, n));   /* (its group range) */
+            PLAIN_TRY(plain_grow((void **)&pr->groups_of, &pr->groups_cap, (size_t)index + 1,
+                                 sizeof *pr->groups_of));
+            pr->groups_of[index] = ranges[0];
+        }
+        ranges[0] = pr->groups_of[index];
+        ranges[1] = (uint32_t)pr->shared;
+        k = 1;
+    }
+    *n = plain_fresh_ranges(pr, (index * turns + turn) * pr->own, pr->own, ranges, k);
     return AISIM_OK;
 }
 
@@ -699,6 +742,19 @@ size_t plain_bisect_left(const double *ends, size_t n, double t)
             lo = mid + 1;
         else
             hi = mid;
+    }
+    return lo;
+}
+
+size_t plain_bisect_right(const double *ends, size_t n, double t)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t < ends[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     return lo;
 }

@@ -61,6 +61,14 @@ typedef struct plain_sessions {
     int64_t next_start;         /* timed: the next of start_order to join the heap */
     int32_t trace_closed;       /* trace: closed loop of max_sessions sessions */
     plain_heap turns;
+    /* synthetic sessions (turns_each > 0: synthetic.SyntheticSessions, that many turns each, every
+     * one after the first inter_delay_ms after its predecessor's terminal; turn_base and
+     * turn_delay unused): timed ones start at first_arrivals' times (arrivals' kind in
+     * start_kind, next_arrival the start of session next_start) */
+    int64_t turns_each;
+    double inter_delay_ms;
+    int32_t start_kind;
+    int64_t first_turns;        /* sessions whose first turn was made */
 } plain_sessions;
 
 /* The sessions of a run from its start (the fields above arrivals..arrival_rng set). */
@@ -86,6 +94,8 @@ typedef struct plain_prompts {
     int64_t groups;
     aisim_rng *shape_rng;   /* NULL: ungrouped */
     const aisim_rng_view *shape_view;
+    uint32_t *groups_of;    /* synthetic sessions: each one's prefix's first id */
+    size_t groups_cap;
 } plain_prompts;
 
 /* SyntheticSessions._fresh_ranges of `count` fresh blocks from block `offset` into ranges
@@ -95,6 +105,10 @@ size_t plain_fresh_ranges(const plain_prompts *p, int64_t offset, int64_t count,
 /* Session `index`'s prompt as (first, count) pairs into ranges[8] (drawing its group from
  * shape_rng); *n the pairs written. */
 int plain_prompt_ranges(plain_prompts *pr, int64_t index, uint32_t *ranges, size_t *n);
+/* SyntheticSessions' prompt of turn `turn` of session `index` (of `turns` each): its group
+ * prefix (drawn at its first turn, kept in pr->groups_of) then its own fresh blocks. */
+int plain_session_ranges(plain_prompts *pr, int64_t index, int32_t turn, int64_t turns,
+                         uint32_t *ranges, size_t *n);
 
 /* ------------------------------------------------------------ requests and the summary */
 
@@ -193,8 +207,9 @@ int plain_history_take_slot(plain_history *h, int32_t slot, int64_t uuid);
 int plain_history_passes(plain_history *h, const double *ends, size_t n);
 /* the breaks between the b stretches st[0..2b) of a finished request */
 int plain_history_breaks(plain_history *h, const int64_t *st, int64_t b);
-/* bisect_left of t in ends[0..n) */
+/* bisect_left and bisect_right of t in ends[0..n) */
 size_t plain_bisect_left(const double *ends, size_t n, double t);
+size_t plain_bisect_right(const double *ends, size_t n, double t);
 
 /* records.token_times of a finished request's stretches st[0..2n) over pass end times ends */
 void plain_token_times(const double *ends, plain_entry *e, const int64_t *st, int64_t n);

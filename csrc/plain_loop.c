@@ -63,6 +63,7 @@ struct aisim_plain {
     plain_sessions sess;
     plain_prompts prompts;
     plain_requests req;     /* requests by uuid and the summary */
+    double passes_started_at;   /* the instant passes last started (-INFINITY: never) */
     /* the livelock guard */
     double spin_t;
     int64_t spins;
@@ -113,12 +114,15 @@ static int submit(aisim_plain *p, rank_state *w, int64_t index, int32_t turn, in
     size_t k = 0;
     int64_t prompt_len = c->isl, max_output = c->osl, out_limit, g = 0;
     uint64_t salt = (uint64_t)uuid * GOLDEN;
-    int trace = c->arrivals == AISIM_PLAIN_TRACE;
+    int trace = c->arrivals == AISIM_PLAIN_TRACE && !c->turns_per_session;
     int slot;
     if (trace) {
         g = c->turn_base[index] + turn;
         prompt_len = c->turn_input[g];
         max_output = c->turn_output[g];
+    } else if (c->turns_per_session) {
+        TRY(plain_session_ranges(&p->prompts, index, turn, c->turns_per_session, p->ranges,
+                                 &k));
     } else {
         TRY(plain_prompt_ranges(&p->prompts, index, p->ranges, &k));
     }
@@ -295,8 +299,10 @@ static int complete_pass(aisim_plain *p, worker *w)
 }
 
 /* Worker.truncate: an arrival at arrival_ms meets the extended pass in flight (a group's
- * passes are never extended). */
-static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms)
+ * passes are never extended). `started`: it comes in a later round of an instant whose
+ * passes started already, so a pass ending exactly then does not take it (RankBase.
+ * truncate's bisect_right). */
+static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms, int started)
 {
     worker *w = &p->workers[wi];
     rank_state *r = &w->ranks[0];
@@ -304,7 +310,8 @@ static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms)
     double end;
     if (w->n_ranks > 1 || r->n_ends <= 1)
         return AISIM_OK;
-    lo = plain_bisect_left(r->ends, r->n_ends, arrival_ms);
+    lo = started ? plain_bisect_right(r->ends, r->n_ends, arrival_ms)
+                 : plain_bisect_left(r->ends, r->n_ends, arrival_ms);
     if (lo < r->n_ends - 1)
         r->n_ends = lo + 1;
     end = r->ends[r->n_ends - 1];
@@ -338,7 +345,7 @@ static int arrive(aisim_plain *p, int64_t index, int32_t turn, double now_ms)
     p->view.arrived++;
     p->view.in_flight++;
     if (w->busy)
-        return truncate_pass(p, wi, now_ms);
+        return truncate_pass(p, wi, now_ms, now_ms == p->passes_started_at);
     w->dirty = 1;
     return AISIM_OK;
 }
@@ -390,6 +397,7 @@ static int start_passes(aisim_plain *p, double t)
         if (!w->dirty)
             continue;
         w->dirty = 0;
+        p->passes_started_at = t;   /* Simulation._passes_started_at (a step with work) */
         if (w->busy)
             continue;
         if (isnan(horizon))
@@ -452,6 +460,7 @@ static void refresh_view(aisim_plain *p)
     v->active = s->active;
     v->next_pending = s->next_pending;
     v->next_start = s->next_start;
+    v->sessions_made = s->first_turns;
     for (size_t i = 0; p->cfg.rank_cursors_out && i < p->cfg.n_workers; i++)
         p->cfg.rank_cursors_out[i] = p->workers[i].rank_cursor;
     v->next_arrival_ms = plain_sessions_closed(s) ? INFINITY : s->next_arrival;
@@ -552,7 +561,8 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
         (config->shape_rng && config->groups < 1) || config->rr_cursor < 0 ||
         config->sessions > INT64_MAX / (config->own + 1) || config->livelock_passes < 1 ||
         config->progress_every < 0 || config->records_every < 0 ||
-        (config->arrivals == AISIM_PLAIN_TRACE &&
+        config->turns_per_session < 0 ||
+        (config->arrivals == AISIM_PLAIN_TRACE && !config->turns_per_session &&
          (!config->turn_base || !config->turn_input || !config->turn_output ||
           !config->turn_delay || !config->ids_off || !config->ids || config->max_input < 1 ||
           config->max_input > INT64_MAX - config->trace_block ||
@@ -607,7 +617,10 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
     p->req.records.rest_from = SIZE_MAX;
     p->req.records.first_ms = NAN;
     p->n_last = SIZE_MAX;
-    if (config->arrivals == AISIM_PLAIN_TRACE) {
+    p->sess.turns_each = config->arrivals == AISIM_PLAIN_TRACE ? config->turns_per_session : 0;
+    p->sess.inter_delay_ms = config->inter_turn_delay_ms;
+    p->sess.start_kind = config->start_kind;
+    if (config->arrivals == AISIM_PLAIN_TRACE && !config->turns_per_session) {
         size_t runs = (size_t)((config->max_input + config->trace_block - 1) /
                                config->trace_block), i;
         p->lengths = malloc(runs * sizeof *p->lengths);
@@ -632,6 +645,7 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
     p->req.sla_itl_ms = config->sla_itl_ms;
     p->req.sla_e2e_ms = config->sla_e2e_ms;
     p->spin_t = -1.0;
+    p->passes_started_at = -INFINITY;
     p->view.rr_cursor = config->rr_cursor;
     p->view.stuck_worker = -1;
     {
@@ -660,6 +674,7 @@ int aisim_plain_free(aisim_plain *p)
     free(p->ranks);
     free(p->workers);
     free(p->lengths);
+    free(p->prompts.groups_of);
     free(p->heap.items);
     plain_sessions_free(&p->sess);
     plain_requests_free(&p->req);

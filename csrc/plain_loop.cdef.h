@@ -68,6 +68,15 @@ typedef struct aisim_plain_config {
     const int64_t *start_order;
     const double *start_ms;
     int64_t max_input;          /* the longest turn_input */
+    /* synthetic sessions of turns_per_session turns (AISIM_PLAIN_TRACE with it > 0:
+     * synthetic.SyntheticSessions; no turn arrays): each turn's prompt is its session's
+     * group prefix (drawn at its first turn) then `own` fresh blocks from fresh_base +
+     * (session * turns_per_session + turn) * own, isl and osl long; each turn after the
+     * first inter_turn_delay_ms after its predecessor's terminal; timed sessions start as
+     * arrivals of kind start_kind (gap_ms, arrival_rng) would */
+    int64_t turns_per_session;
+    double inter_turn_delay_ms;
+    int32_t start_kind;
     /* per-request records: gathered when keep_records (aisim_plain_records), handed over
      * (AISIM_PLAIN_RECORDS) once records_every are gathered (0: no bound), or once the oldest
      * gathered settled records_lag_ms of simulated time ago (0: no bound); else at the end */
@@ -120,6 +129,7 @@ typedef struct aisim_plain_view {
     int64_t active;             /* closed loop: sessions started and not ended */
     int64_t next_pending;       /* closed loop: the next session to become ready */
     int64_t next_start;         /* timed trace: the sessions of start_order started */
+    int64_t sessions_made;      /* trace: the sessions whose first turn was made */
     int64_t rr_cursor;
     int64_t totals_completed;
     int64_t input_tokens;

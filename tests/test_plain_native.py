@@ -229,6 +229,40 @@ def test_random_trace_runs_match_the_python_loop(monkeypatch, counted, tmp_path)
     assert ran > cases * 0.95
 
 
+def test_random_synthetic_session_runs_match_the_python_loop(monkeypatch, counted):
+    # synthetic sessions of several turns (SyntheticSessions behind the session driver), by
+    # timestamps or closed loop, with think times, prefix groups, records off, kept or streamed
+    rng = random.Random(20261204)
+    ran = 0
+    cases = 120
+    for case in range(cases):
+        payload = _payload(rng)
+        traffic = payload["traffic"]
+        traffic["source_type"] = "synthetic-session"
+        traffic["turns_per_session"] = rng.randint(1, 4)
+        traffic["request_count"] = max(1, traffic["request_count"] // 2)
+        if rng.random() < 0.6:
+            traffic["inter_turn_delay_ms"] = rng.choice([0.0, 2.5, 40.0])
+        draw = rng.random()
+        payload["spec"]["record_per_request"] = draw < 0.3
+        ran += _both_ways(monkeypatch, counted, payload, on_record=0.3 <= draw < 0.45)
+    assert ran > cases * 0.95
+
+
+def test_an_arrival_in_a_later_round_of_an_instant_waits_for_the_pass_started_then(
+        monkeypatch, counted):
+    # features_agentic/concurrency_late_arrival_at_pass_end (recorded on the reference): a
+    # zero-time rejection at 30 frees the closed loop's slot; the request placed then, in a
+    # later round of the instant, waits for the pass its worker started at 30 (admitted at 35)
+    from pathlib import Path
+    folder = Path(__file__).resolve().parent / "fixtures" / "features_agentic"
+    payload = json.loads((folder / "concurrency_late_arrival_at_pass_end.json").read_text())
+    payload["traffic"]["trace_path"] = str(folder / "concurrency_late_arrival_at_pass_end.jsonl")
+    assert _both_ways(monkeypatch, counted, payload) == 1
+    fast = _report(payload)
+    assert fast["per_request"][-1]["first_admit_ms"] == 35.0
+
+
 def test_a_streamed_run_hands_records_over_as_it_goes(monkeypatch, counted):
     # more records than one hand-over holds: the sink hears them while the run goes on (in
     # batches of RECORDS_EVERY), in the Python loop's order

@@ -34,6 +34,7 @@ from ..report import RequestRecord
 from ..workload.one_turn import OneTurnDriver
 from ..workload.rng import CStdRng, StdRng
 from ..workload.sessions import SessionDriver
+from ..workload.synthetic import SyntheticSessions
 from ..workload.trace import Session
 from .worker import Worker
 
@@ -104,11 +105,45 @@ def _driver_reason(driver):
             if not (math.isfinite(gap) and gap > 0.0):
                 return "an arrival gap that is not positive and finite"
     else:
-        k = min(driver.max_sessions, driver.total)
-        if driver._active != k or driver._next_pending != k or \
-                sorted(driver._heap) != [(0.0, i, 0) for i in range(k)]:
+        if _closed_loop_started(driver, driver.total):
             return "the closed loop has started"
     if not 1 <= resolved.isl or resolved.osl < 0 or resolved.block_size < 1:
+        return "lengths"
+    return None
+
+
+def _closed_loop_started(driver, count):
+    """Whether a closed-loop driver of ``count`` sessions moved from its first ones at 0."""
+    k = min(driver.max_sessions, count)
+    return driver._active != k or driver._next_pending != k or \
+        sorted(driver._heap) != [(0.0, i, 0) for i in range(k)]
+
+
+def _synthetic_sessions_reason(driver):
+    """Why the session driver's synthetic sessions cannot run in C (None: they can)."""
+    sessions = driver.sessions
+    resolved = sessions.resolved
+    if sessions._made or sessions._live or driver._histories is not None \
+            or driver._release is None or not isinstance(sessions._rng, CStdRng):
+        return "the driver has started"
+    if not 1 <= sessions.turns < 1 << 31 or sessions.count >= 1 << 31 \
+            or sessions.count * sessions.turns >= 1 << 40:
+        return "a trace too large"
+    heap = driver._heap
+    if driver.max_sessions is None:
+        if heap != ([(0.0, 0, 0)] if sessions.count else []) \
+                or resolved.arrival_kind not in _ARRIVALS:
+            return "arrivals other than poisson, constant rate or burst"
+        if resolved.arrival_kind != "burst":
+            gap = 1000.0 / resolved.arrival_qps
+            if not (math.isfinite(gap) and gap > 0.0):
+                return "an arrival gap that is not positive and finite"
+    else:
+        if _closed_loop_started(driver, sessions.count):
+            return "the closed loop has started"
+    delay = sessions._delay
+    if not 1 <= sessions._isl or sessions._osl < 0 or driver.block_size < 1 \
+            or type(delay) is not float or not (math.isfinite(delay) and delay >= 0.0):
         return "lengths"
     return None
 
@@ -116,6 +151,8 @@ def _driver_reason(driver):
 def _trace_reason(driver):
     """Why the session driver's trace cannot run in C (None: it can)."""
     sessions = driver.sessions
+    if type(sessions) is SyntheticSessions:
+        return _synthetic_sessions_reason(driver)
     if type(sessions) is not list or not sessions or driver._histories is not None \
             or driver._release is not None:
         return "sessions other than a trace's, or accumulated deltas"
@@ -127,9 +164,7 @@ def _trace_reason(driver):
         if len(heap) != 1 or heap[0][2] != 0 or driver._next_pending != len(sessions):
             return "the driver has started"
     else:
-        k = min(driver.max_sessions, len(sessions))
-        if driver._active != k or driver._next_pending != k or \
-                sorted(heap) != [(0.0, i, 0) for i in range(k)]:
+        if _closed_loop_started(driver, len(sessions)):
             return "the closed loop has started"
     try:
         arrays = _trace_arrays(driver)
@@ -250,6 +285,8 @@ def _deployment_reason(sim):
 def _longest_prompt(driver):
     if type(driver) is OneTurnDriver:
         return driver._isl
+    if type(driver.sessions) is SyntheticSessions:
+        return driver.sessions._isl
     if _PREPARED[0] is driver:
         return _PREPARED[1][1]
     return max(turn.input_length for session in driver.sessions for turn in session.turns)
@@ -308,21 +345,33 @@ def run(sim, limit):
 
 
 def _synthetic_config(config, driver, keep):
-    """The one-turn synthetic driver's sessions and prompts into ``config``."""
-    shape = driver._shape
+    """Synthetic sessions (synthetic.SyntheticSessions: one turn each behind the one-turn
+    driver, or several behind the session driver) and their prompts into ``config``."""
+    sessions = type(driver) is SessionDriver
+    shape = driver.sessions if sessions else driver._shape
     resolved = shape.resolved
+    if sessions:
+        config.arrivals = _TRACE
+        config.turns_per_session = shape.turns
+        config.inter_turn_delay_ms = shape._delay
+        config.trace_closed = driver.max_sessions is not None
     if driver.max_sessions is None:
-        config.arrivals = _ARRIVALS[resolved.arrival_kind]
+        kind = _ARRIVALS[resolved.arrival_kind]
+        if sessions:
+            config.start_kind = kind
+        else:
+            config.arrivals = kind
         if resolved.arrival_kind == "poisson_qps":
             arrival_rng = keep["arrival_rng"] = StdRng(resolved.arrival_seed, backend="c")
             config.arrival_rng = arrival_rng._rng
         if resolved.arrival_kind != "burst":
             config.gap_ms = 1000.0 / resolved.arrival_qps
     else:
-        config.arrivals = _CLOSED
+        if not sessions:
+            config.arrivals = _CLOSED
         config.max_sessions = driver.max_sessions
-    config.sessions = driver.total
-    config.isl, config.osl, config.trace_block = driver._isl, driver._osl, driver._block
+    config.sessions = shape.count
+    config.isl, config.osl, config.trace_block = shape._isl, shape._osl, resolved.block_size
     config.own, config.shared, config.fresh_base = shape._own, shape._shared, shape._fresh_base
     config.groups = resolved.num_prefix_groups
     if shape.grouped:
@@ -340,7 +389,7 @@ def _config(sim):
     timer = first.timer
     keep = {}
     config = ffi.new("aisim_plain_config *")
-    if type(driver) is SessionDriver:
+    if type(driver) is SessionDriver and type(driver.sessions) is not SyntheticSessions:
         arrays, longest = _prepared(driver)
         keep.update(arrays)
         config.arrivals = _TRACE
@@ -464,6 +513,9 @@ def _take_trace_state(driver, loop, view):
     keys, ready = ffi.new("int64_t[]", n), ffi.new("double[]", n)
     native.check_status(lib.aisim_plain_ready(loop, keys, ready, n), "aisim_plain_ready")
     driver._heap = [(ready[i], keys[i] >> 32, keys[i] & 0xFFFFFFFF) for i in range(n)]
+    if type(driver.sessions) is SyntheticSessions:
+        # (the sessions still running at a cutoff are not made again: nothing reads them)
+        driver.sessions._made = view.sessions_made
     if driver.max_sessions is None:
         for _ in range(view.next_start - 1):   # (__init__ took the first start)
             next(driver._starts, None)
@@ -485,7 +537,10 @@ class _Records:
         # (pool, worker id, dp rank, scheduler id) of each rank, and its scheduler id
         self.routes = [("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)
                        for rank in ranks]
-        if type(driver) is SessionDriver:
+        if type(driver) is SessionDriver and type(driver.sessions) is SyntheticSessions:
+            self.sessions = None
+            self.synthetic = driver.session_metadata
+        elif type(driver) is SessionDriver:
             self.sessions = driver.sessions if driver.session_metadata else None
             self.synthetic = False
         else:
@@ -548,7 +603,7 @@ class _Records:
             if sessions is not None:
                 session_id, turn_index = sessions[session].session_id, turn
             elif synthetic:
-                session_id, turn_index = f"session_{session}", 0
+                session_id, turn_index = f"session_{session}", turn
             else:
                 session_id = turn_index = None
             route = routes[rank]

@@ -62,9 +62,10 @@ def test_long_state_cache_streams_match_the_python_rank():
 
 def test_the_state_cache_streams_reach_every_path():
     """The cases preempt (LIFO and FIFO), reject (at admission and running requests mid-way),
-    restore from checkpoints, and run decode-only passes several to an event."""
+    restore from checkpoints, and run decode-only passes several to an event, cut by arrivals
+    too (truncating: the passes replayed after a submission admit nothing)."""
     preempted = {"lifo": 0, "fifo": 0}
-    rejected_running = restored = extended = 0
+    rejected_running = restored = extended = truncated = 0
     for seed in range(0, 120):
         rng = random.Random(seed)
         stream = aggregated.random_stream(rng, 30)
@@ -79,10 +80,16 @@ def test_the_state_cache_streams_reach_every_path():
         rng = random.Random(seed)
         stream = aggregated.random_stream(rng, 30)
         engine, _ = with_state(rng, aggregated.random_engine(rng, stream))
-        got, _ = aggregated.drive(NativeVllmRank, engine, seed, stream, False)
-        extended += len(got["pass_ends"]) > len(got["trace"])
-    assert min(*preempted.values(), rejected_running, restored, extended) > 0, (
-        preempted, rejected_running, restored, extended)
+        for truncating in (False, True):
+            got, _ = aggregated.drive(NativeVllmRank, engine, seed, stream, truncating)
+            expected, _ = aggregated.drive(StateCacheRank, engine, seed, stream, truncating)
+            runs = len(got["pass_ends"]) > len(got["trace"])
+            extended += runs
+            truncated += runs and truncating
+            assert got["records"] == expected["records"], seed
+            assert got["pass_ends"] == expected["pass_ends"], seed
+    assert min(*preempted.values(), rejected_running, restored, extended, truncated) > 0, (
+        preempted, rejected_running, restored, extended, truncated)
 
 
 def test_the_c_rank_takes_state_cache():

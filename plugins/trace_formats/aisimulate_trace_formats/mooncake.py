@@ -17,7 +17,7 @@ import msgspec
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
-from .rows import (I32, U32, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64,
+from .rows import (I32, U32, U64_MAX, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64,
                    decode_all, decode_rows, fail, first_of, model_block_size, row_decoder,
                    small_file)
 
@@ -64,7 +64,8 @@ class MooncakeBuilder:
             fail(where, "hash_ids", "is required")
         if output_length is None:
             fail(where, "output_length", "is required")
-        check_u64(where, "hash_ids", hash_ids)
+        if hash_ids and max(hash_ids) > U64_MAX:
+            check_u64(where, "hash_ids", hash_ids)
         capacity = len(hash_ids) * self.block_size
         if input_length is None:
             input_length = capacity
@@ -89,6 +90,14 @@ class MooncakeBuilder:
             self._history[index] = prompt + output_length
         if not session.turns:
             delay_ms = 0.0 if delay is None else delay  # the core rejects a non-zero one
+            if output_token_ids is None and not priority and not strict_priority \
+                    and policy_class is None:
+                # the usual row: a session's first turn, nothing optional (Turn's defaults)
+                session.turns.append(Turn(input_length, output_length, self.intern(hash_ids),
+                                          delay_ms, where=where))
+                if timestamp is not None:
+                    self._last_timestamp[index] = timestamp
+                return
         elif delay is not None:
             delay_ms = delay
         elif timestamp is not None:

@@ -106,6 +106,9 @@ struct aisim_kvr {
     /* lagged events, oldest first from head */
     kvr_event *events;
     size_t events_head, events_len, events_cap;
+    /* a prompt hashed here (aisim_kvr_place_runs) */
+    uint64_t *prompt;
+    size_t prompt_cap;
     /* releases of the latest call */
     int64_t *released;
     size_t n_released, released_cap;
@@ -689,6 +692,7 @@ int aisim_kvr_free(aisim_kvr *r)
     free(r->heap);
     free(r->events);
     free(r->released);
+    free(r->prompt);
     free(r->log_ints);
     free(r->log_doubles);
     free(r->log_costs);
@@ -792,6 +796,31 @@ int aisim_kvr_place(aisim_kvr *r, int64_t uuid, int64_t isl, const uint64_t *has
     return status < 0 ? status : AISIM_KVR_PLACED;
 }
 
+int aisim_kvr_place_runs(aisim_kvr *r, int64_t uuid, int64_t isl, const uint32_t *values,
+                         const uint32_t *lengths, size_t n_runs, double now_ms,
+                         int64_t priority, int64_t strict_priority)
+{
+    uint64_t total = 0;
+    size_t i, blocks;
+    int written;
+    if (!r || ((!values || !lengths) && n_runs) || isl < 0 || r->cfg.block_size > UINT32_MAX)
+        return AISIM_EINVAL;
+    for (i = 0; i < n_runs; i++)
+        total += lengths[i];
+    blocks = (size_t)(total / (uint64_t)r->cfg.block_size);
+    TRY(grow((void **)&r->prompt, &r->prompt_cap, blocks ? blocks : 1, sizeof *r->prompt));
+    written = aisim_hash_block_runs(values, lengths, n_runs, (uint32_t)r->cfg.block_size, 0, 0,
+                                    r->prompt, blocks);
+    if (written < 0)
+        return written;
+    /* the prompt's full blocks (runtime/router.py's _hashes: the first isl / block_size) */
+    blocks = (size_t)written;
+    if ((int64_t)blocks > isl / r->cfg.block_size)
+        blocks = (size_t)(isl / r->cfg.block_size);
+    return aisim_kvr_place(r, uuid, isl, r->prompt, blocks, now_ms, priority, strict_priority,
+                           NULL);
+}
+
 int aisim_kvr_kv_event(aisim_kvr *r, int64_t worker_id, int64_t dp_rank, int32_t stored,
                        const uint64_t *hashes, size_t n, double now_ms)
 {
@@ -834,7 +863,7 @@ int aisim_kvr_prefill_done(aisim_kvr *r, int64_t uuid, double now_ms)
     }
     TRY(drain(r, now_ms));
     refresh_view(r);
-    return AISIM_OK;
+    return (int)r->view.n_released;
 }
 
 int aisim_kvr_terminal(aisim_kvr *r, int64_t uuid, double now_ms)
@@ -865,7 +894,7 @@ int aisim_kvr_terminal(aisim_kvr *r, int64_t uuid, double now_ms)
     }
     TRY(drain(r, now_ms));
     refresh_view(r);
-    return AISIM_OK;
+    return (int)r->view.n_released;
 }
 
 int aisim_kvr_drain(aisim_kvr *r, double now_ms)
@@ -875,7 +904,7 @@ int aisim_kvr_drain(aisim_kvr *r, double now_ms)
     r->n_released = 0;
     TRY(drain(r, now_ms));
     refresh_view(r);
-    return AISIM_OK;
+    return (int)r->view.n_released;
 }
 
 int aisim_kvr_worker_removed(aisim_kvr *r, int64_t worker_id, int64_t dp_size, double now_ms)
@@ -901,7 +930,7 @@ int aisim_kvr_worker_removed(aisim_kvr *r, int64_t worker_id, int64_t dp_size, d
     r->events_len = kept;
     TRY(drain(r, now_ms));
     refresh_view(r);
-    return AISIM_OK;
+    return (int)r->view.n_released;
 }
 
 int aisim_kvr_queued_uuids(const aisim_kvr *r, int64_t *out, size_t cap)

@@ -85,9 +85,15 @@ int aisim_kvr_set_candidates(aisim_kvr *r, const int64_t *worker_ids, const int6
 int aisim_kvr_place(aisim_kvr *r, int64_t uuid, int64_t isl, const uint64_t *hashes, size_t n,
                     double now_ms, int64_t priority, int64_t strict_priority,
                     const int64_t *overlaps);
+/* aisim_kvr_place of a prompt given as n_runs runs of values[i] repeated lengths[i] times,
+ * hashed here (aisim_hash_block_runs, no parent): its first isl / block_size block hashes. */
+int aisim_kvr_place_runs(aisim_kvr *r, int64_t uuid, int64_t isl, const uint32_t *values,
+                         const uint32_t *lengths, size_t n_runs, double now_ms,
+                         int64_t priority, int64_t strict_priority);
 /* KV events of scheduler (worker_id, dp_rank): stored (1) or removed (0) */
 int aisim_kvr_kv_event(aisim_kvr *r, int64_t worker_id, int64_t dp_rank, int32_t stored,
                        const uint64_t *hashes, size_t n, double now_ms);
+/* The notifications return how many requests they released (the view's released). */
 int aisim_kvr_prefill_done(aisim_kvr *r, int64_t uuid, double now_ms);
 int aisim_kvr_terminal(aisim_kvr *r, int64_t uuid, double now_ms);
 /* after a worker became ready or started draining (the candidates set already) */

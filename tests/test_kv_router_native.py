@@ -16,6 +16,7 @@ from aisimulate_core.errors import AisimError
 from aisimulate_core.placement import QUEUED, PlacementRequest, PoolView, SchedulerView, WorkerView
 from aisimulate_placement import KvRouter
 from aisimulate_placement import kv_router as kv_router_module
+from aisimulate_placement.kv_router_config import settings_for_pool
 from aisimulate_placement.kv_router_native import NativeKvRouter
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
@@ -40,7 +41,9 @@ class Side:
         self.dp_size = dp_size
         self.worker_ids = list(workers)
         self.refresh()
-        self.router = KvRouter(config, self.pool)
+        # the C router built directly: the comparison runs on either backend
+        self.router = (NativeKvRouter(config, self.pool, settings_for_pool(config, kind))
+                       if native_pool else KvRouter(config, self.pool))
         self.router.decisions = []
 
     def refresh(self):
@@ -172,11 +175,21 @@ def test_random_streams_decide_alike_in_c_and_in_python():
     assert decisions > 3000 and releases > 100
 
 
+on_c_backend = pytest.mark.skipif(native.BACKEND != "c",
+                                  reason="AISIMULATE_BACKEND=python: the Python router runs")
+
+
+@on_c_backend
 def test_the_c_router_stands_in_only_where_it_decides_alike():
     pool = PoolView("agg", native=True)
     assert type(KvRouter({}, pool)) is NativeKvRouter
     assert type(KvRouter({"router_temperature": 0.5}, pool)) is KvRouter
     assert type(KvRouter({}, PoolView("agg"))) is KvRouter   # a hand-made view: Python
+
+
+def test_the_python_backend_keeps_the_python_router(monkeypatch):
+    monkeypatch.setattr(native, "BACKEND", "python")
+    assert type(KvRouter({}, PoolView("agg", native=True))) is KvRouter
 
 
 # ---------------------------------------------------------------------- whole simulations
@@ -227,6 +240,7 @@ def outcome(payload):
     return summary, records
 
 
+@on_c_backend
 def test_random_simulations_give_the_same_records_with_the_c_router(tmp_path, monkeypatch):
     built = []
     original = NativeKvRouter.__init__

@@ -33,7 +33,8 @@ class Router:
                  "queued", "_released", "wants_kv", "wants_index", "wants_prefill",
                  "wants_terminal",
                  "_views", "_label", "_batch", "_order", "_active_ids", "parked", "_unpinned",
-                 "_native", "_native_direct")
+                 "_native", "_native_direct", "_kvr", "_kvr_prefill", "_kvr_terminal",
+                 "wants_order")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
                  deliver=None):
@@ -77,8 +78,16 @@ class Router:
         self._unpinned = self.policy.policy.place_unpinned if unpinned else None
         policy = self.policy.policy
         self._native = policy if getattr(policy, "NATIVE_ROUTER", False) else None
-        # without a pending queue a C router takes prefill completions and terminals at once
+        # without a pending queue a C router takes prefill completions and terminals at once,
+        # straight into C (no candidate changes matter to them: nothing is released)
         self._native_direct = self._native is not None and not policy.holds_requests
+        if self._native_direct:
+            lib = _native_core.lib
+            self._kvr = policy._r
+            self._kvr_prefill, self._kvr_terminal = lib.aisim_kvr_prefill_done, lib.aisim_kvr_terminal
+        # whether a pass's prefill completions and terminals must reach the policy in the
+        # pass's running order (begin_pass / end_pass): only when releases can follow them
+        self.wants_order = (self.wants_prefill or self.wants_terminal) and not self._native_direct
 
     @property
     def observes_engine(self):
@@ -231,7 +240,9 @@ class Router:
 
     def prefill_completed(self, uuid, now_ms):
         if self._native_direct:
-            self._native.on_prefill_completed(uuid, now_ms)
+            status = self._kvr_prefill(self._kvr, uuid, now_ms)
+            if status:
+                self._native._released(status, "aisim_kvr_prefill_done")
         elif self._batch is not None:
             self._batch.append((uuid, "on_prefill_completed"))
         else:
@@ -240,7 +251,9 @@ class Router:
     def terminal(self, uuid, now_ms):
         if self.wants_terminal:
             if self._native_direct:
-                self._native.on_terminal(uuid, now_ms)
+                status = self._kvr_terminal(self._kvr, uuid, now_ms)
+                if status:
+                    self._native._released(status, "aisim_kvr_terminal")
             elif self._batch is not None:
                 self._batch.append((uuid, "on_terminal"))
             else:

@@ -49,7 +49,7 @@ from aisimulate_core.placement import (
     SchedulerView,
     WorkerView,
 )
-from aisimulate_placement.kv_router_config import parse_kv_router_config
+from aisimulate_placement.kv_router_config import settings_for_pool
 # DEFAULT_MAX_BATCHED_TOKENS: the reference's budget for a worker that reports no
 # max_num_batched_tokens (such a worker is practically never busy), shared with the C router
 from aisimulate_placement.kv_router_native import (DEFAULT_MAX_BATCHED_TOKENS, NO_ENDPOINTS,
@@ -82,14 +82,14 @@ class KvRouter(PlacementPolicy):
         # the router in C (kv_router_native.py) when it decides exactly as this class would;
         # a subclass (which may change how it decides) stays in Python
         if cls is KvRouter or cls is KvAware:
-            settings = parse_kv_router_config(config).for_pool(pool.kind)
+            settings = settings_for_pool(config, pool.kind)
             if native_refusal(settings, pool) is None:
                 return NativeKvRouter(config, pool, settings, cls.NAME)
         return object.__new__(cls)
 
     def __init__(self, config: dict, pool: PoolView) -> None:
         super().__init__(config, pool)
-        self.settings = settings = parse_kv_router_config(config).for_pool(pool.kind)
+        self.settings = settings = settings_for_pool(config, pool.kind)
         # the decode pool neither credits overlap nor tracks prefill: it needs no index and no
         # prefill notifications, and reports overlap 0 as the reference does
         self._uses_index = pool.kind != "decode"

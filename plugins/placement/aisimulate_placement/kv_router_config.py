@@ -162,6 +162,28 @@ class KvRouterSettings:
         return self
 
 
+# settings of configs seen before, by their exact items (a run builds one router per pool, a
+# sweep the same config many times; only valid configs are kept)
+_SEEN: dict = {}
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def settings_for_pool(config: Any, kind: str) -> KvRouterSettings:
+    """``parse_kv_router_config(config).for_pool(kind)``, remembered for a config of scalars."""
+    key = None
+    if type(config) is dict and all(type(value) in _SCALARS for value in config.values()):
+        key = (kind,) + tuple((name, type(value), repr(value)) for name, value in config.items())
+        settings = _SEEN.get(key)
+        if settings is not None:
+            return settings
+    settings = parse_kv_router_config(config).for_pool(kind)
+    if key is not None:
+        if len(_SEEN) >= 256:
+            _SEEN.clear()
+        _SEEN[key] = settings
+    return settings
+
+
 def parse_kv_router_config(config: Any) -> KvRouterSettings:
     """The settings of ``config`` (None is ``{}``); one ConfigError listing every problem."""
     if config is None:

@@ -156,18 +156,31 @@ class NativeKvRouter(PlacementPolicy):
 
     def place_simulated(self, request: Any, now_ms: float, block_size: int) -> bool:
         """Place a simulated request: True when placed (the choice in ``_view``), False when
-        queued. The runtime's router calls it instead of building a PlacementRequest."""
-        if self._hashes_needed:
+        queued. The runtime's router calls it instead of building a PlacementRequest; the
+        prompt's block hashes are computed in C from its token runs."""
+        if self.pool.schedulers is not self._synced:
+            self._sync()
+        if not self._hashes_needed:
+            return self._place(request.uuid, request.prompt_len, _EMPTY, now_ms,
+                               request.priority, request.strict_priority)
+        if self._given is not None:   # a rank answers its overlap in Python: hashes there
             hashes = request.prompt.block_hashes(block_size)
             full = request.prompt_len // block_size
-            if len(hashes) != full:
-                hashes = hashes[:full]
-            if type(hashes) is not array:
-                hashes = _u64(hashes)
-        else:
-            hashes = _EMPTY
-        return self._place(request.uuid, request.prompt_len, hashes, now_ms, request.priority,
-                           request.strict_priority)
+            return self._place(request.uuid, request.prompt_len,
+                               _u64(hashes if len(hashes) == full else hashes[:full]), now_ms,
+                               request.priority, request.strict_priority)
+        prompt = request.prompt
+        values = prompt.values
+        n_runs = len(values)
+        from_buffer, null = self._ffi.from_buffer, self._ffi.NULL
+        status = self._lib.aisim_kvr_place_runs(
+            self._r, request.uuid, request.prompt_len,
+            from_buffer("uint32_t[]", values) if n_runs else null,
+            from_buffer("uint32_t[]", prompt.lengths) if n_runs else null, n_runs, now_ms,
+            request.priority, request.strict_priority)
+        if status == 1:
+            return True
+        return self._answer(status, "aisim_kvr_place_runs")
 
     def _place(self, uuid, isl, hashes, now_ms, priority, strict_priority) -> bool:
         if self.pool.schedulers is not self._synced:
@@ -183,16 +196,22 @@ class NativeKvRouter(PlacementPolicy):
             n, now_ms, priority, strict_priority, given)
         if status == 1:
             return True
+        return self._answer(status, "aisim_kvr_place")
+
+    @staticmethod
+    def _answer(status: int, operation: str) -> bool:
         if status == 0:
             return False
         if status == 2:
             raise SimulationError(NO_ENDPOINTS)
-        raise native.status_error(status, "aisim_kvr_place")
+        raise native.status_error(status, operation)
 
     # ------------------------------------------------------------------ notifications
     def _released(self, status: int, operation: str) -> None:
-        if status < 0:
-            raise native.status_error(status, operation)
+        if status <= 0:
+            if status < 0:
+                raise native.status_error(status, operation)
+            return
         view = self._view
         if view.n_released:
             values = self._ffi.unpack(view.released, 5 * view.n_released)

@@ -267,3 +267,28 @@ def test_random_simulations_give_the_same_records_with_the_c_router(tmp_path, mo
     # the C router ran in each pool, reading the C ranks' own index in some
     assert len(built) >= 80
     assert any(router._engine_index and router._given is None for router in built)   # the C router ran, in each pool
+
+
+@on_c_backend
+def test_on_python_ranks_the_c_router_takes_their_overlaps(tmp_path, monkeypatch):
+    """Ranks the C rank declines (the Python VllmRank on the C backend) answer the engine index
+    in Python; the C router gets those overlaps and decides as the Python router."""
+    from aisimulate_core.runtime import build
+
+    monkeypatch.setattr(build, "supports", lambda *args, **kwargs: "the test's Python ranks")
+    built = []
+    original = NativeKvRouter.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(NativeKvRouter, "__init__", counting)
+    for seed in range(20):
+        payload = random_payload(random.Random(2000 + seed), tmp_path / f"trace_{seed}.jsonl")
+        c_side = outcome(payload)
+        with monkeypatch.context() as python_router:
+            python_router.setattr(kv_router_module, "native_refusal",
+                                  lambda settings, pool: "the test's Python side")
+            assert outcome(payload) == c_side, seed
+    assert any(router._given is not None for router in built)

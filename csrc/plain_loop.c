@@ -190,6 +190,11 @@ static int schedule_rank(aisim_plain *p, rank_state *w, double now_ms, double ho
     *formed = 0;
     if (!v->n_running && !v->n_waiting)
         return AISIM_OK;
+    if (!w->ends) {   /* made at the rank's first pass: a rank that never runs holds none */
+        w->ends = malloc(MAX_PASSES * sizeof *w->ends);
+        if (!w->ends)
+            return AISIM_ENOMEM;
+    }
     TRY(aisim_vllm_schedule(w->rank, now_ms));
     if (v->n_events)
         TRY(schedule_events(p, w, now_ms));
@@ -586,8 +591,7 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
     for (i = 0; i < config->n_workers * config->dp_size; i++) {
         rank_state *r = &p->ranks[i];
         r->rank = config->ranks[i];
-        r->ends = malloc(MAX_PASSES * sizeof *r->ends);
-        if (!r->rank || !r->ends || aisim_vllm_view_of(r->rank, &r->view) != AISIM_OK) {
+        if (!r->rank || aisim_vllm_view_of(r->rank, &r->view) != AISIM_OK) {
             aisim_plain_free(p);
             return AISIM_EINVAL;
         }

@@ -30,6 +30,11 @@ index holds GPU-tier blocks only), ``router_track_output_blocks``, ``router_even
 
 A request the pending queue holds is placed, when released, with the load at that time but with
 the overlaps the index gave when it arrived (as the reference does: it looks the prompt up once).
+
+This class is the specification and the Python twin of the router in C (csrc/kv_router.c,
+kv_router_native.py): ``KvRouter(config, pool)`` builds the C one instead on a C-backend
+simulation's pool (``PoolView.native``) unless ``router_temperature`` > 0; the Python one runs
+under ``AISIMULATE_BACKEND=python``, on hand-made pool views and for subclasses.
 """
 
 from __future__ import annotations

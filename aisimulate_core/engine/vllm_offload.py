@@ -167,11 +167,11 @@ class VllmOffloadRank(VllmRank):
         self._idle_wait = self._empty_wait = False
         self._now = self._preempt_fence = now_ms
         self._finish_transfers(now_ms)
-        if self._d2h_done:
-            # only the D2H still in flight can fence a block
-            self._d2h_done = {b: t for b, t in self._d2h_done.items() if t > now_ms}
-            if self._taken:
-                self._taken = {b: t for b, t in self._taken.items() if t > now_ms}
+        if self._d2h_done and now_ms >= self._d2h_tail:
+            # no D2H in flight any more: nothing fences a block (entries of D2H already done
+            # are left until then, every reader tests their time against its clock)
+            self._d2h_done = {}
+            self._taken = {}
         self.pool.track = bool(self._d2h_done)
         self.pool.fresh = []
         self._scheduled = []

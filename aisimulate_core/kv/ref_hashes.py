@@ -183,33 +183,56 @@ def pair_hash(parent: int, local: int) -> int:
     return h
 
 
+_RUNS: dict = {}                # (parent, local, k) -> the k sequence hashes of a run
+_RUNS_MAX = 1 << 16
+
+
 def ref_seq_hashes(prompt, block_size: int, n_blocks: int) -> array:
-    """The reference's sequence hashes of the first ``n_blocks`` complete blocks of ``prompt``."""
+    """The reference's sequence hashes of the first ``n_blocks`` complete blocks of ``prompt``.
+    The blocks of one repeated token that a run covers whole share their own hash, so the
+    chain over them after a given parent is hashed once and kept (``_RUNS``): prompts that
+    share a prefix (a conversation's turns) hash it once."""
     out = array("Q")
     values, lengths = prompt.values, prompt.lengths
     run = used = 0
     parent = None
     cache = {}                        # a block of one repeated token: hashed once per value
-    for _ in range(n_blocks):
+    runs = _RUNS
+    while len(out) < n_blocks:
         while used == lengths[run]:
             run += 1
             used = 0
-        if lengths[run] - used >= block_size:
+        whole = (lengths[run] - used) // block_size
+        if whole:
             value = values[run]
             local = cache.get(value)
             if local is None:
                 local = cache[value] = xxh3_64(_I.pack(value) * block_size, SEED)
-            used += block_size
-        else:
-            tokens = []
-            while len(tokens) < block_size:
-                take = min(lengths[run] - used, block_size - len(tokens))
-                tokens.extend([values[run]] * take)
-                used += take
-                if used == lengths[run] and len(tokens) < block_size:
-                    run += 1
-                    used = 0
-            local = xxh3_64(struct.pack(f"<{block_size}I", *tokens), SEED)
+            k = min(whole, n_blocks - len(out))
+            key = (parent, local, k)
+            chain = runs.get(key)
+            if chain is None:
+                chain = array("Q")
+                h = parent
+                for _ in range(k):
+                    h = local if h is None else pair_hash(h, local)
+                    chain.append(h)
+                if len(runs) >= _RUNS_MAX:
+                    runs.clear()
+                runs[key] = chain
+            out.extend(chain)
+            parent = chain[-1]
+            used += k * block_size
+            continue
+        tokens = []
+        while len(tokens) < block_size:
+            take = min(lengths[run] - used, block_size - len(tokens))
+            tokens.extend([values[run]] * take)
+            used += take
+            if used == lengths[run] and len(tokens) < block_size:
+                run += 1
+                used = 0
+        local = xxh3_64(struct.pack(f"<{block_size}I", *tokens), SEED)
         parent = local if parent is None else pair_hash(parent, local)
         out.append(parent)
     return out

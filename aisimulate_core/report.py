@@ -102,19 +102,6 @@ def _nonneg(x: float) -> float:
     return x if x > 0.0 else 0.0
 
 
-def _mean_tpot(rec: RequestRecord) -> float | None:
-    gaps = rec.output_length - 1
-    if gaps <= 0 or rec.first_token_ms is None or rec.last_token_ms is None:
-        return None
-    return _nonneg(rec.last_token_ms - rec.first_token_ms) / gaps
-
-
-def _ttst(rec: RequestRecord) -> float | None:
-    if rec.first_token_ms is None or rec.second_token_ms is None:
-        return None
-    return _nonneg(rec.second_token_ms - rec.first_token_ms)
-
-
 def _uuid_text(value: Any) -> str:
     if not isinstance(value, int):
         return str(value)
@@ -478,7 +465,7 @@ class _Totals:
         return exact_stats(values)
 
     def add(self, rec: RequestRecord) -> None:
-        # once per completed request: _nonneg, _ttst and _mean_tpot inlined
+        # once per completed request: _nonneg and the TTST/TPOT rules inlined
         self.completed += 1
         output = rec.output_length
         self.input_tokens += rec.input_length
@@ -748,22 +735,35 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     put in their places only when set (``_with_optional``)."""
     history, readmissions, pools = _admission_history(rec)
     routing = rec.routing
-    if len(routing) == 1:
-        routes = [_route(rec, routing[0])]
-    else:
+    prefill_overlap = rec.prefill_route_overlap_tokens
+    decode_overlap = rec.decode_route_overlap_tokens
+    routes = []
+    placed = ()          # pools of the immediate placements (their overlap is 0)
+    for route in routing:
+        if type(route) is tuple and len(route) > 3 and route[3] is not None:
+            # an immediate placement that names its scheduler (_route's work, inline)
+            routes.append(_route_entry(route[0], route[3], route[1], route[2]))
+            placed += (route[0],)
+        else:
+            placed = None
+            break
+    if placed is None:
         routes = [_route(rec, route) for route in routing]
+        if prefill_overlap is None:
+            prefill_overlap = _route_overlap(routes, "prefill")
+        if decode_overlap is None:
+            decode_overlap = _route_overlap(routes, "decode")
+    else:
+        if prefill_overlap is None and "prefill" in placed:
+            prefill_overlap = 0
+        if decode_overlap is None and "decode" in placed:
+            decode_overlap = 0
     # in P/D the record shows the prefill side's reuse; the summary uses the max over all pools
     prefill_facts = pools.get("prefill")
     decode_facts = pools.get("decode")
     decode_reuse = rec.decode_reused_input_tokens
     if decode_reuse is None and decode_facts is not None:
         decode_reuse = decode_facts[2]
-    prefill_overlap = rec.prefill_route_overlap_tokens
-    if prefill_overlap is None:
-        prefill_overlap = _route_overlap(routes, "prefill")
-    decode_overlap = rec.decode_route_overlap_tokens
-    if decode_overlap is None:
-        decode_overlap = _route_overlap(routes, "decode")
     prefill_admit = rec.prefill_admit_ms
     if prefill_admit is None and prefill_facts is not None:
         prefill_admit = prefill_facts[1]
@@ -772,6 +772,26 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
         decode_admit = decode_facts[1]
     first, last = rec.first_token_ms, rec.last_token_ms
     arrival = rec.arrival_time_ms
+    # TTFT, TTST, E2E and the mean ITL, clamped at 0 (NaN too) as _nonneg does
+    ttft = ttst = e2e = itl = None
+    if first is not None:
+        ttft = first - arrival
+        if not ttft > 0.0:
+            ttft = 0.0
+        second = rec.second_token_ms
+        if second is not None:
+            ttst = second - first
+            if not ttst > 0.0:
+                ttst = 0.0
+        if last is not None:
+            gaps = rec.output_length - 1
+            if gaps > 0:
+                itl = last - first
+                itl = (itl if itl > 0.0 else 0.0) / gaps
+    if last is not None:
+        e2e = last - arrival
+        if not e2e > 0.0:
+            e2e = 0.0
     out = {
         "session_id": rec.session_id,
         "turn_index": rec.turn_index,
@@ -782,10 +802,10 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
         "terminal_time_ms": rec.terminal_time_ms,
         "first_token_ms": first,
         "last_token_ms": last,
-        "ttft_ms": _nonneg(first - arrival) if first is not None else None,
-        "ttst_ms": _ttst(rec),
-        "e2e_latency_ms": _nonneg(last - arrival) if last is not None else None,
-        "itl_ms": _mean_tpot(rec),
+        "ttft_ms": ttft,
+        "ttst_ms": ttst,
+        "e2e_latency_ms": e2e,
+        "itl_ms": itl,
         "input_length": rec.input_length,
         "requested_output_length": rec.requested_output_length,
         "output_length": rec.output_length,

@@ -189,13 +189,18 @@ def test_mtp_fields_are_checked(rank, message):
 # -- prefill_schedule_interval ------------------------------------------------------------------
 
 
-def test_prefill_schedule_interval_runs_the_python_rank_with_attention_dp_only():
+def test_prefill_schedule_interval_runs_the_c_rank_with_attention_dp():
+    """The C rank takes the gate in a DP group (csrc/vllm_rank.c psi_begin; engine/vllm_psi.py
+    is its twin), not with MTP bursts, which stay on the Python rank."""
+    import attrs
     from aisimulate_core.engine.vllm_native import supports
     from aisimulate_core.spec.load import load_payload
 
     rank = load_payload(_mtp_payload(aic_nextn=None, prefill_schedule_interval=4)).spec.engine.rank
-    assert "prefill_schedule_interval" in supports(rank, dp_size=2, backend="c")
+    assert supports(rank, dp_size=2, backend="c") is None
     assert supports(rank, dp_size=1, backend="c") is None   # a lone rank never defers
+    assert "prefill_schedule_interval" in supports(attrs.evolve(rank, aic_nextn=2), dp_size=2,
+                                                   backend="c")
 
 
 @pytest.mark.parametrize("rank, message", [
@@ -220,17 +225,25 @@ def _state_payload(**rank):
                         state_cache={"bytes_per_request": 32000}, **rank)
 
 
-def test_state_cache_runs_the_python_rank_on_its_own_pool():
-    from aisimulate_core.engine.vllm_native import supports
+def test_state_cache_runs_the_c_rank_or_the_python_rank_on_its_own_pool():
+    """The C rank where built (engine/vllm_native.py NativeVllmStateRank), else its twin, the
+    Python rank on its own pool; with MTP bursts always the Python rank."""
+    import attrs
+    from aisimulate_core import native
+    from aisimulate_core.engine.vllm_native import NativeVllmStateRank, supports
     from aisimulate_core.engine.vllm_state_cache import StateCacheRank, StatePool
     from aisimulate_core.runtime.build import build_simulation
     from aisimulate_core.spec.load import load_payload
 
     payload = load_payload(_state_payload())
-    assert "state_cache" in supports(payload.spec.engine.rank, backend="c")
+    assert "MTP" in supports(attrs.evolve(payload.spec.engine.rank, aic_nextn=2), backend="c")
     rank = build_simulation(payload).workers[0].ranks[0]
-    assert type(rank) is StateCacheRank and isinstance(rank.pool, StatePool)
-    assert rank.state.blocks == 2      # ceil(32000 / (16 x 1000))
+    if native.BACKEND == "c":
+        assert type(rank) is NativeVllmStateRank
+        assert rank.state_blocks == 2  # ceil(32000 / (16 x 1000))
+    else:
+        assert type(rank) is StateCacheRank and isinstance(rank.pool, StatePool)
+        assert rank.state.blocks == 2
 
 
 def test_a_checkpoint_costs_no_blocks_and_is_preserved_before_the_next_write():
@@ -244,6 +257,8 @@ def test_a_checkpoint_costs_no_blocks_and_is_preserved_before_the_next_write():
     doc["spec"]["requests"][0].update(input_tokens=64, output_tokens=4)
     sim = build_simulation(load_payload(doc))
     rank = sim.workers[0].ranks[0]
+    # one pass an event: the C rank would run the decode-only passes as one (extend)
+    rank.extend = lambda horizon_ms, cutoff_ms, max_passes=None: rank.pass_end_ms
     seen = []
     schedule = rank.schedule
 

@@ -83,7 +83,7 @@ class EngineEvents:
         self.sim = sim
         self.router = router
         # prefill completions and terminals of a pass reach the router in running order
-        self.ordered = router.wants_prefill or router.wants_terminal
+        self.ordered = router.wants_order   # (a C kv_router without a queue takes signals at once)
         self.sends_kv = router.wants_kv
 
     def begin_pass(self, order):

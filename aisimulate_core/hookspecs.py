@@ -117,7 +117,9 @@ def aisimulate_register_scaling_policies(register: Register) -> None:
     ``load``; an embedding program may pass any object with these two methods as
     ``run_replay(..., scaling_policy=obj)``. A policy whose class sets ``reads_pass_metrics =
     False`` (``none`` and ``schedule`` do) gets empty FPM lists, and the engines skip the
-    per-pass rows it would never read.
+    per-pass rows it would never read. One whose class sets ``reads_snapshot = False``
+    (``schedule`` does) gets only ``tick_ordinal`` and ``now_ms``: no traffic window is kept
+    for it, so arrivals, placements and terminals take the paths of a run without scaling.
     """
 
 

@@ -22,4 +22,30 @@
 /* The declarations live in aisim_cdef.h, which cffi reads as its cdef: one source for both. */
 #include "aisim_cdef.h"
 
+#include <stdlib.h>
+
+/* Grow the array *array of *cap elements of elem bytes to hold at least need of them, doubling
+ * from 8: AISIM_OK, or AISIM_ENOMEM (the array unchanged) when realloc fails or the size would
+ * overflow. Every module's growable arrays use it. */
+static inline int aisim_grow(void **array, size_t *cap, size_t need, size_t elem)
+{
+    size_t c = *cap ? *cap : 8;
+    void *grown;
+    if (need <= *cap)
+        return AISIM_OK;
+    while (c < need) {
+        if (c > ((size_t)-1) / 2)
+            return AISIM_ENOMEM;
+        c *= 2;
+    }
+    if (elem && c > ((size_t)-1) / elem)
+        return AISIM_ENOMEM;
+    grown = realloc(*array, c * elem);
+    if (!grown)
+        return AISIM_ENOMEM;
+    *array = grown;
+    *cap = c;
+    return AISIM_OK;
+}
+
 #endif

@@ -124,3 +124,25 @@ int aisim_rng_range_u64(aisim_rng *r, uint64_t low, uint64_t high);  /* -> last_
 int aisim_rng_exponential(aisim_rng *r, double mean);                /* -> last_f64 */
 int aisim_rng_fill_u32(aisim_rng *r, uint32_t *out, size_t n);
 int aisim_rng_poisson_arrivals(aisim_rng *r, size_t n, double mean_gap_ms, double *out);
+
+/* The summary's inputs a plain C loop gathered (plain_loop.c, plain_disagg.c): report._Totals'
+ * fields, its samples in uuid order, the collector's fallback count. Both loops' views carry
+ * one, filled by plain_fill_summary and read by plain_native._fill_collector. */
+typedef struct aisim_plain_summary {
+    int64_t completed;
+    int64_t input_tokens;
+    int64_t output_tokens;
+    int64_t reused;
+    int64_t first_reused;
+    int64_t good;
+    int64_t good_tokens;
+    int64_t fallback_committed;
+    double duration_ms;
+    const double *ttft;
+    const double *e2e;
+    size_t n_ttft;              /* = n_e2e */
+    const double *ttst;
+    size_t n_ttst;
+    const double *tpot;
+    size_t n_tpot;
+} aisim_plain_summary;

@@ -120,23 +120,6 @@ struct aisim_kvr {
     size_t n_log, log_ints_cap, log_doubles_cap, n_log_costs, log_costs_cap, log_keys_cap;
 };
 
-static int grow(void **p, size_t *cap, size_t need, size_t size)
-{
-    size_t fresh;
-    void *q;
-    if (need <= *cap)
-        return AISIM_OK;
-    fresh = *cap ? *cap : 8;
-    while (fresh < need)
-        fresh *= 2;
-    q = realloc(*p, fresh * size);
-    if (!q)
-        return AISIM_ENOMEM;
-    *p = q;
-    *cap = fresh;
-    return AISIM_OK;
-}
-
 /* a copy of n hashes into *out (NULL for none) */
 static int copy_hashes(uint64_t **out, const uint64_t *h, size_t n)
 {
@@ -192,7 +175,7 @@ static int state_of(aisim_kvr *r, int64_t worker_id, int64_t dp_rank)
     kvr_state *s;
     if (found >= 0)
         return found;
-    TRY(grow((void **)&r->states, &r->states_cap, r->n_states + 1, sizeof *r->states));
+    TRY(aisim_grow((void **)&r->states, &r->states_cap, r->n_states + 1, sizeof *r->states));
     s = &r->states[r->n_states];
     memset(s, 0, sizeof *s);
     s->worker_id = worker_id;
@@ -234,7 +217,7 @@ static int engine_overlap(kvr_state *s, const uint64_t *h, size_t n, int64_t *ou
     }
     if (s->kv->logged) {
         int taken;
-        TRY(grow((void **)&s->evicted, &s->evicted_cap, s->n_evicted + s->kv->logged,
+        TRY(aisim_grow((void **)&s->evicted, &s->evicted_cap, s->n_evicted + s->kv->logged,
                  sizeof *s->evicted));
         taken = aisim_kv_take_evicted(s->pool, 0, s->evicted + s->n_evicted,
                                       s->evicted_cap - s->n_evicted);
@@ -306,10 +289,10 @@ static int overlaps(aisim_kvr *r, const uint64_t *h, size_t n, const int64_t *gi
 static int log_decision(aisim_kvr *r, int64_t uuid, double now, size_t chosen)
 {
     size_t i, n = r->n_cand;
-    TRY(grow((void **)&r->log_ints, &r->log_ints_cap, 6 * (r->n_log + 1), sizeof(int64_t)));
-    TRY(grow((void **)&r->log_doubles, &r->log_doubles_cap, 2 * (r->n_log + 1), sizeof(double)));
-    TRY(grow((void **)&r->log_costs, &r->log_costs_cap, r->n_log_costs + n, sizeof(double)));
-    TRY(grow((void **)&r->log_keys, &r->log_keys_cap, 2 * (r->n_log_costs + n), sizeof(int64_t)));
+    TRY(aisim_grow((void **)&r->log_ints, &r->log_ints_cap, 6 * (r->n_log + 1), sizeof(int64_t)));
+    TRY(aisim_grow((void **)&r->log_doubles, &r->log_doubles_cap, 2 * (r->n_log + 1), sizeof(double)));
+    TRY(aisim_grow((void **)&r->log_costs, &r->log_costs_cap, r->n_log_costs + n, sizeof(double)));
+    TRY(aisim_grow((void **)&r->log_keys, &r->log_keys_cap, 2 * (r->n_log_costs + n), sizeof(int64_t)));
     int64_t *ints = r->log_ints + 6 * r->n_log;
     ints[0] = uuid;
     ints[1] = r->view.worker_id;
@@ -398,7 +381,7 @@ static int admit(aisim_kvr *r, int64_t uuid, int64_t isl, const uint64_t *h, siz
         if (r->n_placed_free) {
             index = r->placed_free[--r->n_placed_free];
         } else {
-            TRY(grow((void **)&r->placed, &r->placed_cap, r->n_placed + 1, sizeof *r->placed));
+            TRY(aisim_grow((void **)&r->placed, &r->placed_cap, r->n_placed + 1, sizeof *r->placed));
             index = (int64_t)r->n_placed++;
         }
         TRY(aisim_hc_set(r->placed_of, (uint64_t)uuid, index));
@@ -509,13 +492,13 @@ static int push(aisim_kvr *r, int64_t uuid, int64_t isl, const uint64_t *h, size
     if (r->n_entries_free) {
         e = r->entries_free[--r->n_entries_free];
     } else {
-        TRY(grow((void **)&r->entries, &r->entries_cap, r->n_entries + 1, sizeof *r->entries));
-        TRY(grow((void **)&r->entries_free, &r->entries_free_cap, r->n_entries + 1,
+        TRY(aisim_grow((void **)&r->entries, &r->entries_cap, r->n_entries + 1, sizeof *r->entries));
+        TRY(aisim_grow((void **)&r->entries_free, &r->entries_free_cap, r->n_entries + 1,
                  sizeof *r->entries_free));
         e = (int32_t)r->n_entries++;
         memset(&r->entries[e], 0, sizeof r->entries[e]);
     }
-    TRY(grow((void **)&r->heap, &r->heap_cap, r->heap_len + 1, sizeof *r->heap));
+    TRY(aisim_grow((void **)&r->heap, &r->heap_cap, r->heap_len + 1, sizeof *r->heap));
     q = &r->entries[e];
     q->uuid = uuid;
     q->isl = isl;
@@ -578,7 +561,7 @@ static int32_t pop(aisim_kvr *r)
 static int release(aisim_kvr *r, int64_t uuid)
 {
     int64_t *out;
-    TRY(grow((void **)&r->released, &r->released_cap, r->n_released + 5, sizeof *r->released));
+    TRY(aisim_grow((void **)&r->released, &r->released_cap, r->n_released + 5, sizeof *r->released));
     out = r->released + r->n_released;
     out[0] = uuid;
     out[1] = r->view.worker_id;
@@ -726,7 +709,7 @@ int aisim_kvr_set_candidates(aisim_kvr *r, const int64_t *worker_ids, const int6
     size_t i;
     if (!r || (n && (!worker_ids || !dp_ranks)) || (!rank_views != !pools))
         return AISIM_EINVAL;
-    TRY(grow((void **)&r->cand, &r->cand_cap, n, sizeof *r->cand));
+    TRY(aisim_grow((void **)&r->cand, &r->cand_cap, n, sizeof *r->cand));
     if (n > r->scratch_cap) {   /* the per-candidate scratch arrays share one capacity */
         size_t fresh = r->scratch_cap ? r->scratch_cap : 8;
         int64_t *o, *k;
@@ -808,7 +791,7 @@ int aisim_kvr_place_runs(aisim_kvr *r, int64_t uuid, int64_t isl, const uint32_t
     for (i = 0; i < n_runs; i++)
         total += lengths[i];
     blocks = (size_t)(total / (uint64_t)r->cfg.block_size);
-    TRY(grow((void **)&r->prompt, &r->prompt_cap, blocks ? blocks : 1, sizeof *r->prompt));
+    TRY(aisim_grow((void **)&r->prompt, &r->prompt_cap, blocks ? blocks : 1, sizeof *r->prompt));
     written = aisim_hash_block_runs(values, lengths, n_runs, (uint32_t)r->cfg.block_size, 0, 0,
                                     r->prompt, blocks);
     if (written < 0)
@@ -835,7 +818,7 @@ int aisim_kvr_kv_event(aisim_kvr *r, int64_t worker_id, int64_t dp_rank, int32_t
         memmove(r->events, r->events + r->events_head, r->events_len * sizeof *r->events);
         r->events_head = 0;
     }
-    TRY(grow((void **)&r->events, &r->events_cap, r->events_head + r->events_len + 1,
+    TRY(aisim_grow((void **)&r->events, &r->events_cap, r->events_head + r->events_len + 1,
              sizeof *r->events));
     ev = &r->events[r->events_head + r->events_len];
     ev->due = now_ms + r->cfg.lag_ms;
@@ -884,7 +867,7 @@ int aisim_kvr_terminal(aisim_kvr *r, int64_t uuid, double now_ms)
         free(p->chain);
         memset(p, 0, sizeof *p);
         aisim_hc_remove(r->placed_of, (uint64_t)uuid);
-        TRY(grow((void **)&r->placed_free, &r->placed_free_cap, r->n_placed_free + 1,
+        TRY(aisim_grow((void **)&r->placed_free, &r->placed_free_cap, r->n_placed_free + 1,
                  sizeof *r->placed_free));
         r->placed_free[r->n_placed_free++] = (int32_t)index;
     } else if (uuid >= 0 && aisim_hc_get(r->held_of, (uint64_t)uuid, &index) == 1) {

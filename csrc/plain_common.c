@@ -9,22 +9,6 @@
 #include "plain_common.h"
 #include "plain_loop.cdef.h"
 
-int plain_grow(void **array, size_t *cap, size_t need, size_t elem)
-{
-    size_t c = *cap ? *cap : 16;
-    void *grown;
-    if (need <= *cap)
-        return AISIM_OK;
-    while (c < need)
-        c *= 2;
-    grown = realloc(*array, c * elem);
-    if (!grown)
-        return AISIM_ENOMEM;
-    *array = grown;
-    *cap = c;
-    return AISIM_OK;
-}
-
 /* ------------------------------------------------------------ sessions (one_turn.py) */
 
 int plain_sessions_closed(const plain_sessions *s)
@@ -272,7 +256,7 @@ int plain_session_ranges(plain_prompts *pr, int64_t index, int32_t turn, int64_t
     if (pr->shape_rng) {
         if (turn == 0) {   /* SyntheticSessions._make: the session's draw_prefix */
             PLAIN_TRY(plain_prompt_ranges(pr, 0, ranges, n));   /* (its group range) */
-            PLAIN_TRY(plain_grow((void **)&pr->groups_of, &pr->groups_cap, (size_t)index + 1,
+            PLAIN_TRY(aisim_grow((void **)&pr->groups_of, &pr->groups_cap, (size_t)index + 1,
                                  sizeof *pr->groups_of));
             pr->groups_of[index] = ranges[0];
         }
@@ -329,7 +313,7 @@ int plain_new_entry(plain_requests *q, plain_entry **out)
 
 static int push_sample(plain_requests *q, int which, double value)
 {
-    PLAIN_TRY(plain_grow((void **)&q->samples[which], &q->samples_cap[which],
+    PLAIN_TRY(aisim_grow((void **)&q->samples[which], &q->samples_cap[which],
                          q->n_samples[which] + 1, sizeof(double)));
     q->samples[which][q->n_samples[which]++] = value;
     return AISIM_OK;
@@ -353,9 +337,9 @@ int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused
         e->admit_readmit = (int8_t)(readmit != 0);
         return AISIM_OK;
     }
-    PLAIN_TRY(plain_grow((void **)&r->adm_ints, &r->adm_ints_cap, 3 * (r->n_adm + 1),
+    PLAIN_TRY(aisim_grow((void **)&r->adm_ints, &r->adm_ints_cap, 3 * (r->n_adm + 1),
                          sizeof *r->adm_ints));
-    PLAIN_TRY(plain_grow((void **)&r->adm_at, &r->adm_at_cap, r->n_adm + 1, sizeof *r->adm_at));
+    PLAIN_TRY(aisim_grow((void **)&r->adm_at, &r->adm_at_cap, r->n_adm + 1, sizeof *r->adm_at));
     r->adm_ints[3 * r->n_adm] = uuid;
     r->adm_ints[3 * r->n_adm + 1] = reused;
     r->adm_ints[3 * r->n_adm + 2] = readmit != 0;
@@ -386,9 +370,9 @@ static int record(plain_records *r, int64_t uuid, const plain_entry *e)
 {
     int64_t *row;
     double *d;
-    PLAIN_TRY(plain_grow((void **)&r->ints, &r->ints_cap, PLAIN_REC_INTS * (r->n + 1),
+    PLAIN_TRY(aisim_grow((void **)&r->ints, &r->ints_cap, PLAIN_REC_INTS * (r->n + 1),
                          sizeof *r->ints));
-    PLAIN_TRY(plain_grow((void **)&r->doubles, &r->doubles_cap, PLAIN_REC_DOUBLES * (r->n + 1),
+    PLAIN_TRY(aisim_grow((void **)&r->doubles, &r->doubles_cap, PLAIN_REC_DOUBLES * (r->n + 1),
                          sizeof *r->doubles));
     row = r->ints + PLAIN_REC_INTS * r->n;
     d = r->doubles + PLAIN_REC_DOUBLES * r->n;
@@ -658,7 +642,7 @@ int plain_heap_push(plain_heap *h, double time, int64_t key, int64_t value)
 {
     size_t i;
     plain_event e = {time, key, value};
-    PLAIN_TRY(plain_grow((void **)&h->items, &h->cap, h->len + 1, sizeof *h->items));
+    PLAIN_TRY(aisim_grow((void **)&h->items, &h->cap, h->len + 1, sizeof *h->items));
     i = h->len++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
@@ -704,7 +688,7 @@ void plain_history_free(plain_history *h)
 
 int plain_history_take_slot(plain_history *h, int32_t slot, int64_t uuid)
 {
-    PLAIN_TRY(plain_grow((void **)&h->slot_uuid, &h->slot_cap, (size_t)slot + 1,
+    PLAIN_TRY(aisim_grow((void **)&h->slot_uuid, &h->slot_cap, (size_t)slot + 1,
                          sizeof *h->slot_uuid));
     h->slot_uuid[slot] = uuid;
     return AISIM_OK;
@@ -712,7 +696,7 @@ int plain_history_take_slot(plain_history *h, int32_t slot, int64_t uuid)
 
 int plain_history_passes(plain_history *h, const double *ends, size_t n)
 {
-    PLAIN_TRY(plain_grow((void **)&h->pass_ends, &h->pass_ends_cap, h->n_pass_ends + n,
+    PLAIN_TRY(aisim_grow((void **)&h->pass_ends, &h->pass_ends_cap, h->n_pass_ends + n,
                          sizeof(double)));
     memcpy(h->pass_ends + h->n_pass_ends, ends, n * sizeof(double));
     h->n_pass_ends += n;
@@ -724,7 +708,7 @@ int plain_history_breaks(plain_history *h, const int64_t *st, int64_t b)
     int64_t k;
     if (b <= 1)
         return AISIM_OK;
-    PLAIN_TRY(plain_grow((void **)&h->breaks, &h->breaks_cap, h->n_breaks + 2 * (size_t)(b - 1),
+    PLAIN_TRY(aisim_grow((void **)&h->breaks, &h->breaks_cap, h->n_breaks + 2 * (size_t)(b - 1),
                          sizeof *h->breaks));
     for (k = 1; k < b; k++) {
         h->breaks[h->n_breaks++] = st[2 * k - 1];
@@ -757,4 +741,25 @@ size_t plain_bisect_right(const double *ends, size_t n, double t)
             lo = mid + 1;
     }
     return lo;
+}
+
+void plain_fill_summary(aisim_plain_summary *out, const plain_requests *q)
+{
+    const plain_totals *t = &q->totals;
+    out->completed = t->completed;
+    out->input_tokens = t->input_tokens;
+    out->output_tokens = t->output_tokens;
+    out->reused = t->reused;
+    out->first_reused = t->first_reused;
+    out->good = t->good;
+    out->good_tokens = t->good_tokens;
+    out->fallback_committed = t->fallback_committed;
+    out->duration_ms = t->duration_ms;
+    out->ttft = q->samples[PLAIN_TTFT];
+    out->e2e = q->samples[PLAIN_E2E];
+    out->n_ttft = q->n_samples[PLAIN_TTFT];
+    out->ttst = q->samples[PLAIN_TTST];
+    out->n_ttst = q->n_samples[PLAIN_TTST];
+    out->tpot = q->samples[PLAIN_TPOT];
+    out->n_tpot = q->n_samples[PLAIN_TPOT];
 }

@@ -21,9 +21,6 @@
 #define PLAIN_ID_LIMIT ((int64_t)1 << 32)  /* synthetic.py _ID_LIMIT */
 #define PLAIN_TRY(x) do { int status_ = (x); if (status_ < 0) return status_; } while (0)
 
-/* grows *array (elements of elem bytes, capacity *cap) to hold need elements */
-int plain_grow(void **array, size_t *cap, size_t need, size_t elem);
-
 /* A min-heap of events ordered by (time, key) (runtime/event_queue.py's (time, seq), the
  * disaggregated loop's (time, worker << 32 | generation) tuples); value rides along. */
 typedef struct plain_event {
@@ -169,6 +166,8 @@ typedef struct plain_requests {
 } plain_requests;
 
 void plain_requests_free(plain_requests *q);
+/* the view's copy of what the summary reads (aisim_plain_summary) */
+void plain_fill_summary(aisim_plain_summary *out, const plain_requests *q);
 plain_entry *plain_entry_of(plain_requests *q, int64_t uuid);
 /* the entry of uuid next_uuid (not taken: the caller advances next_uuid) */
 int plain_new_entry(plain_requests *q, plain_entry **out);

@@ -146,7 +146,7 @@ static int enqueue_kind(aisim_pd *p, action a, int32_t kind)
 
 static int list_push(action_list *l, const action *a)
 {
-    TRY(plain_grow((void **)&l->items, &l->cap, l->len + 1, sizeof *l->items));
+    TRY(aisim_grow((void **)&l->items, &l->cap, l->len + 1, sizeof *l->items));
     l->items[l->len++] = *a;
     return AISIM_OK;
 }
@@ -329,8 +329,8 @@ static int complete_rank(aisim_pd *p, pd_worker *w)
         } else if (f[0] == AISIM_VLLM_HELD && !w->decode) {
             if (f[3] > 1)
                 return AISIM_ECORRUPT;
-            TRY(plain_grow((void **)&w->held, &w->held_cap, w->n_held + 1, sizeof(int32_t)));
-            TRY(plain_grow((void **)&w->held_uuid, &w->held_uuid_cap, w->n_held + 1,
+            TRY(aisim_grow((void **)&w->held, &w->held_cap, w->n_held + 1, sizeof(int32_t)));
+            TRY(aisim_grow((void **)&w->held_uuid, &w->held_uuid_cap, w->n_held + 1,
                            sizeof(int64_t)));
             w->held[w->n_held] = (int32_t)f[1];
             w->held_uuid[w->n_held++] = uuid;
@@ -565,7 +565,7 @@ static int reserve_destination(aisim_pd *p, const action *src, double t)
     if (slot < 0)
         return slot;
     TRY(plain_history_take_slot(&w->hist, (int32_t)slot, src->uuid));
-    TRY(plain_grow((void **)&w->pending, &w->pending_cap, w->n_pending + 1, sizeof(int64_t)));
+    TRY(aisim_grow((void **)&w->pending, &w->pending_cap, w->n_pending + 1, sizeof(int64_t)));
     w->pending[w->n_pending++] = src->uuid;
     if (w->busy) {
         if (w->extended)
@@ -620,7 +620,7 @@ static int run_actions(aisim_pd *p, double t)
             if (delay > 0) {
                 double done = t + delay;
                 int64_t order = p->transfer_order++;
-                TRY(plain_grow((void **)&p->moving, &p->moving_cap, (size_t)order + 1,
+                TRY(aisim_grow((void **)&p->moving, &p->moving_cap, (size_t)order + 1,
                                sizeof *p->moving));
                 p->moving[order] = a;
                 TRY(plain_heap_push(&p->transfers, done, order, order));
@@ -676,7 +676,7 @@ static int release_arrivals(aisim_pd *p, double t, int *arrived)
         uuid = p->req.next_uuid++;
         e->arrival = t;
         e->prompt_len = p->cfg.isl;
-        TRY(plain_grow((void **)&p->info, &p->info_cap, (size_t)uuid + 1, sizeof *p->info));
+        TRY(aisim_grow((void **)&p->info, &p->info_cap, (size_t)uuid + 1, sizeof *p->info));
         {   /* the prompt is made at arrival: its group drawn now */
             size_t n;
             TRY(plain_prompt_ranges(&p->prompts, index, p->ranges, &n));
@@ -728,7 +728,7 @@ static int complete_due(aisim_pd *p, double t, int *done)
 
 static int record_visit(aisim_pd *p, double t)
 {
-    TRY(plain_grow((void **)&p->visited, &p->visited_cap, p->n_visited + 1, sizeof(double)));
+    TRY(aisim_grow((void **)&p->visited, &p->visited_cap, p->n_visited + 1, sizeof(double)));
     p->visited[p->n_visited++] = t;
     return AISIM_OK;
 }
@@ -755,7 +755,7 @@ static int absorb_transfers(aisim_pd *p)
          * (the heap's head run, looked at without popping it) */
         while (p->transfers.len && p->transfers.items[0].time == t) {
             plain_event e = plain_heap_pop(&p->transfers);
-            TRY(plain_grow((void **)&p->due, &p->due_cap, n + 1, sizeof *p->due));
+            TRY(aisim_grow((void **)&p->due, &p->due_cap, n + 1, sizeof *p->due));
             p->due[n++] = e;
         }
         for (i = 0; i < n; i++)
@@ -862,25 +862,9 @@ static double next_time(aisim_pd *p)
 static void refresh_view(aisim_pd *p)
 {
     aisim_pd_view *v = &p->view;
-    const plain_totals *t = &p->req.totals;
     v->made = p->sess.made;
     v->next_arrival_ms = p->sess.next_arrival;
-    v->ttft = p->req.samples[PLAIN_TTFT];
-    v->e2e = p->req.samples[PLAIN_E2E];
-    v->n_ttft = p->req.n_samples[PLAIN_TTFT];
-    v->ttst = p->req.samples[PLAIN_TTST];
-    v->n_ttst = p->req.n_samples[PLAIN_TTST];
-    v->tpot = p->req.samples[PLAIN_TPOT];
-    v->n_tpot = p->req.n_samples[PLAIN_TPOT];
-    v->totals_completed = t->completed;
-    v->input_tokens = t->input_tokens;
-    v->output_tokens = t->output_tokens;
-    v->reused = t->reused;
-    v->first_reused = t->first_reused;
-    v->good = t->good;
-    v->good_tokens = t->good_tokens;
-    v->fallback_committed = t->fallback_committed;
-    v->duration_ms = t->duration_ms;
+    plain_fill_summary(&v->summary, &p->req);
     v->visited = p->visited;
     v->n_visited = p->n_visited;
 }

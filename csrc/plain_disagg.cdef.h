@@ -76,22 +76,7 @@ typedef struct aisim_pd_view {
     double next_arrival_ms;
     int64_t rr_prefill_cursor;
     int64_t rr_decode_cursor;
-    int64_t totals_completed;
-    int64_t input_tokens;
-    int64_t output_tokens;
-    int64_t reused;
-    int64_t first_reused;
-    int64_t good;
-    int64_t good_tokens;
-    int64_t fallback_committed;
-    double duration_ms;
-    const double *ttft;
-    const double *e2e;
-    size_t n_ttft;
-    const double *ttst;
-    size_t n_ttst;
-    const double *tpot;
-    size_t n_tpot;
+    aisim_plain_summary summary;
     const double *visited;      /* every time the clock stopped at (DisaggregatedSimulation._visited) */
     size_t n_visited;
     int64_t extensions;         /* decode passes that began an extended run with activations */

@@ -460,7 +460,6 @@ static void refresh_view(aisim_plain *p)
 {
     aisim_plain_view *v = &p->view;
     const plain_sessions *s = &p->sess;
-    const plain_totals *t = &p->req.totals;
     v->made = s->made;
     v->active = s->active;
     v->next_pending = s->next_pending;
@@ -469,22 +468,7 @@ static void refresh_view(aisim_plain *p)
     for (size_t i = 0; p->cfg.rank_cursors_out && i < p->cfg.n_workers; i++)
         p->cfg.rank_cursors_out[i] = p->workers[i].rank_cursor;
     v->next_arrival_ms = plain_sessions_closed(s) ? INFINITY : s->next_arrival;
-    v->ttft = p->req.samples[PLAIN_TTFT];
-    v->e2e = p->req.samples[PLAIN_E2E];
-    v->n_ttft = p->req.n_samples[PLAIN_TTFT];
-    v->ttst = p->req.samples[PLAIN_TTST];
-    v->n_ttst = p->req.n_samples[PLAIN_TTST];
-    v->tpot = p->req.samples[PLAIN_TPOT];
-    v->n_tpot = p->req.n_samples[PLAIN_TPOT];
-    v->totals_completed = t->completed;
-    v->input_tokens = t->input_tokens;
-    v->output_tokens = t->output_tokens;
-    v->reused = t->reused;
-    v->first_reused = t->first_reused;
-    v->good = t->good;
-    v->good_tokens = t->good_tokens;
-    v->fallback_committed = t->fallback_committed;
-    v->duration_ms = t->duration_ms;
+    plain_fill_summary(&v->summary, &p->req);
 }
 
 /* Simulation._run_plain until the next event is past the cutoff. */

@@ -131,22 +131,7 @@ typedef struct aisim_plain_view {
     int64_t next_start;         /* timed trace: the sessions of start_order started */
     int64_t sessions_made;      /* trace: the sessions whose first turn was made */
     int64_t rr_cursor;
-    int64_t totals_completed;
-    int64_t input_tokens;
-    int64_t output_tokens;
-    int64_t reused;
-    int64_t first_reused;
-    int64_t good;
-    int64_t good_tokens;
-    int64_t fallback_committed;
-    double duration_ms;
-    const double *ttft;
-    const double *e2e;
-    size_t n_ttft;              /* = n_e2e */
-    const double *ttst;
-    size_t n_ttst;
-    const double *tpot;
-    size_t n_tpot;
+    aisim_plain_summary summary;
     /* with AISIM_PLAIN_STALLED: the first rank that waits with nothing running (worker -1:
      * none) and its head; with AISIM_PLAIN_LIVELOCK: the worker and the time */
     int32_t stuck_worker;

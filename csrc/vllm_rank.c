@@ -249,25 +249,9 @@ static int64_t ceildiv(int64_t a, int64_t b)
     return -floordiv(-a, b);
 }
 
-static int grow(void **array, size_t *cap, size_t need, size_t elem)
-{
-    size_t c = *cap ? *cap : 8;
-    void *grown;
-    if (need <= *cap)
-        return AISIM_OK;
-    while (c < need)
-        c *= 2;
-    grown = realloc(*array, c * elem);
-    if (!grown)
-        return AISIM_ENOMEM;
-    *array = grown;
-    *cap = c;
-    return AISIM_OK;
-}
-
 static int list_push(slot_list *l, int32_t s)
 {
-    if (grow((void **)&l->v, &l->cap, l->len + 1, sizeof *l->v))
+    if (aisim_grow((void **)&l->v, &l->cap, l->len + 1, sizeof *l->v))
         return AISIM_ENOMEM;
     l->v[l->len++] = s;
     return AISIM_OK;
@@ -308,7 +292,7 @@ static int push_event(aisim_vllm_rank *r, int32_t kind, int32_t slot, int64_t a,
 {
     int64_t *e;
     size_t at = r->n_events * AISIM_VLLM_EVENT_WIDTH;
-    if (grow((void **)&r->events, &r->events_cap, at + AISIM_VLLM_EVENT_WIDTH, sizeof *r->events))
+    if (aisim_grow((void **)&r->events, &r->events_cap, at + AISIM_VLLM_EVENT_WIDTH, sizeof *r->events))
         return AISIM_ENOMEM;
     e = r->events + at;
     e[0] = kind;
@@ -439,7 +423,7 @@ static int fin_less(const fin_entry *a, const fin_entry *b)
 static int heap_push(aisim_vllm_rank *r, int64_t pass, int32_t slot)
 {
     size_t i;
-    if (grow((void **)&r->heap, &r->heap_cap, r->heap_len + 1, sizeof *r->heap))
+    if (aisim_grow((void **)&r->heap, &r->heap_cap, r->heap_len + 1, sizeof *r->heap))
         return AISIM_ENOMEM;
     i = r->heap_len++;
     r->heap[i].pass = pass;
@@ -623,7 +607,7 @@ static int new_slot(aisim_vllm_rank *r, int32_t *out)
         REQ_FIELDS(X)
 #undef X
         /* freeing a slot never allocates: the free list has room for every slot */
-        if (grow((void **)&r->free_slots.v, &r->free_slots.cap, cap, sizeof *r->free_slots.v))
+        if (aisim_grow((void **)&r->free_slots.v, &r->free_slots.cap, cap, sizeof *r->free_slots.v))
             return AISIM_ENOMEM;
         r->slot_cap = cap;
     }
@@ -684,7 +668,7 @@ static int add_request(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_outpu
      * submit while Python still reads them */
     TRY(wait_reserve(r));
     TRY(new_slot(r, &s));
-    if (grow((void **)&r->hashes[s], &r->hash_cap[s], n_hashes, sizeof **r->hashes)) {
+    if (aisim_grow((void **)&r->hashes[s], &r->hash_cap[s], n_hashes, sizeof **r->hashes)) {
         r->free_slots.v[r->free_slots.len++] = s;   /* give it back */
         return AISIM_ENOMEM;
     }
@@ -757,8 +741,8 @@ static int runs_from_ranges(aisim_vllm_rank *r, int64_t prompt_len, const uint32
     n = ceildiv(prompt_len, block);
     if ((uint64_t)n > SIZE_MAX / sizeof(uint32_t))
         return AISIM_ENOMEM;
-    TRY(grow((void **)&r->run_values, &r->run_values_cap, (size_t)n, sizeof *r->run_values));
-    TRY(grow((void **)&r->run_lengths, &r->run_lengths_cap, (size_t)n,
+    TRY(aisim_grow((void **)&r->run_values, &r->run_values_cap, (size_t)n, sizeof *r->run_values));
+    TRY(aisim_grow((void **)&r->run_lengths, &r->run_lengths_cap, (size_t)n,
              sizeof *r->run_lengths));
     for (i = 0; i < n_ranges && k < n; i++) {
         uint64_t id = ranges[2 * i], count = ranges[2 * i + 1], j;
@@ -803,7 +787,7 @@ static int lookup_hashes(aisim_vllm_rank *r, int32_t s, size_t n)
         return AISIM_OK;
     if (r->authored[s])
         return AISIM_EINVAL;   /* the twin fails too: fewer authored tokens than blocks */
-    TRY(grow((void **)&r->hashes[s], &r->hash_cap[s], n, sizeof **r->hashes));
+    TRY(aisim_grow((void **)&r->hashes[s], &r->hash_cap[s], n, sizeof **r->hashes));
     while (have < n) {
         uint64_t *h = r->hashes[s];
         size_t prompt = r->n_prompt_hashes[s];
@@ -831,9 +815,9 @@ static int commit_full_blocks(aisim_vllm_rank *r, int32_t s, int64_t full)
         size_t count = (size_t)(full - done), kept = count, i;
         TRY(lookup_hashes(r, s, (size_t)full));
         if (r->observed) {   /* the router hears of them when the pass ends */
-            TRY(grow((void **)&r->stored, &r->stored_cap, r->n_stored + count,
+            TRY(aisim_grow((void **)&r->stored, &r->stored_cap, r->n_stored + count,
                      sizeof *r->stored));
-            TRY(grow((void **)&r->stored_ends, &r->stored_ends_cap, r->n_stored_runs + 1,
+            TRY(aisim_grow((void **)&r->stored_ends, &r->stored_ends_cap, r->n_stored_runs + 1,
                      sizeof *r->stored_ends));
             memcpy(r->stored + r->n_stored, r->hashes[s] + done, count * sizeof *r->stored);
             if (r->mtp || r->state) {
@@ -900,7 +884,7 @@ static int publish(aisim_vllm_rank *r, uint64_t prefix)
 {
     if (published_now(r, prefix))
         return AISIM_OK;
-    TRY(grow((void **)&r->published_now, &r->published_cap, r->n_published + 1,
+    TRY(aisim_grow((void **)&r->published_now, &r->published_cap, r->n_published + 1,
              sizeof *r->published_now));
     r->published_now[r->n_published++] = prefix;
     return AISIM_OK;
@@ -1164,8 +1148,8 @@ static int open_stretch(aisim_vllm_rank *r, int32_t s, int64_t P)
     key = pymod(P + 1 - r->base_len[s], bs);
     r->bucket_key[s] = key;
     b = &r->buckets[key];
-    TRY(grow((void **)&b->slots, &b->cap, b->len + 1, sizeof *b->slots));
-    TRY(grow((void **)&b->seqs, &b->seq_cap, b->len + 1, sizeof *b->seqs));
+    TRY(aisim_grow((void **)&b->slots, &b->cap, b->len + 1, sizeof *b->slots));
+    TRY(aisim_grow((void **)&b->seqs, &b->seq_cap, b->len + 1, sizeof *b->seqs));
     if (b->len == 0) {   /* a bucket opens */
         b->grown = 0;
         b->pos = (int64_t)r->n_active_keys;
@@ -1213,7 +1197,7 @@ static int close_stretch(aisim_vllm_rank *r, int32_t s, int64_t last_pass)
     emitted = last_pass - r->base_pass[s] + 1;
     if (emitted > 0) {
         size_t n = r->n_stretch[s];
-        TRY(grow((void **)&r->stretches[s], &r->stretch_cap[s], n + 2, sizeof **r->stretches));
+        TRY(aisim_grow((void **)&r->stretches[s], &r->stretch_cap[s], n + 2, sizeof **r->stretches));
         r->stretches[s][n] = r->base_pass[s];
         r->stretches[s][n + 1] = last_pass;
         r->n_stretch[s] = n + 2;
@@ -1267,7 +1251,7 @@ static int mtp_count_breaks(aisim_vllm_rank *r, int32_t s)
             last[2]++;
             continue;
         }
-        TRY(grow((void **)&r->mtp_breaks, &r->mtp_breaks_cap, r->n_mtp_breaks + 3,
+        TRY(aisim_grow((void **)&r->mtp_breaks, &r->mtp_breaks_cap, r->n_mtp_breaks + 3,
                  sizeof *r->mtp_breaks));
         r->mtp_breaks[r->n_mtp_breaks++] = before;
         r->mtp_breaks[r->n_mtp_breaks++] = after;
@@ -1299,7 +1283,7 @@ static int hold_source(aisim_vllm_rank *r, int32_t s)
 static int push_terminal(aisim_vllm_rank *r, int32_t kind, int32_t s)
 {
     size_t n = r->n_stretch[s];
-    TRY(grow((void **)&r->stretch_out, &r->stretch_out_cap, r->n_stretch_out + n,
+    TRY(aisim_grow((void **)&r->stretch_out, &r->stretch_out_cap, r->n_stretch_out + n,
              sizeof *r->stretch_out));
     TRY(push_event(r, kind, s, (int64_t)(r->n_stretch_out / 2), (int64_t)(n / 2),
                    r->generated[s]));
@@ -1367,7 +1351,7 @@ static int chunk_kv(aisim_vllm_rank *r, int32_t s, int64_t tokens)
         r->chunk_isl[s] = prompt_end;
         r->chunk_prefix[s] = prompt_start;
         if (r->fpm) {
-            TRY(grow((void **)&r->fpm_chunks, &r->fpm_chunks_cap, r->n_fpm_chunks + 2,
+            TRY(aisim_grow((void **)&r->fpm_chunks, &r->fpm_chunks_cap, r->n_fpm_chunks + 2,
                      sizeof *r->fpm_chunks));
             r->fpm_chunks[r->n_fpm_chunks++] = prompt;
             r->fpm_chunks[r->n_fpm_chunks++] = prompt_start;
@@ -1751,7 +1735,7 @@ static int admit_waiting(aisim_vllm_rank *r, double now_ms, int64_t budget, int6
 
 static int push_value(int64_t **array, size_t *n, size_t *cap, int64_t value)
 {
-    TRY(grow((void **)array, cap, *n + 1, sizeof **array));
+    TRY(aisim_grow((void **)array, cap, *n + 1, sizeof **array));
     (*array)[(*n)++] = value;
     return AISIM_OK;
 }
@@ -2063,7 +2047,7 @@ static int mtp_stamp(aisim_vllm_rank *r, int64_t P)
         size_t n = r->n_stretch[s];
         r->generated[s] += burst;
         r->computed[s] = r->prompt_len[s] + r->generated[s] - 1;
-        TRY(grow((void **)&r->stretches[s], &r->stretch_cap[s], n + 2 * (size_t)burst,
+        TRY(aisim_grow((void **)&r->stretches[s], &r->stretch_cap[s], n + 2 * (size_t)burst,
                  sizeof **r->stretches));
         if (n && r->stretches[s][n - 1] == P - 1) {
             r->stretches[s][n - 1] = P;   /* RankBase._emit: contiguous, the stretch goes on */
@@ -2353,10 +2337,10 @@ static int state_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms, do
     if (!r->view.mtp_plain || !r->decode_timing)
         return 1;
     n = (int64_t)count;
-    if (grow((void **)&r->sim_len, &r->sim_len_cap, count, sizeof *r->sim_len) ||
-        grow((void **)&r->sim_left, &r->sim_left_cap, count, sizeof *r->sim_left) ||
-        grow((void **)&r->sim_held, &r->sim_held_cap, count, sizeof *r->sim_held) ||
-        grow((void **)&r->sim_pub, &r->sim_pub_cap, count, sizeof *r->sim_pub))
+    if (aisim_grow((void **)&r->sim_len, &r->sim_len_cap, count, sizeof *r->sim_len) ||
+        aisim_grow((void **)&r->sim_left, &r->sim_left_cap, count, sizeof *r->sim_left) ||
+        aisim_grow((void **)&r->sim_held, &r->sim_held_cap, count, sizeof *r->sim_held) ||
+        aisim_grow((void **)&r->sim_pub, &r->sim_pub_cap, count, sizeof *r->sim_pub))
         return AISIM_ENOMEM;
     /* each decoder as the pass just formed leaves it (its token stamped at its end) */
     for (i = 0; i < count; i++) {
@@ -2426,8 +2410,8 @@ int aisim_vllm_mtp_extend(aisim_vllm_rank *r, double end_ms, double horizon_ms,
             return AISIM_ENOMEM;
         aisim_rng_view_of(r->sim_rng, &r->sim_view);
     }
-    if (grow((void **)&r->sim_len, &r->sim_len_cap, count, sizeof *r->sim_len) ||
-        grow((void **)&r->sim_left, &r->sim_left_cap, count, sizeof *r->sim_left))
+    if (aisim_grow((void **)&r->sim_len, &r->sim_len_cap, count, sizeof *r->sim_len) ||
+        aisim_grow((void **)&r->sim_left, &r->sim_left_cap, count, sizeof *r->sim_left))
         return AISIM_ENOMEM;
     aisim_rng_copy(r->sim_rng, r->rng);
     /* each emitter as the pass just formed leaves it */
@@ -2549,7 +2533,7 @@ static int order_signal(aisim_vllm_rank *r, int32_t s)
     int64_t index = list_index(&r->running, s);
     if (index < 0)
         return AISIM_ECORRUPT;
-    TRY(grow((void **)&r->report_order, &r->report_order_cap, r->n_report_order + 2,
+    TRY(aisim_grow((void **)&r->report_order, &r->report_order_cap, r->n_report_order + 2,
              sizeof *r->report_order));
     r->report_order[r->n_report_order++] = s;
     r->report_order[r->n_report_order++] = index;
@@ -2589,7 +2573,7 @@ static int report_pass(aisim_vllm_rank *r, int64_t P, int32_t mode)
     cap = r->report_ends_cap, r->report_ends_cap = r->stored_ends_cap, r->stored_ends_cap = cap;
     r->n_report_runs = r->n_stored_runs;
     r->n_stored_runs = r->n_stored = 0;
-    TRY(grow((void **)&r->report_evicted, &r->report_evicted_cap, (size_t)r->kv->logged + 1,
+    TRY(aisim_grow((void **)&r->report_evicted, &r->report_evicted_cap, (size_t)r->kv->logged + 1,
              sizeof *r->report_evicted));
     taken = aisim_kv_take_evicted(r->pool, mode == AISIM_VLLM_REPORT_KV, r->report_evicted,
                                   r->report_evicted_cap);
@@ -2629,7 +2613,7 @@ static int complete(aisim_vllm_rank *r, int64_t extra, int32_t report)
     size_t i;
     /* a diff entry per pass, the extended ones and this one (zeroed) */
     size_t passes = (size_t)(v->pass_index + extra + 1);
-    TRY(grow((void **)&r->itl_diff, &r->itl_diff_cap, passes, sizeof *r->itl_diff));
+    TRY(aisim_grow((void **)&r->itl_diff, &r->itl_diff_cap, passes, sizeof *r->itl_diff));
     memset(r->itl_diff + r->n_itl_diff, 0, (passes - r->n_itl_diff) * sizeof *r->itl_diff);
     r->n_itl_diff = passes;
     if (extra && r->mtp) {
@@ -2843,9 +2827,9 @@ static int append_table(aisim_vllm_rank *r, int32_t seq, int64_t **blocks, size_
     int len = aisim_kv_seq_len(r->pool, seq), i;
     if (len < 0)
         return len;
-    TRY(grow((void **)table, table_cap, (size_t)len + 1, sizeof **table));
+    TRY(aisim_grow((void **)table, table_cap, (size_t)len + 1, sizeof **table));
     aisim_kv_seq_blocks(r->pool, seq, *table, (size_t)len);
-    TRY(grow((void **)blocks, cap, *n + (size_t)len + 1, sizeof **blocks));
+    TRY(aisim_grow((void **)blocks, cap, *n + (size_t)len + 1, sizeof **blocks));
     for (i = 0; i < len; i++)
         (*blocks)[(*n)++] = (*table)[i];
     return len;
@@ -2970,7 +2954,7 @@ int aisim_vllm_accept(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
         return AISIM_EINVAL;
     if (r->broken)
         return AISIM_ECORRUPT;
-    if (grow((void **)&r->pending.v, &r->pending.cap, r->pending.len + 1, sizeof *r->pending.v))
+    if (aisim_grow((void **)&r->pending.v, &r->pending.cap, r->pending.len + 1, sizeof *r->pending.v))
         return AISIM_ENOMEM;
     status = add_request(r, prompt_len, max_output, out_limit, hashes, n_hashes, values, lengths,
                          n_runs, authored, salt, &s);

@@ -239,15 +239,7 @@ def _config(sim):
     else:
         config.fallback_ms = float(transfer.fallback_ms)
     config.cutoff_ms = sim.max_sim_time_ms
-    totals = sim.collector._totals
-    config.report_start_ms = totals.start_ms
-    sla = totals.sla
-    if sla is not None:
-        for name in ("ttft", "itl", "e2e"):
-            value = getattr(sla, f"{name}_ms")
-            if value is not None:
-                setattr(config, f"has_{name}", 1)
-                setattr(config, f"sla_{name}_ms", float(value))
+    plain_native.set_report_config(config, sim.collector._totals)
     return config, keep
 
 

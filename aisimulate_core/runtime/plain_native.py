@@ -437,7 +437,14 @@ def _config(sim):
         config.records_every = RECORDS_EVERY
         if sim.collector._stream.running:
             config.records_lag_ms = RECORDS_LAG_MS
-    totals = sim.collector._totals
+    set_report_config(config, sim.collector._totals)
+    return config, keep
+
+
+
+def set_report_config(config, totals):
+    """The summary's start and SLA bounds into a C loop's config (both loops' configs carry
+    report_start_ms, has_ttft/itl/e2e and sla_ttft/itl/e2e_ms)."""
     config.report_start_ms = totals.start_ms
     sla = totals.sla
     if sla is not None:
@@ -446,8 +453,6 @@ def _config(sim):
             if value is not None:
                 setattr(config, f"has_{name}", 1)
                 setattr(config, f"sla_{name}_ms", float(value))
-    return config, keep
-
 
 def _take_state(sim, loop, view, rank_cursors):
     """What the rest of the simulation reads after a run: the counters, each rank's pass
@@ -628,6 +633,7 @@ def _fill_collector(collector, loop, view, sample_stats=None, drop_samples=None)
     lib = native.lib
     sample_stats = sample_stats or lib.aisim_plain_sample_stats
     drop_samples = drop_samples or lib.aisim_plain_drop_samples
+    view = view.summary
     samples, stats = {}, {}
     counts = (view.n_ttft, view.n_ttft, view.n_ttst, view.n_tpot)
     out = native.ffi.new("double[9]")
@@ -637,7 +643,7 @@ def _fill_collector(collector, loop, view, sample_stats=None, drop_samples=None)
         native.check_status(sample_stats(loop, which, out), "sample_stats")
         stats[name] = DistributionStats(*out)
         drop_samples(loop, which)   # held once at the peak
-    fill_totals(collector, completed=view.totals_completed, input_tokens=view.input_tokens,
+    fill_totals(collector, completed=view.completed, input_tokens=view.input_tokens,
                 output_tokens=view.output_tokens, reused=view.reused,
                 first_reused=view.first_reused, duration_ms=view.duration_ms, good=view.good,
                 good_tokens=view.good_tokens, committed_prefill=view.fallback_committed,

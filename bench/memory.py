@@ -7,6 +7,8 @@ with ``resource.getrusage`` of the child) and prints its peak RSS:
     .venv/bin/python bench/memory.py                     # 1M and 10M requests
     .venv/bin/python bench/memory.py 200000 1000000      # other sizes
     .venv/bin/python bench/memory.py --records 1000000   # per-request records streamed too
+    .venv/bin/python bench/memory.py --kept 1000000      # records kept on the report
+    .venv/bin/python bench/memory.py --reference --kept 1000000   # the same on the reference
 
 The payload is Poisson 200 rps, isl 64, osl 8, fixed timing (10 ms prefill, 5 ms decode), one
 vLLM worker, ``record_per_request: false``: a few requests are in flight at a time, so the
@@ -39,13 +41,20 @@ on_record = count if sys.argv[2] == "records" else None
 started = time.perf_counter()
 report = run_replay(payload, on_record=on_record)
 s = report.summary
+if report.per_request is not None:
+    records[0] = len(report.per_request)
 print(json.dumps({"completed": s["completed_requests"], "num_requests": s["num_requests"],
                   "mean_ttft_ms": s["mean_ttft_ms"], "records": records[0],
                   "run_s": time.perf_counter() - started}))
 """
 
+# The reference through its own Python API (as ../shared/tools/peer_run.py maps a payload), in
+# its own virtual environment; records are kept in its report, as ours with --kept.
+REF_PYTHON = os.path.join(os.path.dirname(ROOT), "ref-venv", "bin", "python")
+PEER_RUN = os.path.join(os.path.dirname(ROOT), "shared", "tools", "peer_run.py")
 
-def payload(requests):
+
+def payload(requests, kept=False):
     return {
         "spec": {
             "version": 1,
@@ -54,24 +63,30 @@ def payload(requests):
                                 "max_num_seqs": 256, "max_num_batched_tokens": 8192,
                                 "timing_model": {"type": "fixed", "prefill_ms": 10.0,
                                                  "decode_ms": 5.0}}},
-            "record_per_request": False,
+            "record_per_request": kept,
         },
         "traffic": {"source_type": "synthetic", "load_type": "poisson", "request_rate": 200.0,
                     "isl": 64, "osl": 8, "request_count": requests, "arrival_seed": 42},
     }
 
 
-def run_case(requests, records, python):
+def run_case(requests, mode, python, reference=False):
+    """mode: "summary" (records off), "records" (streamed) or "kept" (on the report)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(payload(requests), f)
+        json.dump(payload(requests, kept=mode == "kept"), f)
         path = f.name
     try:
-        command = [python, "-c", CHILD, path, "records" if records else "summary"]
+        if reference:
+            command = [REF_PYTHON, PEER_RUN, path] + (["--per-request"] if mode != "summary"
+                                                      else [])
+        else:
+            command = [python, "-c", CHILD, path, mode]
         timed = os.path.exists("/usr/bin/time")
         if timed:
             command = ["/usr/bin/time", "-v"] + command
         started = time.perf_counter()
-        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        env = dict(os.environ, DYN_LOG="error")
+        proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - started
         if proc.returncode != 0:
             sys.exit(f"{requests} requests: the run failed:\n{proc.stderr}")
@@ -81,6 +96,9 @@ def run_case(requests, records, python):
         else:
             peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KB on Linux
         result = json.loads(proc.stdout.strip().splitlines()[-1])
+        if reference:
+            result = {"completed": result["completed_requests"],
+                      "records": len(result.get("per_request") or [])}
     finally:
         os.unlink(path)
     return peak_kb, wall, result
@@ -91,12 +109,17 @@ def main(argv=None):
     parser.add_argument("requests", nargs="*", type=int, default=[1_000_000, 10_000_000])
     parser.add_argument("--records", action="store_true",
                         help="stream every per-request record to a counting sink (on_record)")
+    parser.add_argument("--kept", action="store_true",
+                        help="keep every per-request record on the report (record_per_request)")
+    parser.add_argument("--reference", action="store_true",
+                        help="measure the reference instead (../ref-venv, peer_run.py)")
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
+    mode = "kept" if args.kept else "records" if args.records else "summary"
     print(f"{'requests':>12} {'peak RSS MB':>12} {'bytes/request':>14} {'wall s':>9} "
           f"{'completed':>12} {'records':>10}")
     for requests in args.requests:
-        peak_kb, wall, result = run_case(requests, args.records, args.python)
+        peak_kb, wall, result = run_case(requests, mode, args.python, args.reference)
         print(f"{requests:>12,} {peak_kb / 1024:>12.1f} {peak_kb * 1024 / requests:>14.1f} "
               f"{wall:>9.1f} {result['completed']:>12,} {result['records']:>10,}", flush=True)
 

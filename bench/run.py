@@ -1,7 +1,8 @@
 """`make bench`: wall time of each benchmark payload, ours against the reference's.
 
 Each payload runs in a fresh process per side; the time is the in-process replay call (payload
-text to report), median of --repeat runs, so interpreter start-up is left out on both sides. The
+text to report), median of --repeat runs (at least SMALL_REPEAT for a workload under SMALL_S,
+ours and the reference's taking turns), so interpreter start-up is left out on both sides. The
 reference runs only when its virtual environment exists (../ref-venv, see
 ../shared/tools/README.md). Ratios are our time over the reference's measured in this same run;
 absolute times drift on shared machines, ratios much less.
@@ -154,16 +155,37 @@ def run_reference(path):
             "mean_e2e_latency_ms": summary["mean_e2e_latency_ms"]}, None
 
 
-def median_run(runner, path, repeat):
+# A run this short is dominated by fixed costs and by the machine's noise: it is repeated
+# SMALL_REPEAT times (at least), ours and the reference's alternating, so that both sides see
+# the same drift.
+SMALL_S = 0.05
+SMALL_REPEAT = 9
+
+
+def interleaved_runs(runners, path, repeat):
+    """Each runner's median result over ``repeat`` runs (SMALL_REPEAT for a short workload),
+    the runners taking turns; returns (results, errors), one of each per runner."""
+    samples = [[] for _ in runners]
+    errors = [None for _ in runners]
+    turn = 0
+    while turn < repeat:
+        for k, runner in enumerate(runners):
+            if errors[k] is None:
+                result, errors[k] = runner(path)
+                if errors[k] is None:
+                    samples[k].append(result)
+        if turn == 0 and samples[0] and samples[0][0]["wall_s"] < SMALL_S:
+            repeat = max(repeat, SMALL_REPEAT)
+        turn += 1
     results = []
-    for _ in range(repeat):
-        result, error = runner(path)
-        if error:
-            return None, error
-        results.append(result)
-    best = dict(results[0])
-    best["wall_s"] = statistics.median(r["wall_s"] for r in results)
-    return best, None
+    for k, runs in enumerate(samples):
+        if errors[k] is not None or not runs:
+            results.append(None)
+            continue
+        best = dict(runs[0])
+        best["wall_s"] = statistics.median(r["wall_s"] for r in runs)
+        results.append(best)
+    return results, errors
 
 
 def same_result(ours, ref, random_ties=False):
@@ -212,18 +234,23 @@ def main(argv=None):
             generate_replicated_trace()
         if name == "feature_lanes_agentic":
             generate_agentic_plays()
-        ours, error = median_run(run_ours, path, repeat)
-        if error:
-            print(f"{name:34s} {'-':>9s} {'-':>9s} {'-':>7s}  ours failed: {error}")
-            continue
+        runners = [run_ours]
         ref = None
         note = ""
         if have_reference and on_reference:
-            ref, ref_error = median_run(run_reference, path, repeat)
-            if ref_error:
-                note = f"reference failed: {ref_error}"
+            runners.append(run_reference)
         elif have_reference:
             note = "no reference run (needs the reference's AIC support)"
+        results, errors = interleaved_runs(runners, path, repeat)
+        if errors[0]:
+            print(f"{name:34s} {'-':>9s} {'-':>9s} {'-':>7s}  ours failed: {errors[0]}")
+            continue
+        ours = results[0]
+        if len(runners) > 1:
+            if errors[1]:
+                note = f"reference failed: {errors[1]}"
+            else:
+                ref = results[1]
         if ref:
             ratio = ours["wall_s"] / ref["wall_s"]
             result = same_result(ours, ref, kv_routed(path))

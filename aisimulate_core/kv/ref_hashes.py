@@ -9,13 +9,17 @@ sequence hash and the block hash, both little-endian u64 (SEMANTICS.md §1.1 ste
 
 ``xxh3_64(data, seed)`` is the XXH3 64-bit hash (the public xxHash algorithm, every length);
 ``ref_seq_hashes(prompt, block_size, n_blocks)`` the first ``n_blocks`` sequence hashes of a
-prompt (``workload/prompt.Prompt``).
+prompt (``workload/prompt.Prompt``): one C call on the C backend (csrc/ref_hashes.c), this
+module's Python otherwise (``backend="python"``, its twin; tests/test_ref_hashes.py compares
+them on random prompts).
 """
 
 from __future__ import annotations
 
 import struct
 from array import array
+
+from aisimulate_core.native import EINVAL, ffi, lib, resolve_backend, status_error
 
 M64 = (1 << 64) - 1
 P32_1, P32_2, P32_3 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D
@@ -187,8 +191,28 @@ _RUNS: dict = {}                # (parent, local, k) -> the k sequence hashes of
 _RUNS_MAX = 1 << 16
 
 
-def ref_seq_hashes(prompt, block_size: int, n_blocks: int) -> array:
-    """The reference's sequence hashes of the first ``n_blocks`` complete blocks of ``prompt``.
+def ref_seq_hashes(prompt, block_size: int, n_blocks: int, backend=None) -> array:
+    """The reference's sequence hashes of the first ``n_blocks`` complete blocks of ``prompt``."""
+    if resolve_backend(backend) == "c":
+        return _c_ref_seq_hashes(prompt, block_size, n_blocks)
+    return _py_ref_seq_hashes(prompt, block_size, n_blocks)
+
+
+def _c_ref_seq_hashes(prompt, block_size, n_blocks):
+    values, lengths = prompt.values, prompt.lengths
+    out = array("Q", bytes(8 * n_blocks))
+    status = lib.aisim_ref_seq_hashes(ffi.from_buffer("uint32_t[]", values),
+                                      ffi.from_buffer("uint32_t[]", lengths), len(values),
+                                      block_size, ffi.from_buffer("uint64_t[]", out), n_blocks)
+    if status < 0:
+        detail = None if status != EINVAL else \
+            f"a prompt of {prompt.length} tokens has fewer than {n_blocks} blocks of {block_size}"
+        raise status_error(status, "ref_seq_hashes", detail)
+    return out
+
+
+def _py_ref_seq_hashes(prompt, block_size: int, n_blocks: int) -> array:
+    """``ref_seq_hashes`` in Python (the C function's twin).
     The blocks of one repeated token that a run covers whole share their own hash, so the
     chain over them after a given parent is hashed once and kept (``_RUNS``): prompts that
     share a prefix (a conversation's turns) hash it once."""

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable
 import attrs
 import msgspec
 
-from .stats import DistributionStats, StreamingDistribution, exact_stats
+from .stats import (KEY_MULTIPLIER, MIN_INDEXABLE, DistributionStats, exact_stats,
+                    summary_stats)
 from .token_stats import TokenGaps
 
 # ---------------------------------------------------------------------------------------------
@@ -159,6 +160,14 @@ _DIST_FIELDS = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std
 def _dist_keys(name: str, unit: str = "_ms") -> tuple[str, ...]:
     return tuple(f"{field}_{name}{unit}" for field in _DIST_FIELDS)
 
+
+# the distributions' keys: constants of the summary's format, named once
+_TTFT_KEYS = _dist_keys("ttft")
+_TTST_KEYS = _dist_keys("ttst")
+_TPOT_KEYS = _dist_keys("tpot")
+_ITL_KEYS = _dist_keys("itl")
+_E2E_KEYS = _dist_keys("e2e_latency")
+_RATE_KEYS = _dist_keys("output_token_throughput_per_user", "")
 
 # extras that sit in fixed places; anything else passed to add_extra goes at the end
 _HEAD_EXTRAS = ("kv_eviction_policy", "kv_eviction_assumption", "committed_prefill_tokens",
@@ -314,14 +323,11 @@ class Collector:
         them, go in without a copy."""
         self._gaps.add(gaps_ms, counts)
 
-    def _token_distributions(self) -> tuple[StreamingDistribution, StreamingDistribution]:
-        """The ITL and per-user rate (1000 / gap) distributions, from one summary call."""
-        itl, rate = StreamingDistribution(), StreamingDistribution()
-        sketch = itl.sketch
-        itl_summary, rate_summary = self._gaps.summaries(sketch.multiplier, sketch.min_indexable)
-        itl.fill(itl_summary)
-        rate.fill(rate_summary)
-        return itl, rate
+    def _token_distributions(self) -> tuple[DistributionStats, DistributionStats]:
+        """The ITL and per-user rate (1000 / gap) figures, from one summary call (the sketch's
+        quantiles read off the summary's sorted keys: ``stats.summary_stats``)."""
+        itl_summary, rate_summary = self._gaps.summaries(KEY_MULTIPLIER, MIN_INDEXABLE)
+        return summary_stats(itl_summary), summary_stats(rate_summary)
 
     def set_worker_seconds(self, *, prefill_worker_seconds: float, decode_worker_seconds: float,
                            prefill_gpus_per_worker: int, decode_gpus_per_worker: int) -> None:
@@ -423,16 +429,14 @@ class Collector:
         """The nine figures of each latency and token-rate distribution."""
         totals = self._totals
         itl, rate_per_user = self._token_distributions()
-        dists: list[tuple[list[str], DistributionStats]] = [
-            (_dist_keys("ttft"), totals.stats("ttft")),
-            (_dist_keys("ttst"), totals.stats("ttst")),
-            (_dist_keys("tpot"), totals.stats("tpot")),
-            (_dist_keys("itl"), itl.stats()),
-            (_dist_keys("e2e_latency"), totals.stats("e2e")),
-            (_dist_keys("output_token_throughput_per_user", ""), rate_per_user.stats()),
-        ]
         values: dict[str, float] = {}
-        for keys, stats in dists:
+        for keys, stats in (
+                (_TTFT_KEYS, totals.stats("ttft")),
+                (_TTST_KEYS, totals.stats("ttst")),
+                (_TPOT_KEYS, totals.stats("tpot")),
+                (_ITL_KEYS, itl),
+                (_E2E_KEYS, totals.stats("e2e")),
+                (_RATE_KEYS, rate_per_user)):
             values.update(zip(keys, stats))
         return values
 

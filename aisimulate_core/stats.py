@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from array import array
 from bisect import bisect_right
 from itertools import accumulate
@@ -80,6 +81,11 @@ def seq_sum(values: Iterable[float]) -> float:
     return total
 
 
+# CPython before 3.12 sums floats left to right in a double, from 0.0 (no compensation; 3.12
+# compensates): there the built-in gives seq_sum's bits in one C loop.
+_seq_sum = (lambda values: sum(values, 0.0)) if sys.version_info < (3, 12) else seq_sum
+
+
 def mean(values: Sequence[float]) -> float:
     return seq_sum(values) / len(values) if values else 0.0
 
@@ -106,13 +112,34 @@ def percentile(values: Sequence[float], pct: float) -> float:
 def exact_stats(values: Sequence[float]) -> DistributionStats:
     """Exact summary of ``values`` in their given order (the order only affects the mean's and
     std's last bits, through the sequential sum). ``values`` may be a list or an ``array('d')``;
-    a large array is sorted in runs (``SortedRuns``), with the same result."""
-    if not values:
+    a large array is sorted in runs (``SortedRuns``), with the same result.
+
+    The figures of ``mean``, ``rank_index`` and ``population_std`` (the std centred on the mean
+    of the *sorted* values, summed in sorted order), computed in one function: a report asks
+    for four of these, most of them over a few dozen values."""
+    n = len(values)
+    if not n:
         return EMPTY_STATS
-    ordered = SortedRuns(values)
-    n = len(ordered)
-    low, high, *picks = ordered.select([0, n - 1] + [rank_index(n, pct) for pct in PERCENTILES])
-    return DistributionStats(mean(values), low, high, *picks, population_std(ordered))
+    if n > SORT_RUN:
+        ordered = SortedRuns(values)
+        low, high, *picks = ordered.select([0, n - 1] + [rank_index(n, pct) for pct in PERCENTILES])
+        return DistributionStats(mean(values), low, high, *picks, population_std(ordered))
+    ordered = sorted(values)
+    span = n - 1
+    picks = []
+    for pct in PERCENTILES:   # rank_index, inline: the rounded rank, within [0, n - 1]
+        rank = span * pct / 100.0
+        whole = math.floor(rank)
+        if rank - whole >= 0.5:
+            whole += 1
+        picks.append(ordered[whole if whole < span else span])
+    centre = _seq_sum(ordered) / n
+    squares = 0.0
+    for value in ordered:
+        centred = value - centre
+        squares += centred * centred
+    return DistributionStats(_seq_sum(values) / n, ordered[0], ordered[span], *picks,
+                             math.sqrt(squares / n))
 
 
 SORT_RUN = 1 << 20
@@ -513,3 +540,64 @@ class StreamingDistribution:
             return EMPTY_STATS
         picks = [self.percentile(pct) for pct in PERCENTILES]
         return DistributionStats(m.mean, m.min, m.max, *picks, m.std)
+
+
+# The default sketch's mapping (the report's ITL and per-user rate sketches), read off one
+# DDSketch so the constants are the ones its methods use.
+_DEFAULT_SKETCH = DDSketch()
+KEY_MULTIPLIER = _DEFAULT_SKETCH.multiplier      # key = ceil(ln(v) * KEY_MULTIPLIER)
+MIN_INDEXABLE = _DEFAULT_SKETCH.min_indexable    # smaller magnitudes: the zero bucket
+_LOG_GAMMA = _DEFAULT_SKETCH.log_gamma
+_KEY_SCALE = 2.0 / (1.0 + _DEFAULT_SKETCH.gamma)
+
+
+def summary_stats(summary: HistogramSummary) -> DistributionStats:
+    """``StreamingDistribution().fill(summary)`` then ``.stats()`` (default sketch), without
+    building the sketch's stores: the summary's keys come sorted, so the positive store's
+    quantile is a bisection of their running counts.
+
+    What the dense store would do to them: it folds a key span wider than its bins
+    (``MAX_BINS``) into its lowest kept key, ``max key - MAX_BINS + 1``, and nothing else
+    changes which key a rank reads. A summary with values for the negative store takes the
+    sketch itself."""
+    count = summary.count
+    if count == 0:
+        return EMPTY_STATS
+    low_values = summary.low_values
+    if low_values and min(low_values) <= -MIN_INDEXABLE:
+        dist = StreamingDistribution()
+        dist.fill(summary)
+        return dist.stats()
+    keys = summary.keys
+    running = list(accumulate(summary.key_counts))
+    zeros = sum(summary.low_counts)
+    total = zeros + (running[-1] if running else 0)
+    floor = keys[-1] - MAX_BINS + 1 if keys and keys[-1] - keys[0] >= MAX_BINS else None
+    minimum = summary.min   # the sketch's min: every value went through it
+    span = count - 1
+    picks = []
+    for pct in PERCENTILES:
+        # StreamingDistribution.percentile's q, then DDSketch.quantile's rank
+        if span <= 0:
+            q = 1.0
+        else:
+            rank = round_half_away(span * pct / 100.0)
+            q = 1.0 if rank >= span else (rank + 0.5) / span
+        if total == 0:
+            picks.append(0.0)
+            continue
+        if total == 1:
+            picks.append(minimum)
+            continue
+        rank = int(q * (total - 1.0)) - zeros
+        if rank < 0:
+            picks.append(0.0)
+            continue
+        index = bisect_right(running, rank)
+        key = keys[index] if index < len(running) else keys[-1]
+        if floor is not None and key < floor:
+            key = floor
+        picks.append(math.exp(key * _LOG_GAMMA) * _KEY_SCALE)
+    m2 = summary.m2
+    return DistributionStats(summary.mean, summary.min, summary.max, *picks,
+                             math.sqrt(m2 / count))

@@ -1,4 +1,5 @@
 import math
+from array import array
 import random
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
@@ -8,6 +9,8 @@ import pytest
 from aisimulate_core.stats import (
     EMPTY_STATS,
     DDSketch,
+    MAX_BINS,
+    SortedRuns,
     StreamingDistribution,
     Welford,
     _Store,
@@ -18,6 +21,8 @@ from aisimulate_core.stats import (
     rank_index,
     round_half_away,
     seq_sum,
+    summarize_counts,
+    summary_stats,
 )
 
 ALPHA = 0.001
@@ -352,3 +357,77 @@ def test_from_counts_keeps_negatives_and_zeros_in_their_stores():
     assert (sketch.negative.count, sketch.zero_count, sketch.positive.count) == (3, 3, 1)
     assert (dist.moments.count, dist.moments.min, dist.moments.max) == (7, -4.0, 5.0)
     assert dist.moments.mean == math.fsum([-8.0, 0.0, 5.0, -4.0]) / 7
+
+
+# ------------------------------------------------------------------ one-function twins
+
+
+def bits(stats):
+    return [x.hex() for x in stats]
+
+
+def old_exact_stats(values):
+    """exact_stats as it was built from the named steps."""
+    if not values:
+        return EMPTY_STATS
+    ordered = SortedRuns(values)
+    n = len(ordered)
+    low, high, *picks = ordered.select([0, n - 1] + [rank_index(n, pct)
+                                                     for pct in (50.0, 75.0, 90.0, 95.0, 99.0)])
+    return (mean(values), low, high, *picks, population_std(ordered))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_exact_stats_gives_the_bits_of_its_named_steps(seed):
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 3, 7, 30, 101, 1000])
+    values = [rng.choice([0.0, rng.uniform(0, 1e4), rng.expovariate(0.01), 1e300 * rng.random(),
+                          float(rng.randint(0, 50))]) for _ in range(n)]
+    assert bits(exact_stats(values)) == bits(old_exact_stats(values))
+    assert bits(exact_stats(array("d", values))) == bits(old_exact_stats(values))
+
+
+def random_pairs(rng):
+    """(value, count) pairs as the report's gaps give them: mostly positive ms gaps, some zeros,
+    now and then a key span wider than the sketch's bins, or negatives."""
+    kind = rng.choice(["ms", "ms", "wide", "zeros", "one", "negative"])
+    n = 1 if kind == "one" else rng.randint(1, 300)
+    pairs = []
+    for _ in range(n):
+        if kind == "wide":
+            value = 10.0 ** rng.uniform(-300, 300)
+        elif kind == "zeros" and rng.random() < 0.5:
+            value = 0.0
+        elif kind == "negative" and rng.random() < 0.2:
+            value = -rng.uniform(0.1, 50.0)
+        else:
+            value = rng.uniform(0.5, 200.0)
+        pairs.append((value, rng.choice([1, 1, 2, 5, 1000, 2**40])))
+    return pairs
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_summary_stats_are_the_filled_sketch_figures(seed):
+    rng = random.Random(seed)
+    pairs = random_pairs(rng)
+    sketch = DDSketch()
+    summary = summarize_counts(pairs, sketch.multiplier, sketch.min_indexable)
+    dist = StreamingDistribution()
+    dist.fill(summary)
+    assert bits(summary_stats(summary)) == bits(dist.stats())
+
+
+def test_summary_stats_fold_a_span_wider_than_the_bins():
+    sketch = DDSketch()
+    low, high = 1e-200, 1e200   # keys far more than MAX_BINS apart
+    keys_apart = math.ceil(math.log(high) * sketch.multiplier) - math.ceil(
+        math.log(low) * sketch.multiplier)
+    assert keys_apart > MAX_BINS
+    pairs = [(low, 90), (1.0, 5), (high, 5)]
+    summary = summarize_counts(pairs, sketch.multiplier, sketch.min_indexable)
+    dist = StreamingDistribution()
+    dist.fill(summary)
+    assert dist.sketch.positive.collapsed
+    assert bits(summary_stats(summary)) == bits(dist.stats())
+    assert summary_stats(summarize_counts([], sketch.multiplier, sketch.min_indexable)) \
+        == EMPTY_STATS

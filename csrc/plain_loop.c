@@ -50,6 +50,8 @@ typedef struct worker {
     double pass_end;        /* Worker.pass_end_ms */
     int64_t rank_cursor;    /* round robin's next rank of this worker */
     int dirty;
+    int draining;           /* scaling drains it: no new work; its completions may empty it */
+    int completed;          /* a draining worker that completed a pass at this step */
 } worker;
 
 
@@ -72,6 +74,19 @@ struct aisim_plain {
     uint32_t *lengths;      /* a trace prompt's run lengths (trace_block but the last) */
     size_t n_last;          /* the run cut last (SIZE_MAX: none) */
     aisim_decode_run run;
+    /* round robin's active workers (as worker indices), replaced as scaling changes them */
+    int32_t *rr;
+    size_t n_rr;
+    /* scaling (runtime/cluster.py, in Python): its next tick and worker ready, and where a
+     * step paused for them (0: a new step; 1: completions done; 2: arrivals done) */
+    int cluster;
+    double tick_ms;
+    double ready_ms;
+    int phase;
+    int32_t *emptied;       /* draining workers a step's completions left without work */
+    size_t n_emptied;
+    double ext_cutoff;      /* the extension cutoff of the passes starting now */
+    size_t workers_cap, ranks_cap, rr_cap, emptied_cap;
     aisim_plain_view view;
 };
 
@@ -217,7 +232,7 @@ static int schedule_rank(aisim_plain *p, rank_state *w, double now_ms, double ho
     w->n_ends = 1;
     /* NativeVllmRank.extend */
     if (extend && v->plain_decode && v->n_dec != 0 && end < horizon_ms) {
-        int status = aisim_vllm_extend(w->rank, end, horizon_ms, c->cutoff_ms, MAX_PASSES,
+        int status = aisim_vllm_extend(w->rank, end, horizon_ms, p->ext_cutoff, MAX_PASSES,
                                        w->ends, MAX_PASSES, &p->run, 0);
         if (status == AISIM_DECODE_MISS || status == AISIM_VLLM_EXTEND_IN_PYTHON)
             return AISIM_PLAIN_TIMING;
@@ -333,10 +348,12 @@ static int arrive(aisim_plain *p, int64_t index, int32_t turn, double now_ms)
 {
     const aisim_plain_config *c = &p->cfg;
     plain_entry *e;
+    if (!p->n_rr)
+        return AISIM_PLAIN_NO_WORKER;   /* scaling left no active worker */
     TRY(plain_new_entry(&p->req, &e));
     int64_t uuid = p->req.next_uuid;
-    size_t at = (size_t)(p->view.rr_cursor % (int64_t)c->n_rr);
-    int32_t wi = c->rr_workers[at];
+    size_t at = (size_t)(p->view.rr_cursor % (int64_t)p->n_rr);
+    int32_t wi = p->rr[at];
     worker *w = &p->workers[wi];
     int64_t dp_rank = w->rank_cursor;
     e->arrival = now_ms;
@@ -363,7 +380,9 @@ static int pop_ready(aisim_plain *p, double now_ms)
         TRY(plain_sessions_pop(&p->sess, now_ms, &index, &turn));
         if (index < 0)
             return AISIM_OK;
-        TRY(arrive(p, index, turn, now_ms));
+        int status = arrive(p, index, turn, now_ms);
+        if (status != AISIM_OK)   /* (AISIM_PLAIN_NO_WORKER too) */
+            return status;
     }
 }
 
@@ -465,27 +484,67 @@ static void refresh_view(aisim_plain *p)
     v->next_pending = s->next_pending;
     v->next_start = s->next_start;
     v->sessions_made = s->first_turns;
-    for (size_t i = 0; p->cfg.rank_cursors_out && i < p->cfg.n_workers; i++)
-        p->cfg.rank_cursors_out[i] = p->workers[i].rank_cursor;
     v->next_arrival_ms = plain_sessions_closed(s) ? INFINITY : s->next_arrival;
+    v->next_event_ms = peek(p);
+    v->next_ready_ms = plain_sessions_next_ready(s);
+    v->n_workers = p->cfg.n_workers;
+    v->emptied = p->emptied;
+    v->n_emptied = p->n_emptied;
     plain_fill_summary(&v->summary, &p->req);
 }
 
-/* Simulation._run_plain until the next event is past the cutoff. */
+/* Simulation._cluster_time: the next tick or worker ready if earlier than t and work remains
+ * (a request in flight or still to arrive). */
+static double cluster_time(const aisim_plain *p, double t)
+{
+    double c = p->tick_ms < p->ready_ms ? p->tick_ms : p->ready_ms;
+    if (c >= t || (p->view.in_flight <= 0 && plain_sessions_next_ready(&p->sess) == INFINITY))
+        return t;
+    return c;
+}
+
+/* The draining workers that completed a pass at this step and hold nothing now
+ * (Simulation._complete_passes' cluster.worker_idle, settle's holds_work). */
+static void collect_emptied(aisim_plain *p)
+{
+    size_t i, r;
+    for (i = 0; i < p->cfg.n_workers; i++) {
+        worker *w = &p->workers[i];
+        int holds = 0;
+        if (!w->completed)
+            continue;
+        w->completed = 0;
+        for (r = 0; r < w->n_ranks; r++)
+            if (w->ranks[r].view->n_running || w->ranks[r].view->n_waiting)
+                holds = 1;
+        if (!holds)
+            p->emptied[p->n_emptied++] = (int32_t)i;
+    }
+}
+
+/* Simulation._run_plain until the next event is past the cutoff. With scaling, a step pauses
+ * where Python's cluster acts (runtime/cluster.py): after its completions when a worker gets
+ * ready or a draining one emptied (AISIM_PLAIN_CLUSTER), after its arrivals when a tick is
+ * due (AISIM_PLAIN_TICK); the next call goes on from there. */
 static int run(aisim_plain *p)
 {
     const double limit = p->cfg.cutoff_ms;
     aisim_plain_view *v = &p->view;
     for (;;) {
-        double t = peek(p), ready = plain_sessions_next_ready(&p->sess);
-        if (ready < t)
-            t = ready > v->now_ms ? ready : v->now_ms;
-        if (t > limit || t == INFINITY) {
-            v->next_ms = t;
-            return AISIM_OK;
-        }
-        v->now_ms = t;
-        if (peek(p) <= t) {
+        double t;
+        if (p->phase == 0) {
+            double ready = plain_sessions_next_ready(&p->sess);
+            int draining_done = 0;
+            t = peek(p);
+            if (ready < t)
+                t = ready > v->now_ms ? ready : v->now_ms;
+            if (p->cluster)
+                t = cluster_time(p, t);
+            if (t > limit || t == INFINITY) {
+                v->next_ms = t;
+                return AISIM_OK;
+            }
+            v->now_ms = t;
             while (peek(p) <= t) {
                 plain_event e = plain_heap_pop(&p->heap);
                 worker *w = &p->workers[e.value >> 32];
@@ -493,11 +552,34 @@ static int run(aisim_plain *p)
                     continue;   /* the pass was cut short and rescheduled earlier */
                 TRY(complete_pass(p, w));
                 w->dirty = 1;
+                if (w->draining)
+                    draining_done = w->completed = 1;
             }
-            ready = plain_sessions_next_ready(&p->sess);
+            p->n_emptied = 0;
+            if (draining_done)
+                collect_emptied(p);
+            p->phase = 1;
+            if (p->cluster && (p->ready_ms <= t || p->n_emptied))
+                return AISIM_PLAIN_CLUSTER;
         }
-        if (ready <= t)
-            TRY(pop_ready(p, t));
+        t = v->now_ms;
+        if (p->phase == 1) {
+            if (plain_sessions_next_ready(&p->sess) <= t) {
+                int status = pop_ready(p, t);
+                if (status != AISIM_OK)
+                    return status;
+            }
+            p->phase = 2;
+            if (p->cluster && p->tick_ms <= t)
+                return AISIM_PLAIN_TICK;
+        }
+        p->phase = 0;
+        p->ext_cutoff = limit;
+        if (p->cluster) {
+            double c = cluster_time(p, INFINITY);
+            if (c < limit)
+                p->ext_cutoff = c;
+        }
         TRY(start_passes(p, t));
         if (p->cfg.progress_every && ++p->steps % p->cfg.progress_every == 0)
             return AISIM_PLAIN_PROGRESS;
@@ -518,7 +600,8 @@ int aisim_plain_run(aisim_plain *p)
     if (!p)
         return AISIM_EINVAL;
     status = run(p);
-    if (status == AISIM_PLAIN_PROGRESS || status == AISIM_PLAIN_RECORDS) {
+    if (status == AISIM_PLAIN_PROGRESS || status == AISIM_PLAIN_RECORDS ||
+        status == AISIM_PLAIN_CLUSTER || status == AISIM_PLAIN_TICK) {
         refresh_view(p);
         return status;
     }
@@ -534,6 +617,22 @@ int aisim_plain_run(aisim_plain *p)
 }
 
 /* ------------------------------------------------------------ lifecycle */
+
+/* Round robin's active workers (RoundRobin._workers as worker indices). */
+static int set_rr(aisim_plain *p, const int32_t *workers, size_t n)
+{
+    size_t i;
+    if (n && !workers)
+        return AISIM_EINVAL;
+    for (i = 0; i < n; i++)
+        if (workers[i] < 0 || (size_t)workers[i] >= p->cfg.n_workers)
+            return AISIM_EINVAL;
+    TRY(aisim_grow((void **)&p->rr, &p->rr_cap, n ? n : 1, sizeof *p->rr));
+    if (n)
+        memcpy(p->rr, workers, n * sizeof *p->rr);
+    p->n_rr = n;
+    return AISIM_OK;
+}
 
 int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
 {
@@ -568,7 +667,11 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
     p->cfg = *config;
     p->workers = calloc(config->n_workers, sizeof *p->workers);
     p->ranks = calloc(config->n_workers * config->dp_size, sizeof *p->ranks);
-    if (!p->workers || !p->ranks) {
+    p->emptied = calloc(config->n_workers, sizeof *p->emptied);
+    p->workers_cap = p->emptied_cap = config->n_workers;
+    p->ranks_cap = config->n_workers * config->dp_size;
+    if (!p->workers || !p->ranks || !p->emptied ||
+        set_rr(p, config->rr_workers, config->n_rr) != AISIM_OK) {
         aisim_plain_free(p);
         return AISIM_ENOMEM;
     }
@@ -634,6 +737,8 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
     p->req.sla_e2e_ms = config->sla_e2e_ms;
     p->spin_t = -1.0;
     p->passes_started_at = -INFINITY;
+    p->tick_ms = p->ready_ms = INFINITY;
+    p->ext_cutoff = config->cutoff_ms;
     p->view.rr_cursor = config->rr_cursor;
     p->view.stuck_worker = -1;
     {
@@ -661,6 +766,8 @@ int aisim_plain_free(aisim_plain *p)
     }
     free(p->ranks);
     free(p->workers);
+    free(p->rr);
+    free(p->emptied);
     free(p->lengths);
     free(p->prompts.groups_of);
     free(p->heap.items);
@@ -752,10 +859,11 @@ int aisim_plain_events(aisim_plain *p, double *times, int64_t *idents, size_t ca
 }
 
 int aisim_plain_worker(const aisim_plain *p, size_t w, int32_t *busy, uint32_t *generation,
-                       double *pass_end_ms)
+                       double *pass_end_ms, int64_t *rank_cursor)
 {
-    if (!p || !busy || !generation || !pass_end_ms || w >= p->cfg.n_workers)
+    if (!p || !busy || !generation || !pass_end_ms || !rank_cursor || w >= p->cfg.n_workers)
         return AISIM_EINVAL;
+    *rank_cursor = p->workers[w].rank_cursor;
     *busy = p->workers[w].busy;
     *generation = p->workers[w].generation;
     *pass_end_ms = p->workers[w].pass_end;
@@ -794,5 +902,78 @@ int aisim_plain_clear_records(aisim_plain *p)
     if (!p)
         return AISIM_EINVAL;
     plain_records_clear(&p->req.records);
+    return AISIM_OK;
+}
+
+/* ------------------------------------------------------------ scaling (runtime/cluster.py) */
+
+int aisim_plain_set_cluster(aisim_plain *p, double tick_ms, double ready_ms)
+{
+    if (!p || isnan(tick_ms) || isnan(ready_ms))
+        return AISIM_EINVAL;
+    p->cluster = 1;
+    p->tick_ms = tick_ms;
+    p->ready_ms = ready_ms;
+    return AISIM_OK;
+}
+
+int aisim_plain_set_rr(aisim_plain *p, const int32_t *workers, size_t n)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    return set_rr(p, workers, n);
+}
+
+int aisim_plain_set_draining(aisim_plain *p, size_t w, int32_t draining)
+{
+    if (!p || w >= p->cfg.n_workers)
+        return AISIM_EINVAL;
+    p->workers[w].draining = draining != 0;
+    return AISIM_OK;
+}
+
+int aisim_plain_add_worker(aisim_plain *p, void **ranks)
+{
+    size_t n, dp, i, old_ranks;
+    if (!p || !ranks)
+        return AISIM_EINVAL;
+    n = p->cfg.n_workers;
+    dp = p->cfg.dp_size;
+    if (n >= INT32_MAX || (n + 1) > SIZE_MAX / sizeof(rank_state) / dp)
+        return AISIM_EINVAL;
+    for (i = 0; i < dp; i++)
+        if (!ranks[i])
+            return AISIM_EINVAL;
+    old_ranks = p->ranks_cap;
+    TRY(aisim_grow((void **)&p->workers, &p->workers_cap, n + 1, sizeof *p->workers));
+    TRY(aisim_grow((void **)&p->emptied, &p->emptied_cap, n + 1, sizeof *p->emptied));
+    TRY(aisim_grow((void **)&p->ranks, &p->ranks_cap, (n + 1) * dp, sizeof *p->ranks));
+    if (p->ranks_cap > old_ranks)
+        memset(p->ranks + old_ranks, 0, (p->ranks_cap - old_ranks) * sizeof *p->ranks);
+    for (i = 0; i < dp; i++) {
+        rank_state *r = &p->ranks[n * dp + i];
+        r->rank = ranks[i];
+        if (aisim_vllm_view_of(r->rank, &r->view) != AISIM_OK) {
+            r->rank = NULL;
+            return AISIM_EINVAL;
+        }
+    }
+    for (i = 0; i < n; i++)   /* (the ranks may have moved) */
+        p->workers[i].ranks = &p->ranks[i * dp];
+    memset(&p->workers[n], 0, sizeof p->workers[n]);
+    p->workers[n].ranks = &p->ranks[n * dp];
+    p->workers[n].n_ranks = dp;
+    /* (not dirty: Simulation.spawn_worker marks nothing, and a worker with no work starts
+     * no pass) */
+    p->cfg.n_workers = n + 1;
+    p->view.n_workers = n + 1;
+    return AISIM_OK;
+}
+
+int aisim_plain_find_stall(aisim_plain *p)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    find_stall(p);
     return AISIM_OK;
 }

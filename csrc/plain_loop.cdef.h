@@ -29,9 +29,18 @@ enum aisim_plain_status {
                                    raise, or need integers past 2^63) */
     AISIM_PLAIN_PROGRESS = 7,   /* progress_every steps more were taken: report progress,
                                    then call aisim_plain_run again to go on */
-    AISIM_PLAIN_RECORDS = 8     /* records_every records settled: take them (aisim_plain_
+    AISIM_PLAIN_RECORDS = 8,    /* records_every records settled: take them (aisim_plain_
                                    records, then aisim_plain_clear_records), then call
                                    aisim_plain_run again to go on */
+    /* with scaling (aisim_plain_set_cluster): a step paused where runtime/cluster.py acts;
+     * Python applies it, tells the loop what changed (aisim_plain_add_worker, _set_rr,
+     * _set_draining, _set_cluster), then calls aisim_plain_run again to go on */
+    AISIM_PLAIN_CLUSTER = 9,    /* after the completions at now_ms: a worker's startup ends
+                                   (ready_ms <= now_ms) or draining workers emptied (the
+                                   view's emptied) */
+    AISIM_PLAIN_TICK = 10,      /* after the arrivals at now_ms: the tick is due */
+    AISIM_PLAIN_NO_WORKER = 11  /* a request arrived with no active worker (round robin's
+                                   error; its uuid would be arrived + 1) */
 };
 
 typedef struct aisim_plain_config {
@@ -92,7 +101,6 @@ typedef struct aisim_plain_config {
     size_t n_rr;
     int64_t rr_cursor;
     const int64_t *rank_cursors;  /* round robin's next rank of each worker (NULL: 0) */
-    int64_t *rank_cursors_out;    /* where the run leaves them (NULL: nowhere) */
     /* the engine every rank shares */
     int64_t block_size;
     int64_t num_blocks;
@@ -131,6 +139,11 @@ typedef struct aisim_plain_view {
     int64_t next_start;         /* timed trace: the sessions of start_order started */
     int64_t sessions_made;      /* trace: the sessions whose first turn was made */
     int64_t rr_cursor;
+    double next_event_ms;       /* the first pass completion queued (INFINITY: none) */
+    double next_ready_ms;       /* the first session ready (INFINITY: none) */
+    size_t n_workers;           /* workers so far (scaling adds some) */
+    const int32_t *emptied;     /* with AISIM_PLAIN_CLUSTER: the draining workers whose pass */
+    size_t n_emptied;           /* completed and who hold nothing now */
     aisim_plain_summary summary;
     /* with AISIM_PLAIN_STALLED: the first rank that waits with nothing running (worker -1:
      * none) and its head; with AISIM_PLAIN_LIVELOCK: the worker and the time */
@@ -166,10 +179,22 @@ int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out);
 int aisim_plain_ready(aisim_plain *p, int64_t *index, double *ready_ms, size_t cap);
 /* After the run: the pass completions still queued (a cutoff's), in pop order, as the
  * simulation's event queue holds them (ident = worker << 32 | generation); returns how many
- * (up to cap copied). And worker w's busy flag, generation and pass end. */
+ * (up to cap copied). And worker w's busy flag, generation, pass end and round robin's next
+ * rank of it. */
 int aisim_plain_events(aisim_plain *p, double *times, int64_t *idents, size_t cap);
 int aisim_plain_worker(const aisim_plain *p, size_t w, int32_t *busy, uint32_t *generation,
-                       double *pass_end_ms);
+                       double *pass_end_ms, int64_t *rank_cursor);
+/* Scaling (runtime/cluster.py in Python, between the loop's pauses): the next tick and
+ * worker ready (INFINITY: none), whose times the loop visits while work remains; round robin's
+ * active workers as worker indices (n 0: none); worker w draining (no new work; its
+ * completions report it once it holds nothing) or not; a worker added (its dp_size fresh
+ * ranks, borrowed), numbered n_workers; the stall of a run Python must stop
+ * (AISIM_PLAIN_STALLED's view fields). */
+int aisim_plain_set_cluster(aisim_plain *p, double tick_ms, double ready_ms);
+int aisim_plain_set_rr(aisim_plain *p, const int32_t *workers, size_t n);
+int aisim_plain_set_draining(aisim_plain *p, size_t w, int32_t draining);
+int aisim_plain_add_worker(aisim_plain *p, void **ranks);
+int aisim_plain_find_stall(aisim_plain *p);
 /* Frees a sample array once Python copied it (0 ttft, 1 e2e, 2 ttst, 3 tpot): the summary's
  * samples are held once, not twice, at the peak. */
 int aisim_plain_drop_samples(aisim_plain *p, int32_t which);

@@ -89,6 +89,9 @@ class Cluster:
         self._order = 0
         self._tick_ordinal = 0
         self.settling = []           # draining workers that may hold nothing now
+        # while the C loop runs the steps (runtime/plain_native.py): what the loop's queue
+        # and driver hold (pending()) and its stall (check_drained())
+        self.probe = None
         self._last_tick_ms = -math.inf
         self._stalled = 0            # ticks in a row that changed nothing on a stuck run
         # forward-pass metrics cost every pass a row; a policy that says it never reads them
@@ -159,12 +162,16 @@ class Cluster:
         going for ever: after MAX_STALLED_TICKS such ticks that change nothing, the run stops
         with the error it gives without scaling. (A count, not the first such tick: a load
         policy needs a window of idle ticks before it scales up.)"""
-        sim = self.sim
+        sim, probe = self.sim, self.probe
+        if probe is None:
+            event_ms, ready_ms = sim._event_time(), sim.driver.next_ready_ms()
+        else:
+            event_ms, ready_ms = probe.pending()
         idle = (self.lifecycle._count == operations and not self.starting
-                and math.isinf(sim._event_time()) and math.isinf(sim.driver.next_ready_ms()))
+                and math.isinf(event_ms) and math.isinf(ready_ms))
         self._stalled = self._stalled + 1 if idle else 0
         if self._stalled >= MAX_STALLED_TICKS:
-            sim._check_drained()
+            (sim._check_drained if probe is None else probe.check_drained)()
             raise SimulationError(f"{self.label}: {self._stalled} ticks in a row changed nothing "
                                   f"while no request could make progress")
 

@@ -7,7 +7,10 @@ every step of it (arrivals, prompts from id ranges or the trace's ids, placement
 rank's passes, the terminals and the summary's per-request values) runs in C, and Python
 only fills the collector from the arrays C gathered; with per-request records kept or
 streamed, C gathers each record's values too and Python makes the records from them
-(``_Records``), in the order the collector settles them. ``eligible`` says whether a run is
+(``_Records``), in the order the collector settles them. A scaling policy that reads no
+snapshot (``schedule``) runs in it too: the loop pauses where the Python loop calls
+runtime/cluster.py (``_Scaling``), which changes the pool as it does there, and the loop
+goes on with the workers it added, drained or removed. ``eligible`` says whether a run is
 such a run;
 anything else runs ``Simulation._run_plain``, which is this loop's twin and specification
 (tests/test_plain_native.py compares their reports on random configurations).
@@ -36,6 +39,7 @@ from ..workload.rng import CStdRng, StdRng
 from ..workload.sessions import SessionDriver
 from ..workload.synthetic import SyntheticSessions
 from ..workload.trace import Session
+from .lifecycle import ACTIVE, DRAINING
 from .worker import Worker
 
 ENABLED = os.environ.get("AISIMULATE_PLAIN_LOOP", "").strip().lower() != "python"
@@ -54,6 +58,9 @@ RECORDS_LAG_MS = 100.0
 _LOOP_METHODS = ("_step", "_next_time", "_run_plain", "_complete_passes", "_start_passes",
                  "_zero_time_pass", "_register_arrival", "_place", "_deliver", "_on_finish",
                  "_finish_all", "_terminal", "_driver_terminal", "_record_maker")
+# the ones scaling calls while the C loop pauses: they must be the class's own
+_SCALING_METHODS = ("spawn_worker", "_spawn_aggregated", "flush_router", "capture_gauges",
+                    "_event_time", "_check_drained")
 
 
 def eligible(sim, limit):
@@ -65,8 +72,11 @@ def eligible(sim, limit):
     if limit != sim.max_sim_time_ms or sim.now_ms != 0.0 or sim.arrived or sim.queue.peek_time() \
             != math.inf:
         return "not a whole run from its start"
-    if sim.cluster is not None or sim.telemetry is not None or sim.windows:
-        return "scaling, telemetry or traffic windows"
+    if sim.telemetry is not None or sim.windows:
+        return "telemetry or traffic windows"
+    reason = _cluster_reason(sim)
+    if reason is not None:
+        return reason
     if sim.on_event is not None or sim.max_in_flight is not None or sim._external \
             or any(name in sim.__dict__ for name in _LOOP_METHODS):
         return "callbacks, an in-flight cap, submissions or a method replaced"
@@ -84,6 +94,30 @@ def eligible(sim, limit):
     if reason is not None:
         _PREPARED[:] = [None, None]
     return reason
+
+
+def _cluster_reason(sim):
+    """Why the run's scaling cannot pause the C loop (None: it can, or there is none)."""
+    cluster = sim.cluster
+    if cluster is None:
+        return None
+    if cluster.reads_snapshot or cluster.watch:
+        return "a scaling policy that reads the snapshot or pass metrics"
+    if list(sim.pools) != ["agg"] or sim.pools["agg"].router is not sim.router:
+        return "pools other than the aggregated one"
+    pool = sim.pools["agg"]
+    if cluster.starting or cluster.settling or cluster.lifecycle.draining \
+            or cluster._tick_ordinal or cluster._stalled or cluster.probe is not None \
+            or len(pool.workers) != len(sim.workers) \
+            or any(pool.life.state.get(w.worker_id) != ACTIVE for w in sim.workers):
+        return "scaling under way"
+    make, spawn = sim.make_worker, pool.spawn
+    if getattr(make, "__qualname__", None) != "worker_factory.<locals>.make" \
+            or getattr(spawn, "__self__", None) is not sim \
+            or getattr(spawn, "__func__", None) is not type(sim)._spawn_aggregated \
+            or any(name in sim.__dict__ for name in _SCALING_METHODS):
+        return "workers made otherwise"
+    return None
 
 
 def _driver_reason(driver):
@@ -241,17 +275,9 @@ def _deployment_reason(sim):
         return "a worker of another kind"
     ranks = [rank for w in workers for rank in w.ranks]
     first = ranks[0]
-    for rank in ranks:
-        if type(rank) is not NativeVllmRank or rank.role != "aggregated" or rank.watched \
-                or rank.observer is not None or rank.capture_gauges or rank.fpm_on \
-                or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
-                or rank.has_work() or rank.timer is not first.timer \
-                or rank.cb is not sim.events:
-            return "a rank the loop cannot drive"
-        if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
-                != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
-                    first.no_evict):
-            return "ranks of different engines"
+    reason = _ranks_reason(sim, ranks, first)
+    if reason is not None:
+        return reason
     timer = first.timer
     if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
         return "a timing model other than fixed or polynomial"
@@ -279,6 +305,22 @@ def _deployment_reason(sim):
                                       or not isinstance(value, (int, float))
                                       or (isinstance(value, int) and abs(value) >= _SLA_EXACT)):
                 return "an SLA bound the C loop cannot compare as Python does"
+    return None
+
+
+def _ranks_reason(sim, ranks, first):
+    """Why the loop cannot drive ``ranks`` beside ``first`` (None: it can)."""
+    for rank in ranks:
+        if type(rank) is not NativeVllmRank or rank.role != "aggregated" or rank.watched \
+                or rank.observer is not None or rank.capture_gauges or rank.fpm_on \
+                or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
+                or rank.has_work() or rank.timer is not first.timer \
+                or rank.cb is not sim.events:
+            return "a rank the loop cannot drive"
+        if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
+                != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
+                    first.no_evict):
+            return "ranks of different engines"
     return None
 
 
@@ -320,22 +362,34 @@ def run(sim, limit):
     lib.aisim_plain_view_of(loop, views)
     view = views[0]
     records = _Records(sim, loop) if config.keep_records else None
-    status = lib.aisim_plain_run(loop)
-    progress, total = sim.progress, sim.driver.total
-    while status in (lib.AISIM_PLAIN_PROGRESS, lib.AISIM_PLAIN_RECORDS):
-        if status == lib.AISIM_PLAIN_PROGRESS:   # _run_plain's call every PROGRESS_STEPS
-            progress(view.now_ms, view.completed, total or view.arrived)
-        else:
-            sim.now_ms = view.now_ms   # (a sink may read the clock)
-            records.take()
+    scaling = _Scaling(sim, loop, view, records) if sim.cluster is not None else None
+    try:
         status = lib.aisim_plain_run(loop)
-    _take_state(sim, loop, view, keep["cursors_out"])
+        progress, total = sim.progress, sim.driver.total
+        pauses = (lib.AISIM_PLAIN_PROGRESS, lib.AISIM_PLAIN_RECORDS, lib.AISIM_PLAIN_CLUSTER,
+                  lib.AISIM_PLAIN_TICK)
+        while status in pauses:
+            if status == lib.AISIM_PLAIN_PROGRESS:   # _run_plain's call every PROGRESS_STEPS
+                progress(view.now_ms, view.completed, total or view.arrived)
+            elif status == lib.AISIM_PLAIN_RECORDS:
+                sim.now_ms = view.now_ms   # (a sink may read the clock)
+                records.take()
+            else:
+                scaling.pause(status == lib.AISIM_PLAIN_TICK)
+            status = lib.aisim_plain_run(loop)
+    finally:
+        if scaling is not None:
+            sim.cluster.probe = None
+    _take_state(sim, loop, view)
     if records is not None:   # (before an error too: a stream heard them as they settled)
         records.take()
     if status == lib.AISIM_PLAIN_STALLED:
         raise _stalled(sim, view)
     if status == lib.AISIM_PLAIN_LIVELOCK:
         raise _livelock(sim, view)
+    if status == lib.AISIM_PLAIN_NO_WORKER:   # RoundRobin.place's words
+        raise SimulationError(f"request {view.arrived + 1}: no active workers for round-robin "
+                              f"placement in the agg pool")
     if status == lib.AISIM_PLAIN_TIMING:
         raise SimulationError(f"{sim.workers[0].ranks[0].timer.name}: a modeled pass time is "
                               f"out of the range the reference's Duration holds")
@@ -413,14 +467,12 @@ def _config(sim):
     policy = sim.router.policy.policy
     rr = ffi.new("int32_t[]", [ids[v.worker_id] for v in policy._workers])
     cursors = ffi.new("int64_t[]", [policy._rank_cursors.get(w.worker_id, 0) for w in workers])
-    cursors_out = ffi.new("int64_t[]", len(workers))
-    keep.update(handles=handles, rr=rr, cursors=cursors, cursors_out=cursors_out)
+    keep.update(handles=handles, rr=rr, cursors=cursors)
     config.ranks = handles
     config.rr_workers = rr
     config.n_rr = len(policy._workers)
     config.rr_cursor = policy._cursor
     config.rank_cursors = cursors
-    config.rank_cursors_out = cursors_out
     config.block_size, config.num_blocks = first.block_size, first.num_blocks
     config.max_model_len = -1 if first.max_model_len is None else first.max_model_len
     config.caching, config.no_evict = bool(first.caching), bool(first.no_evict)
@@ -454,14 +506,12 @@ def set_report_config(config, totals):
                 setattr(config, f"has_{name}", 1)
                 setattr(config, f"sla_{name}_ms", float(value))
 
-def _take_state(sim, loop, view, rank_cursors):
+def _take_state(sim, loop, view):
     """What the rest of the simulation reads after a run: the counters, each rank's pass
     history, the driver's and the round robin's positions, the passes still in flight."""
     ffi, lib = native.ffi, native.lib
     ranks = [rank for w in sim.workers for rank in w.ranks]
     policy = sim.router.policy.policy
-    for w, worker in enumerate(sim.workers):
-        policy._rank_cursors[worker.worker_id] = rank_cursors[w]
     sim.now_ms = view.now_ms
     sim.arrived = view.arrived
     sim.completed = view.completed
@@ -492,10 +542,14 @@ def _take_state(sim, loop, view, rank_cursors):
     for i in range(n):   # passes in flight at a cutoff: the queue the Python loop leaves
         sim.queue.push(times[i], PASS_DONE, idents[i])
     busy, generation, end = ffi.new("int32_t *"), ffi.new("uint32_t *"), ffi.new("double *")
+    cursor = ffi.new("int64_t *")
+    cursors = policy._rank_cursors
     for w, worker in enumerate(sim.workers):
-        native.check_status(lib.aisim_plain_worker(loop, w, busy, generation, end),
+        native.check_status(lib.aisim_plain_worker(loop, w, busy, generation, end, cursor),
                             "aisim_plain_worker")
         worker.busy, worker.generation, worker.pass_end_ms = bool(busy[0]), generation[0], end[0]
+        if worker.worker_id in cursors:   # (a removed worker's cursor went with it)
+            cursors[worker.worker_id] = cursor[0]
     out, n = ffi.new("double **"), ffi.new("size_t *")
     pairs = ffi.new("int64_t **")
     for w, rank in enumerate(ranks):   # (worker by worker, as C numbers them)
@@ -538,10 +592,9 @@ class _Records:
         self.loop = loop
         self.stream = sim.collector._stream
         driver = sim.driver
-        ranks = [rank for w in sim.workers for rank in w.ranks]
         # (pool, worker id, dp rank, scheduler id) of each rank, and its scheduler id
-        self.routes = [("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)
-                       for rank in ranks]
+        self.routes = []
+        self.add_routes(sim.workers)
         if type(driver) is SessionDriver and type(driver.sessions) is SyntheticSessions:
             self.sessions = None
             self.synthetic = driver.session_metadata
@@ -556,6 +609,10 @@ class _Records:
         self.out = (ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
                     ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
                     ffi.new("size_t *"))
+
+    def add_routes(self, workers):
+        self.routes.extend(("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)
+                           for w in workers for rank in w.ranks)
 
     def take(self):
         ffi, lib = native.ffi, native.lib
@@ -624,6 +681,89 @@ class _Records:
                 stream.running = False
                 settled(record)
                 stream.running = running
+
+
+class _Scaling:
+    """Scaling (runtime/cluster.py) while the C loop pauses where the Python loop calls it:
+    worker ready and drain settlement after a step's completions, the tick after its
+    arrivals; then the loop learns what changed (workers added, round robin's active list,
+    draining flags, the next tick and ready)."""
+
+    def __init__(self, sim, loop, view, records):
+        self.sim, self.loop, self.view, self.records = sim, loop, view, records
+        self.cluster = sim.cluster
+        self.pool = sim.pools["agg"]
+        self.index = {w.worker_id: w.idx for w in sim.workers}
+        self.first = sim.workers[0].ranks[0]
+        self.rr = None
+        self.draining = set()
+        self.cluster.probe = self
+        self._tell()
+
+    def pause(self, tick):
+        sim, view, cluster = self.sim, self.view, self.cluster
+        t = sim.now_ms = view.now_ms
+        sim.in_flight, sim.arrived, sim.completed = view.in_flight, view.arrived, view.completed
+        if tick:
+            cluster.tick_due(t)
+        else:
+            if cluster.starting and cluster.starting[0][0] <= t:
+                cluster.ready_due(t)
+            if view.n_emptied:
+                workers = sim.workers
+                for w in native.ffi.unpack(view.emptied, view.n_emptied):
+                    cluster.worker_idle("agg", workers[w])
+            if cluster.settling:
+                cluster.settle(t)
+        self._tell()
+
+    def _tell(self):
+        ffi, lib = native.ffi, native.lib
+        sim, loop, cluster = self.sim, self.loop, self.cluster
+        added = sim.workers[self.view.n_workers:]
+        dp = len(sim.workers[0].ranks)
+        for worker in added:
+            ranks = worker.ranks
+            if type(worker) is not Worker or len(ranks) != dp \
+                    or _ranks_reason(sim, ranks, self.first) is not None:
+                raise SimulationError(f"internal: worker {worker.worker_id} is not one the C "
+                                      f"loop can drive")
+            handles = ffi.new("void *[]", [rank._rank for rank in ranks])
+            native.check_status(lib.aisim_plain_add_worker(loop, handles),
+                                "aisim_plain_add_worker")
+            self.index[worker.worker_id] = worker.idx
+        if added and self.records is not None:
+            self.records.add_routes(added)
+        index = self.index
+        rr = tuple(index[v.worker_id] for v in sim.router.policy.policy._workers)
+        if rr != self.rr:
+            self.rr = rr
+            native.check_status(lib.aisim_plain_set_rr(loop, ffi.new("int32_t[]", rr) if rr
+                                                       else ffi.NULL, len(rr)),
+                                "aisim_plain_set_rr")
+        state = self.pool.life.state
+        draining = {index[i] for i, s in state.items() if s == DRAINING}
+        for w in draining ^ self.draining:
+            native.check_status(lib.aisim_plain_set_draining(loop, w, w in draining),
+                                "aisim_plain_set_draining")
+        self.draining = draining
+        starting = cluster.starting
+        native.check_status(lib.aisim_plain_set_cluster(
+            loop, cluster.next_tick_ms, starting[0][0] if starting else math.inf),
+            "aisim_plain_set_cluster")
+
+    # what cluster._watch_stall reads of the loop while it runs in C
+    def pending(self):
+        """The next pass completion and session ready."""
+        view = self.view
+        return view.next_event_ms, view.next_ready_ms
+
+    def check_drained(self):
+        """Simulation._check_drained's error for the loop's state, if requests are stuck."""
+        if self.view.in_flight > 0:
+            native.check_status(native.lib.aisim_plain_find_stall(self.loop),
+                                "aisim_plain_find_stall")
+            raise _stalled(self.sim, self.view)
 
 
 def _fill_collector(collector, loop, view, sample_stats=None, drop_samples=None):

@@ -355,7 +355,7 @@ class Simulation:
         the branches for telemetry are gone, and a step's calls (scaling's are tested
         inline: ticks and ready workers are times of the loop's own)."""
         cluster = self.cluster
-        if cluster is None and plain_native.eligible(self, limit) is None:
+        if plain_native.eligible(self, limit) is None:
             return plain_native.run(self, limit)   # the whole run in one C loop
         heap = self.queue.heap      # the next event's time is heap[0][0]
         driver = self.driver

@@ -1,0 +1,137 @@
+"""Scheduled scaling inside the plain aggregated C loop (runtime/plain_native.py's _Scaling,
+csrc/plain_loop.c's pauses) against its twin, the Python loop (``Simulation._run_plain``).
+
+Seeded random payloads of test_plain_native (workers, attention DP, small KV pools, budgets,
+arrivals, traces, timing, SLAs, cutoffs) with a random ``schedule`` of targets (up, down,
+to none), startup delays (starting workers cancelled, ready ones taking arrivals) and drains
+of busy workers, records kept or streamed, must give the same report (the lifecycle
+operations and worker seconds with it; its records too), the same state after the run, or
+the same error line both ways; the C loop must have run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from aisimulate_core import AisimError
+from aisimulate_core import native
+from aisimulate_core.runtime import plain_native
+from report_invariants import comparable
+from test_plain_native import _Count, _payload, _report, _trace_payload
+
+pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
+                                reason="the C loop runs on the C backend")
+
+CASES = 250
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    counter = _Count(plain_native.run)
+    monkeypatch.setattr(plain_native, "run", counter)
+    return counter
+
+
+def _scaled(rng, payload):
+    """``payload`` with a random schedule of worker targets and a startup delay."""
+    spec = payload["spec"]
+    horizon = rng.choice([20.0, 100.0, 400.0, 2000.0])
+    ticks = []
+    for _ in range(rng.randint(1, 6)):
+        # (whole ms often: ticks meet arrivals, completions and workers getting ready)
+        at = round(rng.uniform(0.0, horizon), rng.choice([0, 0, 1, 3]))
+        target = rng.choice([0, 1, 1, 2, 2, 3, 4, 5]) if rng.random() < 0.95 else 0
+        ticks.append({"at_ms": at, "decode_target": target})
+    if rng.random() < 0.8:
+        ticks = [t for t in ticks if t["decode_target"] > 0] or [{"at_ms": 1.0,
+                                                                   "decode_target": 2}]
+    ticks = list({t["at_ms"]: t for t in ticks}.values())   # (strictly increasing times)
+    ticks.sort(key=lambda t: t["at_ms"])
+    spec.setdefault("adapters", {})["scaling"] = {"provider": "schedule",
+                                                  "config": {"ticks": ticks}}
+    spec["topology"]["workers"]["startup_delay_ms"] = rng.choice(
+        [0.0, 0.0, 0.5, 5.0, 35.0, 120.0])
+    spec["record_per_request"] = rng.random() < 0.5
+    return payload
+
+
+def _both(monkeypatch, payload, on_record):
+    out = []
+    for enabled in (True, False):
+        streamed = []
+        monkeypatch.setattr(plain_native, "ENABLED", enabled)
+        report = _report(payload, on_record=streamed.append if on_record else None)
+        out.append((report, json.loads(json.dumps(streamed))))
+    return out
+
+
+def test_random_scaled_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
+    rng = random.Random(20261202)
+    ran = operations = 0
+    for case in range(CASES):
+        payload = _trace_payload(rng, tmp_path, case) if rng.random() < 0.4 else _payload(rng)
+        payload = _scaled(rng, payload)
+        before = counted.calls
+        fast, slow = _both(monkeypatch, payload, on_record=rng.random() < 0.2)
+        assert fast == slow, (case, payload)
+        ran += counted.calls - before
+        if isinstance(fast[0], dict):
+            operations += len(fast[0].get("lifecycle_operations") or ())
+    assert ran > CASES * 0.9
+    assert operations > CASES   # (the schedules did change the pools)
+
+
+def _state(payload):
+    """What a scaled simulation holds after its run (the error line, if it fails)."""
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec import load_payload
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    try:
+        sim.run()
+    except AisimError as error:
+        return f"{type(error).__name__}: {error}"
+    policy, cluster = sim.router.policy.policy, sim.cluster
+    life = sim.pools["agg"].life
+    ranks = [rank for worker in sim.workers for rank in worker.ranks]
+    return {
+        "counts": (sim.now_ms, sim.arrived, sim.completed, sim.in_flight, sim._next_uuid,
+                   sim.is_done()),
+        "round_robin": (policy._cursor, dict(policy._rank_cursors),
+                        [w.worker_id for w in policy._workers]),
+        "router": [w.worker_id for w in sim.router.active],
+        "lifecycle": (dict(life.state), dict(life.added_ms), dict(life.removed_ms),
+                      life.next_id, sorted(sim.pools["agg"].workers)),
+        "cluster": (cluster.next_tick_ms, list(cluster.starting), cluster._tick_ordinal,
+                    len(cluster.settling), cluster.probe),
+        "workers": [(w.idx, w.worker_id, w.busy, w.generation, w.pass_end_ms)
+                    for w in sim.workers],
+        "queue": sim.queue.peek_time(),
+        "ranks": [(list(rank.pass_ends), rank.break_gaps, rank.committed_prefill_tokens,
+                   rank.itl_gaps()) for rank in ranks],
+        "report": comparable(json.loads(sim.report().to_json())),
+    }
+
+
+def test_a_scaled_run_leaves_the_simulation_as_the_python_loop_does(monkeypatch, counted):
+    rng = random.Random(4242)
+    for case in range(60):
+        payload = _scaled(rng, _payload(rng))
+        monkeypatch.setattr(plain_native, "ENABLED", True)
+        fast = _state(payload)
+        monkeypatch.setattr(plain_native, "ENABLED", False)
+        assert fast == _state(payload), (case, payload)
+    assert counted.calls >= 50
+
+
+def test_the_s1_case_runs_in_c(monkeypatch, counted):
+    # scheduled scaling of the cluster bench: 2 -> 4 (startup 35 ms) -> 3 (a starting worker
+    # cancelled) -> 1 (two busy workers drain) -> 2 (new id 4), records kept
+    with open("../shared/bench/cluster/s1_schedule_scaling_agg_rr.json") as handle:
+        payload = json.load(handle)
+    fast, slow = _both(monkeypatch, payload, on_record=False)
+    assert fast == slow and counted.calls == 1
+    report = fast[0]
+    assert report["completed_requests"] == 40 and len(report["lifecycle_operations"]) == 8

@@ -203,6 +203,33 @@ int plain_sessions_terminal(plain_sessions *s, int64_t index, int32_t turn, doub
     return activate(s, end_ms);
 }
 
+static int event_order(const void *a, const void *b)
+{
+    return plain_event_before(a, b) ? -1 : plain_event_before(b, a) ? 1 : 0;
+}
+
+int plain_sessions_ready(plain_sessions *s, int64_t *index, double *ready_ms, size_t cap)
+{
+    size_t i;
+    if ((cap && (!index || !ready_ms)) || s->ready_len > INT32_MAX || s->turns.len > INT32_MAX)
+        return AISIM_EINVAL;
+    if (s->arrivals == AISIM_PLAIN_TRACE) {
+        plain_heap *h = &s->turns;
+        if (h->len > 1)   /* a sorted array is a heap */
+            qsort(h->items, h->len, sizeof *h->items, event_order);
+        for (i = 0; i < h->len && i < cap; i++) {
+            index[i] = h->items[i].key;
+            ready_ms[i] = h->items[i].time;
+        }
+        return (int)h->len;
+    }
+    for (i = 0; i < s->ready_len && i < cap; i++) {
+        index[i] = s->ready_idx[(s->ready_head + i) & (s->ready_cap - 1)];
+        ready_ms[i] = s->ready_ms[(s->ready_head + i) & (s->ready_cap - 1)];
+    }
+    return (int)s->ready_len;
+}
+
 /* ------------------------------------------------------------ prompts */
 
 /* SyntheticSessions._fresh_ranges into ranges from pair k on; returns the pairs written. */
@@ -322,10 +349,16 @@ static int push_sample(plain_requests *q, int which, double value)
 int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
                    int readmit)
 {
+    return plain_admitted_in(q, uuid, at_ms, reused, readmit, 0);
+}
+
+int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
+                      int readmit, int pool)
+{
     plain_entry *e = plain_entry_of(q, uuid);
     plain_records *r = &q->records;
     e->admitted = 1;
-    if (!readmit)
+    if (!readmit && !pool)
         e->first_reused = reused;
     if (reused > e->max_reused)
         e->max_reused = reused;
@@ -334,7 +367,7 @@ int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused
     if (!e->n_admissions++) {
         e->admit_at = at_ms;
         e->admit_reused = reused;
-        e->admit_readmit = (int8_t)(readmit != 0);
+        e->admit_readmit = (int8_t)((readmit != 0) | (pool << 1));
         return AISIM_OK;
     }
     PLAIN_TRY(aisim_grow((void **)&r->adm_ints, &r->adm_ints_cap, 3 * (r->n_adm + 1),
@@ -342,8 +375,28 @@ int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused
     PLAIN_TRY(aisim_grow((void **)&r->adm_at, &r->adm_at_cap, r->n_adm + 1, sizeof *r->adm_at));
     r->adm_ints[3 * r->n_adm] = uuid;
     r->adm_ints[3 * r->n_adm + 1] = reused;
-    r->adm_ints[3 * r->n_adm + 2] = readmit != 0;
+    r->adm_ints[3 * r->n_adm + 2] = (readmit != 0) | (pool << 1);
     r->adm_at[r->n_adm++] = at_ms;
+    return AISIM_OK;
+}
+
+int plain_released(plain_requests *q, int64_t uuid, double at_ms)
+{
+    plain_records *r = &q->records;
+    if (uuid >= q->settle_uuid) {
+        plain_entry *e = plain_entry_of(q, uuid);
+        e->stages |= PLAIN_STAGE_RELEASED;
+        e->released = at_ms;
+        return AISIM_OK;
+    }
+    if (!r->on)
+        return AISIM_OK;
+    PLAIN_TRY(aisim_grow((void **)&r->late_uuid, &r->late_uuid_cap, r->n_late + 1,
+                         sizeof *r->late_uuid));
+    PLAIN_TRY(aisim_grow((void **)&r->late_at, &r->late_at_cap, r->n_late + 1,
+                         sizeof *r->late_at));
+    r->late_uuid[r->n_late] = uuid;
+    r->late_at[r->n_late++] = at_ms;
     return AISIM_OK;
 }
 
@@ -351,6 +404,7 @@ void plain_records_clear(plain_records *r)
 {
     r->n = 0;
     r->n_adm = 0;
+    r->n_late = 0;
     r->first_ms = NAN;
 }
 
@@ -360,8 +414,11 @@ static void records_free(plain_records *r)
     free(r->doubles);
     free(r->adm_ints);
     free(r->adm_at);
-    r->ints = r->adm_ints = NULL;
-    r->doubles = r->adm_at = NULL;
+    free(r->late_uuid);
+    free(r->late_at);
+    r->ints = r->adm_ints = r->late_uuid = NULL;
+    r->doubles = r->adm_at = r->late_at = NULL;
+    r->n_late = r->late_uuid_cap = r->late_at_cap = 0;
     r->n = r->n_adm = r->ints_cap = r->doubles_cap = r->adm_ints_cap = r->adm_at_cap = 0;
 }
 
@@ -370,12 +427,14 @@ static int record(plain_records *r, int64_t uuid, const plain_entry *e)
 {
     int64_t *row;
     double *d;
-    PLAIN_TRY(aisim_grow((void **)&r->ints, &r->ints_cap, PLAIN_REC_INTS * (r->n + 1),
+    size_t n_ints = r->disagg ? PLAIN_PD_REC_INTS : PLAIN_REC_INTS;
+    size_t n_doubles = r->disagg ? PLAIN_PD_REC_DOUBLES : PLAIN_REC_DOUBLES;
+    PLAIN_TRY(aisim_grow((void **)&r->ints, &r->ints_cap, n_ints * (r->n + 1),
                          sizeof *r->ints));
-    PLAIN_TRY(aisim_grow((void **)&r->doubles, &r->doubles_cap, PLAIN_REC_DOUBLES * (r->n + 1),
+    PLAIN_TRY(aisim_grow((void **)&r->doubles, &r->doubles_cap, n_doubles * (r->n + 1),
                          sizeof *r->doubles));
-    row = r->ints + PLAIN_REC_INTS * r->n;
-    d = r->doubles + PLAIN_REC_DOUBLES * r->n;
+    row = r->ints + n_ints * r->n;
+    d = r->doubles + n_doubles * r->n;
     r->n++;
     row[0] = uuid;
     row[1] = e->prompt_len;
@@ -396,6 +455,14 @@ static int record(plain_records *r, int64_t uuid, const plain_entry *e)
     d[3] = e->has_second ? e->second : 0.0;
     d[4] = e->has_first ? e->last : 0.0;
     d[5] = e->admit_at;
+    if (r->disagg) {
+        row[13] = e->stages & PLAIN_STAGE_ROUTED ? e->decode_rank : -1;
+        row[14] = e->stages;
+        d[6] = e->held;
+        d[7] = e->reserved;
+        d[8] = e->activated;
+        d[9] = e->released;
+    }
     return AISIM_OK;
 }
 

@@ -1,6 +1,6 @@
 /*
- * plain_common.h: what the plain loops (plain_loop.c, the aggregated one, and the
- * disaggregated loop to come) share, internal to them (not a cffi cdef):
+ * plain_common.h: what the plain loops (plain_loop.c, the aggregated one, and plain_disagg.c,
+ * the disaggregated one) share, internal to them (not a cffi cdef):
  *   - sessions: workload/one_turn.py's one-turn synthetic sessions becoming ready (timed
  *     arrivals, or a closed loop's sessions at each terminal);
  *   - prompts: synthetic.SyntheticSessions' id ranges of a session's prompt;
@@ -81,6 +81,10 @@ int plain_sessions_pop(plain_sessions *s, double now_ms, int64_t *index, int32_t
  * nothing when timed; SessionDriver's: the next turn, or the session's end). Every
  * aggregated terminal (completed, rejected) lets a trace session go on. */
 int plain_sessions_terminal(plain_sessions *s, int64_t index, int32_t turn, double end_ms);
+/* The sessions ready and not made yet (closed loop: in ready order, as index and time;
+ * trace sessions: the turns in heap order, each as session << 32 | turn), up to cap copied
+ * (the heap left sorted); returns how many there are, or AISIM_EINVAL. */
+int plain_sessions_ready(plain_sessions *s, int64_t *index, double *ready_ms, size_t cap);
 
 /* ------------------------------------------------------------ prompts */
 
@@ -122,16 +126,29 @@ typedef struct plain_entry {
     double admit_at;    /* its first admission */
     int64_t admit_reused, n_admissions;
     int8_t admit_readmit;
+    /* the disaggregated handoff (records kept): the decode worker chosen (rank holds the
+     * prefill worker), the PLAIN_STAGE_* reached and their times */
+    int8_t stages;
+    int32_t decode_rank;
+    double held, reserved, activated, released;
 } plain_entry;
+
+/* a disaggregated request's stages (plain_entry.stages, a record row's column 14) */
+enum { PLAIN_STAGE_HELD = 1, PLAIN_STAGE_RESERVED = 2, PLAIN_STAGE_ACTIVATED = 4,
+       PLAIN_STAGE_RELEASED = 8, PLAIN_STAGE_ACCEPTED = 16, PLAIN_STAGE_ROUTED = 32 };
 
 /* The per-request records the loops gather (records kept): one row of PLAIN_REC_INTS
  * integers and one of PLAIN_REC_DOUBLES doubles per settled entry, in settlement order
  * (the columns: aisim_plain_records in plain_loop.cdef.h), and each admission after a
  * request's first as (uuid, reused, readmission) integers and its time. */
 enum { PLAIN_REC_INTS = 13, PLAIN_REC_DOUBLES = 6 };
+/* A disaggregated row (records.disagg) has two integers more (the decode worker, -1: none;
+ * the stages) and four doubles (held, reserved, activated, released). */
+enum { PLAIN_PD_REC_INTS = 15, PLAIN_PD_REC_DOUBLES = 10 };
 
 typedef struct plain_records {
     int32_t on;
+    int32_t disagg;             /* rows of PLAIN_PD_REC_* columns */
     int64_t *ints;
     double *doubles;
     size_t n, ints_cap, doubles_cap;
@@ -139,6 +156,10 @@ typedef struct plain_records {
     double *adm_at;
     size_t n_adm, adm_ints_cap, adm_at_cap;
     size_t rest_from;           /* the first row plain_settle_rest settled (SIZE_MAX: none) */
+    int64_t *late_uuid;         /* disaggregated: sources released after their request
+                                   settled, and when */
+    double *late_at;
+    size_t n_late, late_uuid_cap, late_at_cap;
     double first_ms;            /* when the oldest row gathered settled (NAN: none) */
 } plain_records;
 
@@ -174,6 +195,14 @@ int plain_new_entry(plain_requests *q, plain_entry **out);
 /* NativeVllmRank._schedule_events of an admission at at_ms: reused tokens, readmission. */
 int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
                    int readmit);
+/* plain_admitted of an admission in pool `pool` (0 aggregated or prefill, 1 decode: it
+ * leaves the first admission's reuse, which is the prefill copy's); a later admission's
+ * readmission column holds readmit | pool << 1. */
+int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
+                      int readmit, int pool);
+/* A disaggregated source released at at_ms: on its entry, or (records kept, its request
+ * settled already) into records' late list. */
+int plain_released(plain_requests *q, int64_t uuid, double at_ms);
 void plain_records_clear(plain_records *r);
 /* Collector's arrival order: entries settle as soon as every earlier uuid has. */
 int plain_settle_ready(plain_requests *q);

@@ -2,9 +2,10 @@
  * plain_disagg.c: a plain disaggregated run as one C loop. Its twin and specification is
  * runtime/disaggregated.py's loop (the module docstring's steps; _step, _complete_due,
  * _complete, _drive, _start, _cut, _absorb_transfers and the handoff's actions) with the
- * one-turn synthetic driver, round robin in both pools, dp 1, and the C vLLM / TensorRT-LLM
- * role ranks (engine/vllm_native_roles.py) driven through their public entry points.
- * Sessions, prompts and the summary are plain_common.h's.
+ * one-turn synthetic driver, synthetic sessions or trace sessions, round robin in both pools,
+ * dp 1, and the C vLLM / TensorRT-LLM role ranks (engine/vllm_native_roles.py) driven through
+ * their public entry points. Sessions, prompts, the summary and the per-request record rows
+ * are plain_common.h's.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -64,9 +65,19 @@ struct aisim_pd {
     plain_sessions sess;
     plain_prompts prompts;
     plain_requests req;
-    struct info { int64_t group; int32_t pworker, pslot; } *info;   /* by uuid: its prompt's
-                               prefix group (-1: none) and its source (worker key, slot) */
+    struct info {           /* by uuid: its prompt (a trace turn, or id ranges made at
+                               arrival) and its source (worker key, slot) */
+        int64_t turn;       /* the trace turn (-1: id ranges) */
+        int32_t pworker, pslot;
+        uint32_t ranges[8];
+        int32_t n_ranges;
+    } *info;
     size_t info_cap;
+    uint32_t *lengths;      /* a trace prompt's run lengths (trace_block but the last) */
+    size_t n_last;          /* the run cut last (SIZE_MAX: none) */
+    struct late { int64_t session; int32_t turn; double end_ms; } *late_list;   /* terminals
+                               of zero-time passes, heard after the round's arrivals */
+    size_t n_late, late_cap;
     plain_heap passes;      /* pass completions: key worker << 32 | generation */
     plain_heap transfers;   /* key: the start order; value: its action in moving */
     action *moving;         /* by start order: the transfers' actions */
@@ -80,7 +91,6 @@ struct aisim_pd {
     size_t n_visited, visited_cap;
     int no_extend, late, late_terminals;
     double until;
-    uint32_t ranges[8];
     aisim_decode_run run;
     aisim_pd_view view;
 };
@@ -153,18 +163,68 @@ static int list_push(action_list *l, const action *a)
 
 /* ------------------------------------------------------------ requests */
 
-/* the prompt of request uuid as id ranges (its group drawn at arrival: info's group is the prefix's first id) */
-static size_t prompt_ranges(aisim_pd *p, int64_t uuid)
+/* A trace turn's prompt runs (Prompt.from_hash_ids): its ids, each trace_block long, the
+ * last cut at the prompt's length; *n the runs (plain_loop.c's turn_runs). */
+static const uint32_t *turn_runs(aisim_pd *p, int64_t k, size_t *n)
 {
-    size_t k = 0;
-    int64_t group = p->info[uuid].group;
-    if (group >= 0) {
-        p->ranges[0] = (uint32_t)group;   /* (the group prefix's first id) */
-        p->ranges[1] = (uint32_t)p->prompts.shared;
-        k = 1;
+    const aisim_pd_config *c = &p->cfg;
+    int64_t len = c->turn_input[k], runs = (len + c->trace_block - 1) / c->trace_block;
+    if (p->n_last < SIZE_MAX)
+        p->lengths[p->n_last] = (uint32_t)c->trace_block;
+    p->lengths[runs - 1] = (uint32_t)(len - (runs - 1) * c->trace_block);
+    p->n_last = (size_t)(runs - 1);
+    *n = (size_t)runs;
+    return c->ids + c->ids_off[k];
+}
+
+/* The prompt of session `index`'s turn `turn`, made at its arrival as request uuid
+ * (OneTurnDriver._request, SessionDriver._request): its lengths into e, its ids into info. */
+static int make_prompt(aisim_pd *p, int64_t uuid, int64_t index, int32_t turn, plain_entry *e)
+{
+    const aisim_pd_config *c = &p->cfg;
+    struct info *in = &p->info[uuid];
+    size_t n = 0;
+    in->turn = -1;
+    e->prompt_len = c->isl;
+    e->max_output = c->osl;
+    if (c->arrivals == AISIM_PLAIN_TRACE && !c->turns_per_session) {
+        in->turn = c->turn_base[index] + turn;
+        e->prompt_len = c->turn_input[in->turn];
+        e->max_output = c->turn_output[in->turn];
+    } else if (c->turns_per_session) {
+        TRY(plain_session_ranges(&p->prompts, index, turn, c->turns_per_session, in->ranges,
+                                 &n));
+    } else {
+        TRY(plain_prompt_ranges(&p->prompts, index, in->ranges, &n));
     }
-    return plain_fresh_ranges(&p->prompts, (uuid - 1) * p->prompts.own, p->prompts.own,
-                              p->ranges, k);
+    in->n_ranges = (int32_t)n;
+    return AISIM_OK;
+}
+
+/* aisim_vllm_submit (accept: aisim_vllm_accept) of request uuid's copy, hashed or not */
+static int submit_copy(aisim_pd *p, pd_worker *w, int64_t uuid, const plain_entry *e,
+                       int64_t max_output, int64_t out, int hashed, int accept)
+{
+    const struct info *in = &p->info[uuid];
+    uint64_t salt = (uint64_t)uuid * GOLDEN;
+    int64_t len = e->prompt_len;
+    if (hashed && in->turn >= 0) {
+        size_t n;
+        const uint32_t *values = turn_runs(p, in->turn, &n);
+        return accept ? aisim_vllm_accept(w->rank, len, max_output, out, NULL, 0, values,
+                                          p->lengths, n, 0, salt)
+                      : aisim_vllm_submit(w->rank, len, max_output, out, NULL, 0, values,
+                                          p->lengths, n, 0, salt);
+    }
+    if (hashed)
+        return accept ? aisim_vllm_accept_ranges(w->rank, len, max_output, out, in->ranges,
+                                                 (size_t)in->n_ranges, p->cfg.trace_block, salt)
+                      : aisim_vllm_submit_ranges(w->rank, len, max_output, out, in->ranges,
+                                                 (size_t)in->n_ranges, p->cfg.trace_block, salt);
+    return accept ? aisim_vllm_accept(w->rank, len, max_output, out, NULL, 0, NULL, NULL, 0, 0,
+                                      salt)
+                  : aisim_vllm_submit(w->rank, len, max_output, out, NULL, 0, NULL, NULL, 0, 0,
+                                      salt);
 }
 
 /* VllmRank._limit_output's out_limit */
@@ -188,20 +248,13 @@ static int64_t out_limit_of(const aisim_pd_config *c, int pool, int64_t prompt_l
 static int submit_prefill(aisim_pd *p, pd_worker *w, int64_t uuid)
 {
     const aisim_pd_config *c = &p->cfg;
-    int64_t prompt_len = c->isl, max_output = c->osl < 1 ? c->osl : 1;
+    const plain_entry *e = plain_entry_of(&p->req, uuid);
+    int64_t prompt_len = e->prompt_len, max_output = e->max_output < 1 ? e->max_output : 1;
     int64_t blocks = (prompt_len + c->block_size[0] - 1) / c->block_size[0];
-    uint64_t salt = (uint64_t)uuid * GOLDEN;
-    size_t k = prompt_ranges(p, uuid);
     int64_t limit = c->max_model_len[0];
     int64_t out = out_limit_of(c, 0, prompt_len, max_output);
     int hashed = (limit < 0 || prompt_len < limit) && blocks <= c->num_blocks[0];
-    int slot;
-    if (c->caching[0] && hashed)
-        slot = aisim_vllm_submit_ranges(w->rank, prompt_len, max_output, out, p->ranges, k,
-                                        c->trace_block, salt);
-    else
-        slot = aisim_vllm_submit(w->rank, prompt_len, max_output, out, NULL, 0, NULL, NULL, 0,
-                                 0, salt);
+    int slot = submit_copy(p, w, uuid, e, max_output, out, c->caching[0] && hashed, 0);
     if (slot < 0)
         return slot;
     return plain_history_take_slot(&w->hist, (int32_t)slot, uuid);
@@ -209,37 +262,41 @@ static int submit_prefill(aisim_pd *p, pd_worker *w, int64_t uuid)
 
 /* ------------------------------------------------------------ summary entries */
 
-static int finish(aisim_pd *p, int64_t uuid, double end_ms, int completed)
+/* a request's terminal: state 1 completed, 2 rejected, 3 failed (no decode rank holds it) */
+static int finish(aisim_pd *p, int64_t uuid, double end_ms, int state)
 {
     plain_entry *e = plain_entry_of(&p->req, uuid);
-    e->state = completed ? 1 : 2;
+    e->state = (int8_t)state;
     e->terminal = end_ms;
     p->view.in_flight--;
-    if (completed)
+    if (state == 1)
         p->view.completed++;
-    if (p->late)
-        p->late = 2;   /* a zero-time pass's terminal: heard after the round's arrivals */
+    if (!p->late)
+        return plain_sessions_terminal(&p->sess, e->session, e->turn, end_ms);
+    /* a zero-time pass's terminal: the driver hears it after the round's arrivals */
+    p->late = 2;
+    TRY(aisim_grow((void **)&p->late_list, &p->late_cap, p->n_late + 1, sizeof *p->late_list));
+    p->late_list[p->n_late].session = e->session;
+    p->late_list[p->n_late].turn = e->turn;
+    p->late_list[p->n_late++].end_ms = end_ms;
     return AISIM_OK;
 }
 
-/* NativeVllmRank._schedule_events */
-static void schedule_events(aisim_pd *p, pd_worker *w)
+/* NativeVllmRank._schedule_events (the record's first admission reuse is the prefill
+ * copy's) */
+static int schedule_events(aisim_pd *p, pd_worker *w, double now_ms)
 {
     const aisim_vllm_view *v = w->view;
     size_t i;
     for (i = 0; i < v->n_events; i++) {
         const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
-        plain_entry *e = plain_entry_of(&p->req, w->hist.slot_uuid[f[1]]);
-        if (f[0] == AISIM_VLLM_ADMITTED) {
-            e->admitted = 1;
-            if (!w->decode && !f[3])
-                e->first_reused = f[2];
-            if (f[2] > e->max_reused)
-                e->max_reused = f[2];
-        } else {
-            e->generated = f[4];
-        }
+        int64_t uuid = w->hist.slot_uuid[f[1]];
+        if (f[0] == AISIM_VLLM_ADMITTED)
+            TRY(plain_admitted_in(&p->req, uuid, now_ms, f[2], f[3] != 0, w->decode));
+        else
+            plain_entry_of(&p->req, uuid)->generated = f[4];
     }
+    return AISIM_OK;
 }
 
 /* ------------------------------------------------------------ a worker's pass */
@@ -255,7 +312,7 @@ static int start_pass(aisim_pd *p, pd_worker *w, double now_ms, double horizon_m
         return AISIM_OK;
     TRY(aisim_vllm_schedule(w->rank, now_ms));
     if (v->n_events)
-        schedule_events(p, w);
+        TRY(schedule_events(p, w, now_ms));
     if (!w->decode && v->pf_count) {
         int64_t count = v->pf_count;
         int status = aisim_prefill_timing_eval(c->prefill_kind, c->prefill_fixed_ms,
@@ -325,7 +382,7 @@ static int complete_rank(aisim_pd *p, pd_worker *w)
             TRY(plain_history_breaks(&w->hist, st, b));
             TRY(finish(p, uuid, end_ms, 1));
         } else if (f[0] == AISIM_VLLM_REJECTED) {
-            TRY(finish(p, uuid, end_ms, 0));
+            TRY(finish(p, uuid, end_ms, 2));
         } else if (f[0] == AISIM_VLLM_HELD && !w->decode) {
             if (f[3] > 1)
                 return AISIM_ECORRUPT;
@@ -334,6 +391,8 @@ static int complete_rank(aisim_pd *p, pd_worker *w)
                            sizeof(int64_t)));
             w->held[w->n_held] = (int32_t)f[1];
             w->held_uuid[w->n_held++] = uuid;
+            e->stages |= PLAIN_STAGE_HELD;
+            e->held = end_ms;
         } else {
             return AISIM_ECORRUPT;
         }
@@ -341,12 +400,16 @@ static int complete_rank(aisim_pd *p, pd_worker *w)
     return plain_settle_ready(&p->req);
 }
 
-/* _reserved: the destination of slot on decode worker key got its KV room */
-static int reserved(aisim_pd *p, int32_t key, int32_t slot, int64_t fresh)
+/* _reserved: the destination of slot on decode worker key got its KV room at t */
+static int reserved(aisim_pd *p, int32_t key, int32_t slot, int64_t fresh, double t)
 {
     pd_worker *w = &p->workers[key];
     action a;
+    plain_entry *e;
     a.uuid = w->hist.slot_uuid[slot];
+    e = plain_entry_of(&p->req, a.uuid);
+    e->stages |= PLAIN_STAGE_RESERVED;
+    e->reserved = t;
     w->pending_head++;   /* (the head is what a retry reserves) */
     a.dworker = key;
     a.dslot = slot;
@@ -428,7 +491,7 @@ static int complete(aisim_pd *p, int32_t key, double t, int immediate, int *prod
         if (!immediate)
             TRY(take_deferred(p, w));
         if (slot >= 0)
-            TRY(reserved(p, key, slot, fresh));
+            TRY(reserved(p, key, slot, fresh, t));
         w->idle = 1;
         *produced = slot >= 0;
         return AISIM_OK;
@@ -537,10 +600,13 @@ static int reserve_destination(aisim_pd *p, const action *src, double t)
     size_t at = (size_t)(p->view.rr_decode_cursor % (int64_t)c->n_rr_decode);
     int32_t key = (int32_t)c->n_prefill + c->rr_decode[at];
     pd_worker *w = &p->workers[key];
-    int64_t prompt_len = c->isl, max_output = c->osl;
+    plain_entry *e = plain_entry_of(&p->req, src->uuid);
+    int64_t prompt_len = e->prompt_len, max_output = e->max_output;
     int64_t tokens = prompt_len;
     int slot;
     p->view.rr_decode_cursor = (int64_t)at + 1;
+    e->stages |= PLAIN_STAGE_ROUTED;
+    e->decode_rank = key;
     /* VllmDecodeRank._destination_fits */
     if (c->no_evict[1]) {
         int64_t capacity = c->num_blocks[1] * c->block_size[1];
@@ -549,21 +615,14 @@ static int reserve_destination(aisim_pd *p, const action *src, double t)
                                                                        : capacity - tokens);
     }
     if ((tokens + c->block_size[1] - 1) / c->block_size[1] > c->num_blocks[1]) {
-        TRY(finish(p, src->uuid, t, 0));
+        TRY(finish(p, src->uuid, t, 3));
         return enqueue_kind(p, *src, CANCEL_SOURCE);
     }
     int64_t out = out_limit_of(c, 1, prompt_len, max_output);
-    uint64_t salt = (uint64_t)src->uuid * GOLDEN;
-    if (c->caching[1]) {
-        size_t k = prompt_ranges(p, src->uuid);
-        slot = aisim_vllm_accept_ranges(w->rank, prompt_len, max_output, out, p->ranges, k,
-                                        c->trace_block, salt);
-    } else {
-        slot = aisim_vllm_accept(w->rank, prompt_len, max_output, out, NULL, 0, NULL, NULL, 0,
-                                 0, salt);
-    }
+    slot = submit_copy(p, w, src->uuid, e, max_output, out, c->caching[1], 1);
     if (slot < 0)
         return slot;
+    e->stages |= PLAIN_STAGE_ACCEPTED;
     TRY(plain_history_take_slot(&w->hist, (int32_t)slot, src->uuid));
     TRY(aisim_grow((void **)&w->pending, &w->pending_cap, w->n_pending + 1, sizeof(int64_t)));
     w->pending[w->n_pending++] = src->uuid;
@@ -575,7 +634,7 @@ static int reserve_destination(aisim_pd *p, const action *src, double t)
         int64_t fresh;
         TRY(retry(p, key, &got, &fresh));
         if (got >= 0)
-            TRY(reserved(p, key, got, fresh));
+            TRY(reserved(p, key, got, fresh, t));
     }
     return AISIM_OK;
 }
@@ -587,17 +646,18 @@ static int submit_handoff(aisim_pd *p, int64_t uuid)
     size_t at = (size_t)(p->view.rr_prefill_cursor % (int64_t)c->n_rr_prefill);
     int32_t key = c->rr_prefill[at];
     p->view.rr_prefill_cursor = (int64_t)at + 1;
+    plain_entry_of(&p->req, uuid)->rank = key;
     TRY(submit_prefill(p, &p->workers[key], uuid));
     p->workers[key].idle = 1;
     return AISIM_OK;
 }
 
 /* TransferModel.delay_ms */
-static double delay_ms(const aisim_pd_config *c, int64_t missing)
+static double delay_ms(const aisim_pd_config *c, int64_t prompt_len, int64_t missing)
 {
     if (!c->use_bandwidth)
         return c->fallback_ms;
-    return (double)(c->missing_only ? missing : c->isl) * c->bytes_per_token /
+    return (double)(c->missing_only ? missing : prompt_len) * c->bytes_per_token /
            (c->bandwidth_gbps * 1e9) * 1000.0;
 }
 
@@ -616,7 +676,8 @@ static int run_actions(aisim_pd *p, double t)
             TRY(reserve_destination(p, &a, t));
             break;
         case START_TRANSFER: {
-            double delay = delay_ms(&p->cfg, a.missing);
+            double delay = delay_ms(&p->cfg, plain_entry_of(&p->req, a.uuid)->prompt_len,
+                                    a.missing);
             if (delay > 0) {
                 double done = t + delay;
                 int64_t order = p->transfer_order++;
@@ -639,11 +700,16 @@ static int run_actions(aisim_pd *p, double t)
                 break;
             }
             TRY(aisim_vllm_activate(w->rank, a.dslot));
+            {
+                plain_entry *e = plain_entry_of(&p->req, a.uuid);
+                e->stages |= PLAIN_STAGE_ACTIVATED;
+                e->activated = t;
+            }
             w->idle = 1;
             TRY(enqueue_kind(p, a, RELEASE_SOURCE));
             TRY(retry(p, a.dworker, &got, &fresh));
             if (got >= 0)
-                TRY(reserved(p, a.dworker, got, fresh));
+                TRY(reserved(p, a.dworker, got, fresh, t));
             break;
         }
         default: {   /* RELEASE_SOURCE, CANCEL_SOURCE */
@@ -654,6 +720,8 @@ static int run_actions(aisim_pd *p, double t)
             }
             TRY(aisim_vllm_release_source(w->rank, a.pslot));
             w->idle = 1;
+            if (a.kind == RELEASE_SOURCE)
+                TRY(plain_released(&p->req, a.uuid, t));
         }
         }
     }
@@ -675,13 +743,10 @@ static int release_arrivals(aisim_pd *p, double t, int *arrived)
         TRY(plain_new_entry(&p->req, &e));
         uuid = p->req.next_uuid++;
         e->arrival = t;
-        e->prompt_len = p->cfg.isl;
+        e->session = index;
+        e->turn = turn;
         TRY(aisim_grow((void **)&p->info, &p->info_cap, (size_t)uuid + 1, sizeof *p->info));
-        {   /* the prompt is made at arrival: its group drawn now */
-            size_t n;
-            TRY(plain_prompt_ranges(&p->prompts, index, p->ranges, &n));
-            p->info[uuid].group = p->prompts.shape_rng ? (int64_t)p->ranges[0] : -1;
-        }
+        TRY(make_prompt(p, uuid, index, turn, e));   /* (its group drawn now) */
         p->view.arrived++;
         p->view.in_flight++;
         memset(&a, 0, sizeof a);
@@ -823,6 +888,11 @@ static int step(aisim_pd *p, double t)
             changed |= did;
         }
         if (p->late_terminals) {
+            size_t i;
+            for (i = 0; i < p->n_late; i++)
+                TRY(plain_sessions_terminal(&p->sess, p->late_list[i].session,
+                                            p->late_list[i].turn, p->late_list[i].end_ms));
+            p->n_late = 0;
             p->late_terminals = 0;
             changed = 1;
         }
@@ -864,6 +934,10 @@ static void refresh_view(aisim_pd *p)
     aisim_pd_view *v = &p->view;
     v->made = p->sess.made;
     v->next_arrival_ms = p->sess.next_arrival;
+    v->active = p->sess.active;
+    v->next_pending = p->sess.next_pending;
+    v->next_start = p->sess.next_start;
+    v->sessions_made = p->sess.first_turns;
     plain_fill_summary(&v->summary, &p->req);
     v->visited = p->visited;
     v->n_visited = p->n_visited;
@@ -903,7 +977,12 @@ int aisim_pd_run(aisim_pd *p)
     if (!p)
         return AISIM_EINVAL;
     for (;;) {
-        double t = next_time(p);
+        double t;
+        if (p->cfg.records_every && p->req.records.n >= (size_t)p->cfg.records_every) {
+            refresh_view(p);
+            return AISIM_PD_RECORDS;
+        }
+        t = next_time(p);
         if (t > p->cfg.cutoff_ms || t == INFINITY) {
             p->view.next_ms = t;
             break;
@@ -930,10 +1009,17 @@ int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
         !c->rr_decode || !c->n_rr_prefill || !c->n_rr_decode || c->trace_block < 1 ||
         c->isl < 1 || c->osl < 1 || c->own < 0 || c->shared < 0 || c->fresh_base < 0 ||
         c->fresh_base >= PLAIN_ID_LIMIT || c->sessions < 0 ||
-        c->arrivals < AISIM_PLAIN_POISSON || c->arrivals > AISIM_PLAIN_BURST ||
+        c->arrivals < AISIM_PLAIN_POISSON || c->arrivals > AISIM_PLAIN_TRACE ||
         (c->arrivals == AISIM_PLAIN_POISSON && !c->arrival_rng) ||
         (c->shape_rng && c->groups < 1) || c->block_size[0] < 1 || c->block_size[1] < 1 ||
-        c->sessions > INT64_MAX / (c->own + 1))
+        c->sessions > INT64_MAX / (c->own + 1) || c->records_every < 0 ||
+        c->turns_per_session < 0 ||
+        (c->arrivals == AISIM_PLAIN_TRACE && !c->turns_per_session &&
+         (!c->turn_base || !c->turn_input || !c->turn_output || !c->turn_delay ||
+          !c->ids_off || !c->ids || c->max_input < 1 ||
+          c->max_input > INT64_MAX - c->trace_block ||
+          (c->max_input + c->trace_block - 1) / c->trace_block > INT32_MAX ||
+          (c->trace_closed ? c->max_sessions < 0 : (!c->start_order || !c->start_ms)))))
         return AISIM_EINVAL;
     for (i = 0; i < c->n_rr_prefill; i++)
         if (c->rr_prefill[i] < 0 || (size_t)c->rr_prefill[i] >= c->n_prefill)
@@ -964,7 +1050,31 @@ int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
     p->sess.arrivals = c->arrivals;
     p->sess.gap_ms = c->gap_ms;
     p->sess.sessions = c->sessions;
+    p->sess.max_sessions = c->max_sessions;
     p->sess.arrival_rng = c->arrival_rng;
+    p->sess.trace_closed = c->arrivals == AISIM_PLAIN_TRACE && c->trace_closed;
+    p->sess.turn_base = c->turn_base;
+    p->sess.turn_delay = c->turn_delay;
+    p->sess.start_order = c->start_order;
+    p->sess.start_ms = c->start_ms;
+    p->sess.turns_each = c->arrivals == AISIM_PLAIN_TRACE ? c->turns_per_session : 0;
+    p->sess.inter_delay_ms = c->inter_turn_delay_ms;
+    p->sess.start_kind = c->start_kind;
+    p->req.records.on = c->keep_records != 0;
+    p->req.records.disagg = 1;
+    p->req.records.rest_from = SIZE_MAX;
+    p->req.records.first_ms = NAN;
+    p->n_last = SIZE_MAX;
+    if (c->arrivals == AISIM_PLAIN_TRACE && !c->turns_per_session) {
+        size_t runs = (size_t)((c->max_input + c->trace_block - 1) / c->trace_block);
+        p->lengths = malloc(runs * sizeof *p->lengths);
+        if (!p->lengths) {
+            aisim_pd_free(p);
+            return AISIM_ENOMEM;
+        }
+        for (i = 0; i < runs; i++)
+            p->lengths[i] = (uint32_t)c->trace_block;
+    }
     p->prompts.own = c->own;
     p->prompts.shared = c->shared;
     p->prompts.fresh_base = c->fresh_base;
@@ -1007,6 +1117,9 @@ int aisim_pd_free(aisim_pd *p)
     }
     free(p->workers);
     free(p->info);
+    free(p->lengths);
+    free(p->late_list);
+    free(p->prompts.groups_of);
     free(p->passes.items);
     free(p->transfers.items);
     free(p->moving);
@@ -1058,5 +1171,41 @@ int aisim_pd_drop_samples(aisim_pd *p, int32_t which)
         return AISIM_EINVAL;
     plain_drop_samples(&p->req, which);
     refresh_view(p);
+    return AISIM_OK;
+}
+
+int aisim_pd_ready(aisim_pd *p, int64_t *index, double *ready_ms, size_t cap)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    return plain_sessions_ready(&p->sess, index, ready_ms, cap);
+}
+
+int aisim_pd_records(const aisim_pd *p, const int64_t **ints, const double **doubles,
+                     size_t *n, const int64_t **adm_ints, const double **adm_at, size_t *n_adm,
+                     const int64_t **late_uuid, const double **late_at, size_t *n_late)
+{
+    const plain_records *r;
+    if (!p || !ints || !doubles || !n || !adm_ints || !adm_at || !n_adm || !late_uuid ||
+        !late_at || !n_late)
+        return AISIM_EINVAL;
+    r = &p->req.records;
+    *ints = r->ints;
+    *doubles = r->doubles;
+    *n = r->n;
+    *adm_ints = r->adm_ints;
+    *adm_at = r->adm_at;
+    *n_adm = r->n_adm;
+    *late_uuid = r->late_uuid;
+    *late_at = r->late_at;
+    *n_late = r->n_late;
+    return AISIM_OK;
+}
+
+int aisim_pd_clear_records(aisim_pd *p)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    plain_records_clear(&p->req.records);
     return AISIM_OK;
 }

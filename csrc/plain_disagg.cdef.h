@@ -10,15 +10,19 @@ typedef struct aisim_pd aisim_pd;
 enum aisim_pd_status {
     AISIM_PD_STALLED = 5,       /* nothing left to happen with requests in flight */
     AISIM_PD_TIMING = 6,        /* a modeled time the C path cannot give */
-    AISIM_PD_LIVELOCK = 8       /* the same-time rounds did not settle */
+    AISIM_PD_LIVELOCK = 8,      /* the same-time rounds did not settle */
+    AISIM_PD_RECORDS = 9        /* records_every records settled: take them (aisim_pd_
+                                   records, then aisim_pd_clear_records), then call
+                                   aisim_pd_run again to go on */
 };
 
 typedef struct aisim_pd_config {
-    /* sessions and prompts, as aisim_plain_config's (timed arrivals only) */
+    /* sessions and prompts, as aisim_plain_config's fields of the same names */
     int32_t arrivals;
     void *arrival_rng;
     double gap_ms;
     int64_t sessions;
+    int64_t max_sessions;
     int64_t isl;
     int64_t osl;
     int64_t trace_block;
@@ -27,6 +31,23 @@ typedef struct aisim_pd_config {
     int64_t fresh_base;
     int64_t groups;
     void *shape_rng;
+    int32_t trace_closed;
+    const int64_t *turn_base;
+    const int64_t *turn_input;
+    const int64_t *turn_output;
+    const double *turn_delay;
+    const int64_t *ids_off;
+    const uint32_t *ids;
+    const int64_t *start_order;
+    const double *start_ms;
+    int64_t max_input;
+    int64_t turns_per_session;
+    double inter_turn_delay_ms;
+    int32_t start_kind;
+    /* per-request records kept (aisim_pd_records), handed over every records_every (0: at
+     * the end) */
+    int32_t keep_records;
+    int64_t records_every;
     /* the pools: n_prefill then n_decode workers of one rank each (worker keys in that
      * order), their aisim_vllm_rank handles, round robin's worker lists (pool-local
      * indices) and cursors */
@@ -74,6 +95,10 @@ typedef struct aisim_pd_view {
     int64_t in_flight;
     int64_t made;
     double next_arrival_ms;
+    int64_t active;             /* as aisim_plain_view's */
+    int64_t next_pending;
+    int64_t next_start;
+    int64_t sessions_made;
     int64_t rr_prefill_cursor;
     int64_t rr_decode_cursor;
     aisim_plain_summary summary;
@@ -98,3 +123,17 @@ int aisim_pd_pass_ends(const aisim_pd *p, size_t w, const double **out, size_t *
 int aisim_pd_breaks(const aisim_pd *p, size_t w, const int64_t **out, size_t *n_pairs);
 int aisim_pd_sample_stats(aisim_pd *p, int32_t which, double *out);
 int aisim_pd_drop_samples(aisim_pd *p, int32_t which);
+/* aisim_plain_ready's answer of this loop's sessions */
+int aisim_pd_ready(aisim_pd *p, int64_t *index, double *ready_ms, size_t cap);
+/* The records gathered since the last aisim_pd_clear_records, as aisim_plain_records's with
+ * rows of 15 integers (aisim_plain_records's 13, the prefill worker key in the rank column,
+ * then the decode worker key chosen (-1: none) and the stages: 1 source held, 2 destination
+ * reserved, 4 activated, 8 source released, 16 destination accepted, 32 decode worker
+ * chosen) and 10 doubles (its 6, then the held, reserved, activated and released times);
+ * an admission's readmission column (and the flags' bit 8 for the first) holds the decode
+ * pool as bit 1; and the sources released after their request's row was gathered, as
+ * (uuid, time). */
+int aisim_pd_records(const aisim_pd *p, const int64_t **ints, const double **doubles,
+                     size_t *n, const int64_t **adm_ints, const double **adm_at, size_t *n_adm,
+                     const int64_t **late_uuid, const double **late_at, size_t *n_late);
+int aisim_pd_clear_records(aisim_pd *p);

@@ -5,9 +5,11 @@ role ranks.
 Seeded random payloads the C loop takes (1 to 3 prefill and 1 to 3 decode workers, small KV
 pools on the decode side so that reservations wait and copies preempt, transfers by bandwidth
 in both timing modes or by the fixed handoff latency, max_model_len, preemption modes, prefix
-groups, Poisson, constant rate and burst arrivals, fixed and polynomial timing, SLAs, time
-cutoffs) must give the same report summary (wall time aside) or the same error line both
-ways; the C loop must have run.
+groups, Poisson, constant rate, burst and closed-loop arrivals, synthetic sessions of several
+turns, Mooncake traces of one-turn and multi-turn sessions by timestamps or in a closed loop,
+fixed and polynomial timing, SLAs, time cutoffs, per-request records kept or not) must give
+the same report (wall time aside: its records too) or the same error line both ways; the C
+loop must have run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from aisimulate_core import AisimError, run_replay
 from aisimulate_core import native
 from aisimulate_core.runtime import plain_disagg_native, plain_native
 from report_invariants import comparable
+from test_plain_native import _trace_rows
 
 pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
                                 reason="the C loop runs on the C backend")
@@ -68,9 +71,12 @@ def _payload(rng):
         "osl": osl,
         "request_count": rng.randint(1, 80),
         "arrival_seed": rng.randint(0, 1000),
-        "load_type": rng.choice(["poisson", "poisson", "constant_rate"]),
-        "request_rate": rng.choice([5.0, 40.0, 200.0, 1000.0, 50000.0]),
+        "load_type": rng.choice(["poisson", "poisson", "constant_rate", "concurrency"]),
     }
+    if traffic["load_type"] == "concurrency":
+        traffic["concurrency"] = rng.randint(1, 12)
+    else:
+        traffic["request_rate"] = rng.choice([5.0, 40.0, 200.0, 1000.0, 50000.0])
     if rng.random() < 0.5:
         traffic["shared_prefix_ratio"] = rng.choice([0.1, 0.5, 0.9, 1.0])
         traffic["num_prefix_groups"] = rng.randint(1, 5)
@@ -84,7 +90,7 @@ def _payload(rng):
         "topology": topology,
         "engine": {"rank": rank},
         "adapters": {"placement": {"provider": "round_robin"}, "scaling": {"provider": "none"}},
-        "record_per_request": False,
+        "record_per_request": rng.random() < 0.5,
     }
     if rng.random() < 0.4:
         keys = ("e2e_ms",) if rng.random() < 0.3 else \
@@ -122,11 +128,45 @@ def counted(monkeypatch):
     return counter
 
 
-def test_random_runs_match_the_python_loop(monkeypatch, counted):
+def _sessions(rng, payload):
+    """``payload`` with synthetic sessions of several turns instead of one."""
+    traffic = payload["traffic"]
+    traffic["source_type"] = "synthetic-session"
+    traffic["turns_per_session"] = rng.randint(1, 4)
+    traffic["request_count"] = max(1, traffic["request_count"] // 2)
+    if rng.random() < 0.6:
+        traffic["inter_turn_delay_ms"] = rng.choice([0.0, 2.5, 40.0])
+    return payload
+
+
+def _trace(rng, payload, path):
+    """``payload`` replaying a random Mooncake trace (test_plain_native's rows) from ``path``."""
+    traffic = payload["traffic"]
+    block = rng.choice([2, 4, 8, 16])
+    rows = _trace_rows(rng, traffic["isl"], traffic["osl"], block)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    payload["traffic"] = {"source_type": "trace", "trace_path": str(path),
+                          "trace_format": "mooncake", "trace_block_size": block}
+    if rng.random() < 0.3:
+        payload["traffic"]["replay_concurrency"] = rng.randint(1, 6)
+    return payload
+
+
+def _random_payload(rng, tmp_path, case):
+    payload = _payload(rng)
+    draw = rng.random()
+    if draw < 0.25:
+        return _sessions(rng, payload)
+    if draw < 0.6:
+        return _trace(rng, payload, tmp_path / f"trace_{case}.jsonl")
+    return payload
+
+
+def test_random_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
     rng = random.Random(20261202)
     ran = 0
     for case in range(CASES):
-        payload = _payload(rng)
+        payload = _random_payload(rng, tmp_path, case)
         before = counted.calls
         monkeypatch.setattr(plain_native, "ENABLED", True)
         fast = _report(payload)
@@ -161,7 +201,7 @@ def _eligible(payload):
 
 def test_the_c_loop_takes_b5_and_declines_others(monkeypatch):
     assert _eligible(_b5()) is None
-    assert _eligible(_b5(record_per_request=True)) == "records kept"
+    assert _eligible(_b5(record_per_request=True)) is None
     payload = _b5()
     payload["spec"]["adapters"]["placement"] = {"provider": "kv_router"}
     assert _eligible(payload) is not None   # (its ranks are watched)
@@ -171,11 +211,11 @@ def test_the_c_loop_takes_b5_and_declines_others(monkeypatch):
     payload = _b5()
     payload["spec"]["engine"]["rank"]["backend"] = "sglang"
     assert _eligible(payload) == "a subclass of the disaggregated loop"
-    payload = _b5()   # trace traffic runs in the aggregated C loop only
+    payload = _b5()
     payload["traffic"] = {"source_type": "trace", "trace_format": "mooncake",
                           "trace_block_size": 512,
                           "trace_path": str(_BENCH.parent / "data/mooncake/conversation_trace.jsonl")}
-    assert _eligible(payload) == "not the one-turn synthetic driver"
+    assert _eligible(payload) is None
     monkeypatch.setattr(plain_native, "ENABLED", False)
     assert _eligible(_b5()) == "switched off"
 
@@ -188,3 +228,33 @@ def test_b5_runs_in_c_with_the_python_loops_summary(monkeypatch, counted):
     monkeypatch.setattr(plain_native, "ENABLED", False)
     assert isinstance(fast, dict) and fast == _report(payload)
     assert fast["completed_requests"] == 400
+
+
+def test_streamed_records_keep_the_python_loop(monkeypatch, counted):
+    # a stream hands a record over once the requests before it settled, and a source released
+    # after that is not on it: only the Python loop knows when (records kept are finished)
+    payload = _b5(record_per_request=True)
+    streamed = []
+    report = run_replay(json.loads(json.dumps(payload)), on_record=streamed.append)
+    assert counted.calls == 0 and len(streamed) == 50 and report.per_request is None
+
+
+def test_records_of_b5_and_its_traces_are_the_python_loops(monkeypatch, counted):
+    # the bench's k4 and s2 traces with round robin and no scaling, and b5, records kept
+    cluster = _BENCH / "cluster"
+    payloads = [_b5(record_per_request=True)]
+    for name in ("k4_kv_router_disagg_2p1d", "s2_schedule_scaling_disagg_rr"):
+        payload = json.loads((cluster / f"{name}.json").read_text())
+        payload["spec"]["adapters"] = {"placement": {"provider": "round_robin"},
+                                       "scaling": {"provider": "none"}}
+        payload["traffic"]["trace_path"] = str(cluster / "data" / Path(
+            payload["traffic"]["trace_path"]).name)
+        payloads.append(payload)
+    for payload in payloads:
+        before = counted.calls
+        monkeypatch.setattr(plain_native, "ENABLED", True)
+        fast = _report(payload)
+        assert counted.calls == before + 1
+        monkeypatch.setattr(plain_native, "ENABLED", False)
+        assert isinstance(fast, dict) and fast == _report(payload)
+        assert len(fast["per_request"]) == fast["completed_requests"] > 0

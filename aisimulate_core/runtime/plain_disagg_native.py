@@ -1,15 +1,18 @@
 """A plain disaggregated run in one C call (csrc/plain_disagg.c).
 
-When a disaggregated run (vLLM / TensorRT-LLM's source-first handoff) is nothing but timed
-one-turn synthetic sessions placed by round robin in both pools on unwatched C role ranks of
-one rank per worker, with the built-in timing models and no per-request record kept, every
-step of runtime/disaggregated.py's loop (arrivals, the prefill copies' passes, held sources,
-reservations with their retries, transfers, activations and releases, the decode workers'
-extended runs with their cuts and the absorbed transfers, terminals and the summary's
+When a disaggregated run (vLLM / TensorRT-LLM's source-first handoff) is nothing but
+synthetic sessions (one-turn, timed or in a closed loop, or several turns each) or trace
+sessions (by timestamps or in a closed loop) placed by round robin in both pools on unwatched
+C role ranks of one rank per worker, with the built-in timing models, and its per-request
+records are kept (not streamed) or not asked for, every step of runtime/disaggregated.py's
+loop (arrivals, the prefill copies' passes, held sources, reservations with their retries,
+transfers, activations and releases, the decode workers' extended runs with their cuts and
+the absorbed transfers, terminals and the next turns they make ready, the summary's
 per-request values) runs in C; Python fills the collector and the visited times from the
-arrays C gathered. ``eligible`` says whether a run is such a run; anything else runs the
-Python loop, which is this loop's twin and specification (tests/test_plain_disagg_native.py
-compares their reports on random configurations).
+arrays C gathered, and makes the records (records.make_disagg_record's) from the rows C
+gathered (``_Records``). ``eligible`` says whether a run is such a run; anything else runs
+the Python loop, which is this loop's twin and specification (tests/test_plain_disagg_native.py
+compares their reports and records on random configurations).
 
 ``AISIMULATE_PLAIN_LOOP=python`` keeps every run on the Python loop (as for plain_native).
 """
@@ -24,8 +27,13 @@ from ..engine.decode_run import _native_kind
 from ..engine.rank_base import RankBase
 from ..engine.timing import FixedTiming, PolynomialTiming, StepTimer
 from ..engine.vllm_native_roles import NativeVllmDecodeRank, NativeVllmPrefillRank
+from array import array
+
 from ..errors import SimulationError
+from ..report import RequestRecord
 from ..workload.one_turn import OneTurnDriver
+from ..workload.sessions import SessionDriver
+from ..workload.synthetic import SyntheticSessions
 from . import plain_native
 from .worker import Worker
 
@@ -56,20 +64,31 @@ def eligible(sim, limit):
             or sim.progress is not None or sim._spawned \
             or any(name in sim.__dict__ for name in _LOOP_METHODS):
         return "callbacks, windows, scaling, telemetry or a method replaced"
-    if sim.collector.keeps_records or sim.collector._num_requests or sim.collector._order.waiting:
-        return "records kept"
-    if type(sim.driver) is not OneTurnDriver:
-        return "not the one-turn synthetic driver"
+    collector = sim.collector
+    stream = collector._stream
+    if collector._num_requests or collector._order.waiting or collector._authored \
+            or (stream is not None and (stream.running or stream.heap or stream.later)):
+        return "records streamed, or the collector holds terminals already"
     reason = plain_native._driver_reason(sim.driver)
-    if reason is None and sim.driver.max_sessions is not None:
-        reason = "a closed loop"
-    if reason is None and sim.driver._shape.resolved.arrival_kind not in _TIMED:
-        reason = "arrivals other than poisson, constant rate or burst"
-    if reason is None and sim.driver._osl < 1:
-        reason = "no output token"
+    if reason is None:
+        reason = _output_reason(sim.driver)
     if reason is None:
         reason = _deployment_reason(sim)
+    if reason is not None:
+        plain_native._PREPARED[:] = [None, None]
     return reason
+
+
+def _output_reason(driver):
+    """Every request asks for a token at least (a prefill copy of none is not in C)."""
+    if type(driver) is OneTurnDriver:
+        shortest = driver._osl
+    elif type(driver.sessions) is SyntheticSessions:
+        shortest = driver.sessions._osl
+    else:
+        outputs = plain_native._PREPARED[1][0]["turn_output"]
+        shortest = min(outputs) if outputs else 1
+    return "no output token" if shortest < 1 else None
 
 
 def _pool_reason(sim, workers, router, cls, deliver):
@@ -95,7 +114,7 @@ def _pool_reason(sim, workers, router, cls, deliver):
     timer = first.timer
     if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
         return "a timing model other than fixed or polynomial"
-    if not plain_native._times_in_range(timer, first.max_seqs * sim.driver._isl):
+    if not plain_native._times_in_range(timer, first.max_seqs * _longest(sim)):
         return "pass times the C loop cannot round as Python does"
     if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
         return "sizes beyond the C loop's exact range"
@@ -139,7 +158,7 @@ def _deployment_reason(sim):
             or not math.isfinite(float(transfer.fallback_ms)) \
             or (isinstance(transfer.fallback_ms, int) and abs(transfer.fallback_ms) >= 1 << 53):
         return "a handoff latency the C loop cannot add as Python does"
-    if sim.driver._isl >= 1 << 53:
+    if _longest(sim) >= 1 << 53:
         return "lengths"
     sla = sim.collector._totals.sla
     if sla is not None:
@@ -150,6 +169,10 @@ def _deployment_reason(sim):
                                           and abs(value) >= plain_native._SLA_EXACT)):
                 return "an SLA bound the C loop cannot compare as Python does"
     return None
+
+
+def _longest(sim):
+    return plain_native._longest_prompt(sim.driver)
 
 
 def _uses_bandwidth(transfer):
@@ -168,8 +191,14 @@ def run(sim, limit):
     views = ffi.new("aisim_pd_view **")
     lib.aisim_pd_view_of(loop, views)
     view = views[0]
+    records = _Records(sim, loop) if config.keep_records else None
     status = lib.aisim_pd_run(loop)
+    while status == lib.AISIM_PD_RECORDS:
+        records.take()
+        status = lib.aisim_pd_run(loop)
     _take_state(sim, loop, view)
+    if records is not None:
+        records.take()
     if status == lib.AISIM_PD_STALLED:
         raise SimulationError(f"{_stuck_request(sim, view)}; the disaggregated replay cannot "
                               f"progress with {sim.in_flight} requests in flight")
@@ -189,23 +218,12 @@ def run(sim, limit):
 def _config(sim):
     ffi, lib = native.ffi, native.lib
     driver = sim.driver
-    shape = driver._shape
-    resolved = shape.resolved
     keep = {}
     config = ffi.new("aisim_pd_config *")
-    config.arrivals = _TIMED[resolved.arrival_kind]
-    if resolved.arrival_kind == "poisson_qps":
-        arrival_rng = keep["arrival_rng"] = plain_native.StdRng(resolved.arrival_seed,
-                                                                backend="c")
-        config.arrival_rng = arrival_rng._rng
-    if resolved.arrival_kind != "burst":
-        config.gap_ms = 1000.0 / resolved.arrival_qps
-    config.sessions = driver.total
-    config.isl, config.osl, config.trace_block = driver._isl, driver._osl, driver._block
-    config.own, config.shared, config.fresh_base = shape._own, shape._shared, shape._fresh_base
-    config.groups = resolved.num_prefix_groups
-    if shape.grouped:
-        config.shape_rng = shape._rng._rng
+    if type(driver) is SessionDriver and type(driver.sessions) is not SyntheticSessions:
+        _trace_config(config, driver, keep)
+    else:
+        plain_native._synthetic_config(config, driver, keep)
     prefill, decode = sim.prefill_workers, sim.decode_workers
     config.n_prefill, config.n_decode = len(prefill), len(decode)
     handles = keep["handles"] = ffi.new("void *[]", [w.ranks[0]._rank for w in sim.workers])
@@ -239,8 +257,31 @@ def _config(sim):
     else:
         config.fallback_ms = float(transfer.fallback_ms)
     config.cutoff_ms = sim.max_sim_time_ms
+    if sim.collector.keeps_records:
+        config.keep_records = 1
+        config.records_every = plain_native.RECORDS_EVERY
     plain_native.set_report_config(config, sim.collector._totals)
     return config, keep
+
+
+def _trace_config(config, driver, keep):
+    """A trace's sessions into ``config`` (plain_native._config's trace arrays)."""
+    ffi = native.ffi
+    arrays, longest = plain_native._prepared(driver)
+    keep.update(arrays)
+    config.arrivals = plain_native._TRACE
+    config.sessions = len(driver.sessions)
+    if driver.max_sessions is not None:
+        config.trace_closed = 1
+        config.max_sessions = driver.max_sessions
+    for name, values in arrays.items():
+        kind = {"q": "int64_t[]", "d": "double[]", "I": "uint32_t[]"}[values.typecode]
+        buffer = keep[name + "_c"] = ffi.from_buffer(kind, values) if values else \
+            ffi.new(kind, 1)
+        setattr(config, name, buffer)
+    config.max_input = longest
+    # (isl and osl stand for no turn's; every turn asks for a token, _output_reason)
+    config.isl, config.osl, config.trace_block = 1, 1, driver.block_size
 
 
 def _take_state(sim, loop, view):
@@ -255,11 +296,7 @@ def _take_state(sim, loop, view):
     sim.collector.on_arrival(view.arrived)
     sim.routers[0].policy.policy._cursor = view.rr_prefill_cursor
     sim.routers[1].policy.policy._cursor = view.rr_decode_cursor
-    driver = sim.driver
-    if driver._shape.grouped:
-        driver._drawn = view.made
-    driver._made = view.made
-    driver._next_ms = view.next_arrival_ms
+    _take_driver_state(sim.driver, loop, view)
     sim._visited = native.c_array("d", view.visited, view.n_visited)
     out, n = ffi.new("double **"), ffi.new("size_t *")
     pairs = ffi.new("int64_t **")
@@ -277,6 +314,143 @@ def _take_state(sim, loop, view):
     for worker in sim.decode_workers:
         worker.ranks[0].activation_runs = 0
     sim.decode_workers[0].ranks[0].activation_runs = view.extensions
+
+
+def _take_driver_state(driver, loop, view):
+    """The driver's positions as the Python loop leaves them (plain_native._take_state's)."""
+    ffi, lib = native.ffi, native.lib
+    sessions = type(driver) is SessionDriver
+    if not sessions and driver._shape.grouped:
+        driver._drawn = view.made   # (C drew the group of each request it made)
+    if not sessions and driver.max_sessions is None:
+        driver._made = view.made
+        driver._next_ms = view.next_arrival_ms
+        return
+    n = lib.aisim_pd_ready(loop, ffi.NULL, ffi.NULL, 0)
+    keys, ready = ffi.new("int64_t[]", n), ffi.new("double[]", n)
+    native.check_status(lib.aisim_pd_ready(loop, keys, ready, n), "aisim_pd_ready")
+    if not sessions:   # a closed loop's ready sessions, in ready order
+        driver._heap = [(ready[i], keys[i], 0) for i in range(n)]
+        driver._active = view.active
+        driver._next_pending = view.next_pending
+        return
+    driver._heap = [(ready[i], keys[i] >> 32, keys[i] & 0xFFFFFFFF) for i in range(n)]
+    if type(driver.sessions) is SyntheticSessions:
+        driver.sessions._made = view.sessions_made
+    if driver.max_sessions is None:
+        for _ in range(view.next_start - 1):   # (__init__ took the first start)
+            next(driver._starts, None)
+    else:
+        driver._active = view.active
+        driver._next_pending = view.next_pending
+
+
+class _Records:
+    """Per-request records from the rows C gathered (aisim_pd_records): each the
+    ``RequestRecord`` records.make_disagg_record makes of the request, into the collector's
+    record list. (Kept records are only sorted at the report, so the order they come in does
+    not matter; a source released after its request's row came is set on its record.)"""
+
+    _STATUS = {1: "completed", 2: "rejected", 3: "failed"}
+
+    def __init__(self, sim, loop):
+        self.loop = loop
+        self.settled = sim.collector._stream.settled
+        driver = sim.driver
+        # by worker key: its rank's scheduler id and its route entry in its pool
+        self.schedulers = [w.ranks[0].scheduler_id for w in sim.workers]
+        self.routes = [("prefill", r.worker_idx, r.dp_rank, r.scheduler_id)
+                       for r in (w.ranks[0] for w in sim.prefill_workers)]
+        self.routes += [("decode", w.worker_id, w.ranks[0].dp_rank, w.ranks[0].scheduler_id)
+                        for w in sim.decode_workers]
+        if type(driver) is SessionDriver and type(driver.sessions) is SyntheticSessions:
+            self.sessions, self.synthetic = None, driver.session_metadata
+        elif type(driver) is SessionDriver:
+            self.sessions = driver.sessions if driver.session_metadata else None
+            self.synthetic = False
+        else:
+            self.sessions, self.synthetic = None, driver._named
+        self.later = {}      # uuid -> its admissions after the first, not settled yet
+        self.unreleased = {}  # uuid -> a record whose source is released later
+        ffi = native.ffi
+        self.out = (ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
+                    ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
+                    ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"))
+
+    def take(self):
+        ffi, lib = native.ffi, native.lib
+        ints_p, doubles_p, n_p, adm_p, at_p, n_adm_p, late_p, late_at_p, n_late_p = self.out
+        native.check_status(lib.aisim_pd_records(self.loop, *self.out), "aisim_pd_records")
+        n, n_adm, n_late = n_p[0], n_adm_p[0], n_late_p[0]
+        later = self.later
+        if n_adm:
+            adm = ffi.unpack(adm_p[0], 3 * n_adm)
+            at = ffi.unpack(at_p[0], n_adm)
+            for k in range(n_adm):
+                flags = adm[3 * k + 2]
+                entry = (at[k], "decode" if flags & 2 else "prefill", adm[3 * k + 1],
+                         bool(flags & 1))
+                later.setdefault(adm[3 * k], []).append(entry)
+        if n:
+            ints = array("q")
+            ints.frombytes(ffi.buffer(ints_p[0], 8 * 15 * n))
+            doubles = array("d")
+            doubles.frombytes(ffi.buffer(doubles_p[0], 8 * 10 * n))
+            self._settle(ints.tolist(), doubles.tolist(), n)
+        if n_late:
+            unreleased = self.unreleased
+            uuids = ffi.unpack(late_p[0], n_late)
+            times = ffi.unpack(late_at_p[0], n_late)
+            for uuid, t in zip(uuids, times):
+                record = unreleased.pop(uuid, None)
+                if record is not None:
+                    record.source_released_ms = t
+        native.check_status(lib.aisim_pd_clear_records(self.loop), "aisim_pd_clear_records")
+
+    def _settle(self, ints, doubles, n):
+        settled, routes, schedulers, later = self.settled, self.routes, self.schedulers, \
+            self.later
+        sessions, synthetic, status_of = self.sessions, self.synthetic, self._STATUS
+        for i in range(n):
+            (uuid, prompt_len, max_output, count, max_reused, first_reused, state, pkey,
+             session, turn, n_admissions, admit_reused, flags, dkey,
+             stages) = ints[15 * i:15 * i + 15]
+            (arrival, terminal, first, second, last, admit_at, held, reserved, activated,
+             released) = doubles[10 * i:10 * i + 10]
+            if not flags & 1:
+                first = last = None
+            if not flags & 2:
+                second = None
+            if n_admissions:
+                admissions = [(admit_at, "decode" if flags & 8 else "prefill", admit_reused,
+                               bool(flags & 4))]
+                if n_admissions > 1:
+                    admissions += later.pop(uuid)
+            else:
+                admissions = []
+            if sessions is not None:
+                session_id, turn_index = sessions[session].session_id, turn
+            elif synthetic:
+                session_id, turn_index = f"session_{session}", turn
+            else:
+                session_id = turn_index = None
+            routing = [routes[pkey]]
+            if dkey >= 0:
+                routing.append(routes[dkey])
+            record = RequestRecord(
+                uuid, None, session_id, turn_index, None, None, arrival, None, terminal,
+                status_of[state], prompt_len, max_output, count, first, second, last,
+                max_reused, None if first_reused < 0 else first_reused, admissions,
+                schedulers[pkey], schedulers[dkey] if stages & 16 else None, routing,
+                agentic=None)
+            record.source_held_ms = held if stages & 1 else None
+            record.destination_reserved_ms = reserved if stages & 2 else None
+            record.destination_activated_ms = activated if stages & 4 else None
+            if stages & 8:
+                record.source_released_ms = released
+            elif stages & 17 == 17:   # held and accepted: released later, or never (a cutoff)
+                self.unreleased[uuid] = record
+            settled(record)
 
 
 def _stuck_request(sim, view):

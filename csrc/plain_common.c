@@ -458,6 +458,10 @@ static int record(plain_records *r, int64_t uuid, const plain_entry *e)
     if (r->disagg) {
         row[13] = e->stages & PLAIN_STAGE_ROUTED ? e->decode_rank : -1;
         row[14] = e->stages;
+        row[15] = e->route_overlap[0];
+        row[16] = e->route_best[0];
+        row[17] = e->route_overlap[1];
+        row[18] = e->route_best[1];
         d[6] = e->held;
         d[7] = e->reserved;
         d[8] = e->activated;

@@ -131,6 +131,7 @@ typedef struct plain_entry {
     int8_t stages;
     int32_t decode_rank;
     double held, reserved, activated, released;
+    int64_t route_overlap[2], route_best[2];   /* a kv_router's pick in each pool */
 } plain_entry;
 
 /* a disaggregated request's stages (plain_entry.stages, a record row's column 14) */
@@ -142,9 +143,10 @@ enum { PLAIN_STAGE_HELD = 1, PLAIN_STAGE_RESERVED = 2, PLAIN_STAGE_ACTIVATED = 4
  * (the columns: aisim_plain_records in plain_loop.cdef.h), and each admission after a
  * request's first as (uuid, reused, readmission) integers and its time. */
 enum { PLAIN_REC_INTS = 13, PLAIN_REC_DOUBLES = 6 };
-/* A disaggregated row (records.disagg) has two integers more (the decode worker, -1: none;
- * the stages) and four doubles (held, reserved, activated, released). */
-enum { PLAIN_PD_REC_INTS = 15, PLAIN_PD_REC_DOUBLES = 10 };
+/* A disaggregated row (records.disagg) has six integers more (the decode worker, -1: none;
+ * the stages; a kv_router's selected and best overlaps in the prefill, then the decode pool)
+ * and four doubles (held, reserved, activated, released). */
+enum { PLAIN_PD_REC_INTS = 19, PLAIN_PD_REC_DOUBLES = 10 };
 
 typedef struct plain_records {
     int32_t on;

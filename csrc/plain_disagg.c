@@ -14,6 +14,7 @@
 #include "aisim.h"
 #include "decode_run.cdef.h"
 #include "vllm_rank.cdef.h"
+#include "kv_router.cdef.h"
 #include "plain_loop.cdef.h"
 #include "plain_disagg.cdef.h"
 #include "plain_common.h"
@@ -75,6 +76,10 @@ struct aisim_pd {
     size_t info_cap;
     uint32_t *lengths;      /* a trace prompt's run lengths (trace_block but the last) */
     size_t n_last;          /* the run cut last (SIZE_MAX: none) */
+    const aisim_kvr_view *kvr_view[2];   /* each pool's kv_router (cfg.kvr; NULL: round
+                               robin) */
+    uint32_t *run_values, *run_lengths;  /* scratch: a prompt of id ranges as runs */
+    size_t run_values_cap, run_lengths_cap;
     struct late { int64_t session; int32_t turn; double end_ms; } *late_list;   /* terminals
                                of zero-time passes, heard after the round's arrivals */
     size_t n_late, late_cap;
@@ -262,6 +267,16 @@ static int submit_prefill(aisim_pd *p, pd_worker *w, int64_t uuid)
 
 /* ------------------------------------------------------------ summary entries */
 
+/* Router.terminal of `pool` (a kv_router's; round robin hears none) */
+static int route_terminal(aisim_pd *p, int pool, int64_t uuid, double t)
+{
+    int status;
+    if (!p->cfg.kvr[pool])
+        return AISIM_OK;
+    status = aisim_kvr_terminal(p->cfg.kvr[pool], uuid, t);
+    return status < 0 ? status : status ? AISIM_ECORRUPT : AISIM_OK;   /* (no queue) */
+}
+
 /* a request's terminal: state 1 completed, 2 rejected, 3 failed (no decode rank holds it) */
 static int finish(aisim_pd *p, int64_t uuid, double end_ms, int state)
 {
@@ -271,6 +286,11 @@ static int finish(aisim_pd *p, int64_t uuid, double end_ms, int state)
     p->view.in_flight--;
     if (state == 1)
         p->view.completed++;
+    /* _route_terminal: the prefill pool hears it here unless a source was held (then at
+     * the source's release) */
+    if (!(e->stages & PLAIN_STAGE_HELD))
+        TRY(route_terminal(p, 0, uuid, end_ms));
+    TRY(route_terminal(p, 1, uuid, end_ms));
     if (!p->late)
         return plain_sessions_terminal(&p->sess, e->session, e->turn, end_ms);
     /* a zero-time pass's terminal: the driver hears it after the round's arrivals */
@@ -367,7 +387,16 @@ static int complete_rank(aisim_pd *p, pd_worker *w)
         return AISIM_OK;
     w->active = 0;
     TRY(plain_history_passes(&w->hist, w->ends, w->n_ends));
-    TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, 0));
+    TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, p->cfg.report[w->decode]));
+    if (p->cfg.report[w->decode]) {   /* _report_pass: the prompts it completed */
+        for (i = 0; i < v->n_report_prefilled; i++) {
+            int status = aisim_kvr_prefill_done(p->cfg.kvr[w->decode],
+                                                w->hist.slot_uuid[v->report_prefilled[i]],
+                                                end_ms);
+            if (status)
+                return status < 0 ? status : AISIM_ECORRUPT;   /* (no queue) */
+        }
+    }
     for (i = 0; i < v->n_events; i++) {
         const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
         int64_t uuid = w->hist.slot_uuid[f[1]];
@@ -593,18 +622,94 @@ static int any_idle(const aisim_pd *p, int decode)
     return 0;
 }
 
-/* _deliver_decode of a held source's handoff (round robin's pick) */
+/* Prompt.values / lengths of request uuid's prompt: the trace turn's runs, or each id of
+ * its ranges trace_block long, the last cut at the prompt's length */
+static int prompt_runs(aisim_pd *p, int64_t uuid, int64_t prompt_len, const uint32_t **values,
+                       const uint32_t **lengths, size_t *n)
+{
+    const struct info *in = &p->info[uuid];
+    int64_t block = p->cfg.trace_block, runs = (prompt_len + block - 1) / block, k = 0;
+    int32_t i;
+    if (in->turn >= 0) {
+        *values = turn_runs(p, in->turn, n);
+        *lengths = p->lengths;
+        return AISIM_OK;
+    }
+    TRY(aisim_grow((void **)&p->run_values, &p->run_values_cap, (size_t)runs,
+                   sizeof *p->run_values));
+    TRY(aisim_grow((void **)&p->run_lengths, &p->run_lengths_cap, (size_t)runs,
+                   sizeof *p->run_lengths));
+    for (i = 0; i < in->n_ranges && k < runs; i++) {
+        uint32_t id = in->ranges[2 * i], count = in->ranges[2 * i + 1], j;
+        for (j = 0; j < count && k < runs; j++, k++) {
+            p->run_values[k] = id + j;
+            p->run_lengths[k] = (uint32_t)block;
+        }
+    }
+    if (k < runs)
+        return AISIM_ECORRUPT;   /* (ranges shorter than the prompt: not eligible) */
+    if (runs)
+        p->run_lengths[runs - 1] = (uint32_t)(prompt_len - (runs - 1) * block);
+    *values = p->run_values;
+    *lengths = p->run_lengths;
+    *n = (size_t)runs;
+    return AISIM_OK;
+}
+
+/* Router.place's pick in `pool` for request uuid at t: round robin's next worker, or the
+ * kv_router's choice (NativeKvRouter.place_simulated; its overlaps kept on the entry for
+ * the route); *key its worker key */
+static int pick(aisim_pd *p, int pool, int64_t uuid, double t, int32_t *key)
+{
+    const aisim_pd_config *c = &p->cfg;
+    plain_entry *e = plain_entry_of(&p->req, uuid);
+    aisim_kvr *kvr = c->kvr[pool];
+    const aisim_kvr_view *v = p->kvr_view[pool];
+    size_t lo = pool ? c->n_prefill : 0, hi = pool ? p->n_workers : c->n_prefill, k;
+    int status;
+    if (!kvr) {
+        int64_t *cursor = pool ? &p->view.rr_decode_cursor : &p->view.rr_prefill_cursor;
+        size_t n = pool ? c->n_rr_decode : c->n_rr_prefill;
+        size_t at = (size_t)(*cursor % (int64_t)n);
+        *key = (int32_t)lo + (pool ? c->rr_decode : c->rr_prefill)[at];
+        *cursor = (int64_t)at + 1;
+        return AISIM_OK;
+    }
+    if (c->kvr_runs[pool]) {
+        const uint32_t *values, *lengths;
+        size_t n;
+        TRY(prompt_runs(p, uuid, e->prompt_len, &values, &lengths, &n));
+        status = aisim_kvr_place_runs(kvr, uuid, e->prompt_len, n ? values : NULL,
+                                      n ? lengths : NULL, n, t, 0, 0);
+    } else {
+        status = aisim_kvr_place(kvr, uuid, e->prompt_len, NULL, 0, t, 0, 0, NULL);
+    }
+    if (status < 0)
+        return status;
+    if (status != AISIM_KVR_PLACED || v->dp_rank != 0)
+        return AISIM_ECORRUPT;   /* (no queue, every worker a candidate: it places) */
+    for (k = lo; k < hi && c->worker_ids[k] != v->worker_id; k++)
+        ;
+    if (k == hi)
+        return AISIM_ECORRUPT;
+    e->route_overlap[pool] = v->overlap;
+    e->route_best[pool] = v->best_overlap;
+    *key = (int32_t)k;
+    return AISIM_OK;
+}
+
+/* _deliver_decode of a held source's handoff */
 static int reserve_destination(aisim_pd *p, const action *src, double t)
 {
     const aisim_pd_config *c = &p->cfg;
-    size_t at = (size_t)(p->view.rr_decode_cursor % (int64_t)c->n_rr_decode);
-    int32_t key = (int32_t)c->n_prefill + c->rr_decode[at];
-    pd_worker *w = &p->workers[key];
+    int32_t key;
+    pd_worker *w;
     plain_entry *e = plain_entry_of(&p->req, src->uuid);
     int64_t prompt_len = e->prompt_len, max_output = e->max_output;
     int64_t tokens = prompt_len;
     int slot;
-    p->view.rr_decode_cursor = (int64_t)at + 1;
+    TRY(pick(p, 1, src->uuid, t, &key));
+    w = &p->workers[key];
     e->stages |= PLAIN_STAGE_ROUTED;
     e->decode_rank = key;
     /* VllmDecodeRank._destination_fits */
@@ -639,13 +744,11 @@ static int reserve_destination(aisim_pd *p, const action *src, double t)
     return AISIM_OK;
 }
 
-/* _submit_prefill and _deliver_prefill (round robin's pick) */
-static int submit_handoff(aisim_pd *p, int64_t uuid)
+/* _submit_prefill and _deliver_prefill */
+static int submit_handoff(aisim_pd *p, int64_t uuid, double t)
 {
-    const aisim_pd_config *c = &p->cfg;
-    size_t at = (size_t)(p->view.rr_prefill_cursor % (int64_t)c->n_rr_prefill);
-    int32_t key = c->rr_prefill[at];
-    p->view.rr_prefill_cursor = (int64_t)at + 1;
+    int32_t key;
+    TRY(pick(p, 0, uuid, t, &key));
     plain_entry_of(&p->req, uuid)->rank = key;
     TRY(submit_prefill(p, &p->workers[key], uuid));
     p->workers[key].idle = 1;
@@ -670,7 +773,7 @@ static int run_actions(aisim_pd *p, double t)
         p->q_len--;
         switch (a.kind) {
         case SUBMIT:
-            TRY(submit_handoff(p, a.uuid));
+            TRY(submit_handoff(p, a.uuid, t));
             break;
         case RESERVE:
             TRY(reserve_destination(p, &a, t));
@@ -720,6 +823,7 @@ static int run_actions(aisim_pd *p, double t)
             }
             TRY(aisim_vllm_release_source(w->rank, a.pslot));
             w->idle = 1;
+            TRY(route_terminal(p, 0, a.uuid, t));
             if (a.kind == RELEASE_SOURCE)
                 TRY(plain_released(&p->req, a.uuid, t));
         }
@@ -1005,8 +1109,10 @@ int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
 {
     aisim_pd *p;
     size_t i, n;
-    if (!out || !c || !c->n_prefill || !c->n_decode || !c->ranks || !c->rr_prefill ||
-        !c->rr_decode || !c->n_rr_prefill || !c->n_rr_decode || c->trace_block < 1 ||
+    if (!out || !c || !c->n_prefill || !c->n_decode || !c->ranks ||
+        (!c->kvr[0] && (!c->rr_prefill || !c->n_rr_prefill)) ||
+        (!c->kvr[1] && (!c->rr_decode || !c->n_rr_decode)) ||
+        ((c->kvr[0] || c->kvr[1]) && !c->worker_ids) || c->trace_block < 1 ||
         c->isl < 1 || c->osl < 1 || c->own < 0 || c->shared < 0 || c->fresh_base < 0 ||
         c->fresh_base >= PLAIN_ID_LIMIT || c->sessions < 0 ||
         c->arrivals < AISIM_PLAIN_POISSON || c->arrivals > AISIM_PLAIN_TRACE ||
@@ -1091,6 +1197,16 @@ int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
     p->until = c->cutoff_ms;
     p->view.rr_prefill_cursor = c->rr_prefill_cursor;
     p->view.rr_decode_cursor = c->rr_decode_cursor;
+    for (i = 0; i < 2; i++) {
+        if (c->kvr[i] && aisim_kvr_view_of(c->kvr[i], &p->kvr_view[i]) != AISIM_OK) {
+            aisim_pd_free(p);
+            return AISIM_EINVAL;
+        }
+        if (c->report[i] && !c->kvr[i]) {
+            aisim_pd_free(p);
+            return AISIM_EINVAL;
+        }
+    }
     if (plain_sessions_start(&p->sess) != AISIM_OK) {
         aisim_pd_free(p);
         return AISIM_EINVAL;
@@ -1119,6 +1235,8 @@ int aisim_pd_free(aisim_pd *p)
     free(p->info);
     free(p->lengths);
     free(p->late_list);
+    free(p->run_values);
+    free(p->run_lengths);
     free(p->prompts.groups_of);
     free(p->passes.items);
     free(p->transfers.items);

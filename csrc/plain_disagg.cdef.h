@@ -1,8 +1,8 @@
 /*
  * plain_disagg.cdef.h: a whole plain disaggregated run in one C call (runtime/
  * plain_disagg_native.py decides when a run is one and drives it; runtime/disaggregated.py's
- * loop with the one-turn synthetic driver, round robin in both pools and unwatched C vLLM
- * role ranks, dp 1, is its twin). Read by cffi as its cdef (no preprocessor lines).
+ * loop with synthetic or trace sessions, round robin or the C kv_router in each pool and C
+ * vLLM role ranks, dp 1, is its twin). Read by cffi as its cdef (no preprocessor lines).
  */
 
 typedef struct aisim_pd aisim_pd;
@@ -60,6 +60,14 @@ typedef struct aisim_pd_config {
     const int32_t *rr_decode;
     size_t n_rr_decode;
     int64_t rr_decode_cursor;
+    /* or each pool's kv_router (an aisim_kvr, no pending queue, its candidates every worker
+     * of the pool: NULL for round robin), whether it is given the prompt's runs, the
+     * aisim_vllm_complete report its pool's ranks make (AISIM_VLLM_REPORT_INDEX: their
+     * prompts completed reach the router), and each worker key's logical worker id */
+    void *kvr[2];
+    int32_t kvr_runs[2];
+    int32_t report[2];
+    const int64_t *worker_ids;
     /* each pool's engine: [0] prefill, [1] decode */
     int64_t block_size[2];
     int64_t num_blocks[2];
@@ -126,10 +134,11 @@ int aisim_pd_drop_samples(aisim_pd *p, int32_t which);
 /* aisim_plain_ready's answer of this loop's sessions */
 int aisim_pd_ready(aisim_pd *p, int64_t *index, double *ready_ms, size_t cap);
 /* The records gathered since the last aisim_pd_clear_records, as aisim_plain_records's with
- * rows of 15 integers (aisim_plain_records's 13, the prefill worker key in the rank column,
- * then the decode worker key chosen (-1: none) and the stages: 1 source held, 2 destination
+ * rows of 19 integers (aisim_plain_records's 13, the prefill worker key in the rank column,
+ * then the decode worker key chosen (-1: none), the stages: 1 source held, 2 destination
  * reserved, 4 activated, 8 source released, 16 destination accepted, 32 decode worker
- * chosen) and 10 doubles (its 6, then the held, reserved, activated and released times);
+ * chosen, and a kv_router's selected and best overlap blocks in the prefill pool, then in
+ * the decode pool) and 10 doubles (its 6, then the held, reserved, activated and released times);
  * an admission's readmission column (and the flags' bit 8 for the first) holds the decode
  * pool as bit 1; and the sources released after their request's row was gathered, as
  * (uuid, time). */

@@ -180,6 +180,42 @@ def test_random_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
     assert ran > CASES * 0.9
 
 
+def _kv_router(rng):
+    """A kv_router config the C loop takes (no pending queue, no KV event lag, no sampling):
+    each pool's router with the reference's overrides."""
+    config = {}
+    for key, values in (("overlap_score_credit", [0.0, 0.5, 1.0, 2.0]),
+                        ("prefill_load_scale", [0.0, 0.5, 1.0, 3.0]),
+                        ("overlap_score_credit_decay", [0.0, 0.1, 1.0]),
+                        ("decode_active_request_weight", [0.0, 0.5, 2.0]),
+                        ("router_track_active_blocks", [True, False]),
+                        ("router_assume_kv_reuse", [True, False]),
+                        ("router_track_prefill_tokens", [True, False])):
+        if rng.random() < 0.5:
+            config[key] = rng.choice(values)
+    return {"provider": "kv_router", "config": config}
+
+
+def test_random_kv_router_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
+    # the C kv_router of each pool (kv_router.c) placing inside the C loop: prompts of id
+    # ranges and trace runs, engine-index overlaps, prefill completions and terminals
+    rng = random.Random(20261205)
+    ran = 0
+    cases = 150
+    for case in range(cases):
+        payload = _random_payload(rng, tmp_path, case)
+        payload["spec"]["adapters"]["placement"] = _kv_router(rng)
+        before = counted.calls
+        monkeypatch.setattr(plain_native, "ENABLED", True)
+        fast = _report(payload)
+        took = counted.calls - before
+        monkeypatch.setattr(plain_native, "ENABLED", False)
+        slow = _report(payload)
+        assert fast == slow, (case, payload)
+        ran += took
+    assert ran > cases * 0.9
+
+
 # the shared bench payloads, beside the project (found from here: make asan runs elsewhere)
 _BENCH = Path(__file__).resolve().parent.parent.parent / "shared" / "bench"
 
@@ -204,7 +240,13 @@ def test_the_c_loop_takes_b5_and_declines_others(monkeypatch):
     assert _eligible(_b5(record_per_request=True)) is None
     payload = _b5()
     payload["spec"]["adapters"]["placement"] = {"provider": "kv_router"}
-    assert _eligible(payload) is not None   # (its ranks are watched)
+    assert _eligible(payload) is None
+    for config in ({"kv_event_lag_ms": 2.0}, {"router_queue_threshold": 1.0},
+                   {"router_temperature": 0.5}):
+        # (KV events to send, signals in running order, the Python router sampling: ranks
+        # watched as the loop cannot)
+        payload["spec"]["adapters"]["placement"]["config"] = config
+        assert _eligible(payload) == "a rank the loop cannot drive"
     payload = _b5()
     payload["spec"]["engine"]["dp_size"] = 2
     assert _eligible(payload) == "a worker of another kind"
@@ -240,13 +282,17 @@ def test_streamed_records_keep_the_python_loop(monkeypatch, counted):
 
 
 def test_records_of_b5_and_its_traces_are_the_python_loops(monkeypatch, counted):
-    # the bench's k4 and s2 traces with round robin and no scaling, and b5, records kept
+    # the bench's k4 (kv_router) and s2 traces with no scaling, k4 with round robin too, and
+    # b5, records kept
     cluster = _BENCH / "cluster"
     payloads = [_b5(record_per_request=True)]
-    for name in ("k4_kv_router_disagg_2p1d", "s2_schedule_scaling_disagg_rr"):
+    for name, placement in (("k4_kv_router_disagg_2p1d", None),
+                            ("k4_kv_router_disagg_2p1d", "round_robin"),
+                            ("s2_schedule_scaling_disagg_rr", "round_robin")):
         payload = json.loads((cluster / f"{name}.json").read_text())
-        payload["spec"]["adapters"] = {"placement": {"provider": "round_robin"},
-                                       "scaling": {"provider": "none"}}
+        payload["spec"]["adapters"]["scaling"] = {"provider": "none"}
+        if placement is not None:
+            payload["spec"]["adapters"]["placement"] = {"provider": placement}
         payload["traffic"]["trace_path"] = str(cluster / "data" / Path(
             payload["traffic"]["trace_path"]).name)
         payloads.append(payload)

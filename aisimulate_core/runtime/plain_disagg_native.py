@@ -2,8 +2,10 @@
 
 When a disaggregated run (vLLM / TensorRT-LLM's source-first handoff) is nothing but
 synthetic sessions (one-turn, timed or in a closed loop, or several turns each) or trace
-sessions (by timestamps or in a closed loop) placed by round robin in both pools on unwatched
-C role ranks of one rank per worker, with the built-in timing models, and its per-request
+sessions (by timestamps or in a closed loop) placed by round robin or the C kv_router
+(without a pending queue or KV event lag: kv_router.c, each pool's router with its overrides,
+its engine-index overlaps read from the prefill ranks) in each pool on C role ranks of one
+rank per worker, with the built-in timing models, and its per-request
 records are kept (not streamed) or not asked for, every step of runtime/disaggregated.py's
 loop (arrivals, the prefill copies' passes, held sources, reservations with their retries,
 transfers, activations and releases, the decode workers' extended runs with their cuts and
@@ -35,6 +37,7 @@ from ..workload.one_turn import OneTurnDriver
 from ..workload.sessions import SessionDriver
 from ..workload.synthetic import SyntheticSessions
 from . import plain_native
+from .simulation import EngineEvents
 from .worker import Worker
 
 _TIMED = {"poisson_qps": 0, "constant_qps": 1, "burst": 2}
@@ -99,9 +102,10 @@ def _pool_reason(sim, workers, router, cls, deliver):
                 or w._cadence or w._round_ranks:
             return "a worker of another kind"
     first = workers[0].ranks[0]
+    watches = router.observes_engine
     for w in workers:
         rank = w.ranks[0]
-        if type(rank) is not cls or rank.watched or rank.observer is not None \
+        if type(rank) is not cls or not _observed(rank, router, watches) \
                 or rank.capture_gauges or rank.fpm_on \
                 or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
                 or rank.has_work() or rank.holds_kv() or rank.timer is not first.timer \
@@ -118,18 +122,36 @@ def _pool_reason(sim, workers, router, cls, deliver):
         return "pass times the C loop cannot round as Python does"
     if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
         return "sizes beyond the C loop's exact range"
-    if router._unpinned is None or router.deliver != deliver or router.queued \
-            or router.parked or router._released \
-            or router.observes_engine or router.wants_terminal:
-        return "placement other than round robin"
-    policy = router.policy.policy
+    if router.deliver != deliver or router.queued or router.parked or router._released:
+        return "placement under way"
     if [w.worker_id for w in router.active] != [w.worker_id for w in workers]:
         return "workers out of order"
+    native = router._native
+    if native is not None:
+        if not router._native_direct or native._given is not None \
+                or (native._uses_index and not native._engine_index) \
+                or native._synced is not native.pool.schedulers:
+            return "a kv_router with a queue, lagged KV events or ranks C cannot read"
+        return None
+    if router._unpinned is None or router.observes_engine or router.wants_terminal:
+        return "placement other than round robin or kv_router"
+    policy = router.policy.policy
     ids = {w.worker_id for w in workers}
     if any(v.worker_id not in ids or v.dp_size != 1 for v in policy._workers) or any(
             policy._rank_cursors.get(w.worker_id, 0) != 0 for w in workers):
         return "round robin over other workers"
     return None
+
+
+def _observed(rank, router, watches):
+    """Whether ``rank`` is watched as the C loop reports: not at all, or (a kv_router reading
+    the engines' index) by its pool's router's EngineEvents wanting its prefill completions
+    only, at once."""
+    observer = rank.observer
+    if not watches:
+        return not rank.watched and observer is None
+    return rank.watched and type(observer) is EngineEvents and observer.router is router \
+        and not observer.ordered and not observer.sends_kv
 
 
 def _deployment_reason(sim):
@@ -228,15 +250,24 @@ def _config(sim):
     config.n_prefill, config.n_decode = len(prefill), len(decode)
     handles = keep["handles"] = ffi.new("void *[]", [w.ranks[0]._rank for w in sim.workers])
     config.ranks = handles
+    worker_ids = keep["worker_ids"] = ffi.new("int64_t[]", [w.worker_id for w in sim.workers])
+    config.worker_ids = worker_ids
     for pool, workers, router in ((0, prefill, sim.routers[0]), (1, decode, sim.routers[1])):
-        ids = {w.worker_id: i for i, w in enumerate(workers)}
-        policy = router.policy.policy
-        rr = keep[f"rr{pool}"] = ffi.new("int32_t[]", [ids[v.worker_id]
-                                                       for v in policy._workers])
-        name = "prefill" if pool == 0 else "decode"
-        setattr(config, f"rr_{name}", rr)
-        setattr(config, f"n_rr_{name}", len(policy._workers))
-        setattr(config, f"rr_{name}_cursor", policy._cursor)
+        kvr = router._native
+        if kvr is not None:
+            config.kvr[pool] = kvr._r
+            config.kvr_runs[pool] = kvr._hashes_needed
+            if router.observes_engine:
+                config.report[pool] = lib.AISIM_VLLM_REPORT_INDEX
+        else:
+            ids = {w.worker_id: i for i, w in enumerate(workers)}
+            policy = router.policy.policy
+            rr = keep[f"rr{pool}"] = ffi.new("int32_t[]", [ids[v.worker_id]
+                                                           for v in policy._workers])
+            name = "prefill" if pool == 0 else "decode"
+            setattr(config, f"rr_{name}", rr)
+            setattr(config, f"n_rr_{name}", len(policy._workers))
+            setattr(config, f"rr_{name}_cursor", policy._cursor)
         rank = workers[0].ranks[0]
         config.block_size[pool] = rank.block_size
         config.num_blocks[pool] = rank.num_blocks
@@ -294,8 +325,9 @@ def _take_state(sim, loop, view):
     sim.in_flight = view.in_flight
     sim._next_uuid = view.arrived + 1
     sim.collector.on_arrival(view.arrived)
-    sim.routers[0].policy.policy._cursor = view.rr_prefill_cursor
-    sim.routers[1].policy.policy._cursor = view.rr_decode_cursor
+    for router, cursor in zip(sim.routers, (view.rr_prefill_cursor, view.rr_decode_cursor)):
+        if router._native is None:
+            router.policy.policy._cursor = cursor
     _take_driver_state(sim.driver, loop, view)
     sim._visited = native.c_array("d", view.visited, view.n_visited)
     out, n = ffi.new("double **"), ffi.new("size_t *")
@@ -363,6 +395,18 @@ class _Records:
                        for r in (w.ranks[0] for w in sim.prefill_workers)]
         self.routes += [("decode", w.worker_id, w.ranks[0].dp_rank, w.ranks[0].scheduler_id)
                         for w in sim.decode_workers]
+        # a kv_router pool's routes are route entries with the pick's overlaps: by worker key,
+        # the entry's fixed part and the router's block size (None: round robin's tuple)
+        self.kv_routes = [None] * len(sim.workers)
+        for pool, (router, workers) in enumerate(zip(sim.routers, (sim.prefill_workers,
+                                                                   sim.decode_workers))):
+            if router._native is not None:
+                for w in workers:
+                    rank = w.ranks[0]
+                    self.kv_routes[w.idx] = ({"pool": router.kind,
+                                              "logical_worker_id": w.worker_id,
+                                              "scheduler_id": rank.scheduler_id,
+                                              "dp_rank": rank.dp_rank}, router.block_size)
         if type(driver) is SessionDriver and type(driver.sessions) is SyntheticSessions:
             self.sessions, self.synthetic = None, driver.session_metadata
         elif type(driver) is SessionDriver:
@@ -393,7 +437,7 @@ class _Records:
                 later.setdefault(adm[3 * k], []).append(entry)
         if n:
             ints = array("q")
-            ints.frombytes(ffi.buffer(ints_p[0], 8 * 15 * n))
+            ints.frombytes(ffi.buffer(ints_p[0], 8 * 19 * n))
             doubles = array("d")
             doubles.frombytes(ffi.buffer(doubles_p[0], 8 * 10 * n))
             self._settle(ints.tolist(), doubles.tolist(), n)
@@ -413,8 +457,8 @@ class _Records:
         sessions, synthetic, status_of = self.sessions, self.synthetic, self._STATUS
         for i in range(n):
             (uuid, prompt_len, max_output, count, max_reused, first_reused, state, pkey,
-             session, turn, n_admissions, admit_reused, flags, dkey,
-             stages) = ints[15 * i:15 * i + 15]
+             session, turn, n_admissions, admit_reused, flags, dkey, stages, p_overlap,
+             p_best, d_overlap, d_best) = ints[19 * i:19 * i + 19]
             (arrival, terminal, first, second, last, admit_at, held, reserved, activated,
              released) = doubles[10 * i:10 * i + 10]
             if not flags & 1:
@@ -434,9 +478,12 @@ class _Records:
                 session_id, turn_index = f"session_{session}", turn
             else:
                 session_id = turn_index = None
-            routing = [routes[pkey]]
+            kv_routes = self.kv_routes
+            routing = [routes[pkey] if kv_routes[pkey] is None
+                       else _kv_route(kv_routes[pkey], p_overlap, p_best)]
             if dkey >= 0:
-                routing.append(routes[dkey])
+                routing.append(routes[dkey] if kv_routes[dkey] is None
+                               else _kv_route(kv_routes[dkey], d_overlap, d_best))
             record = RequestRecord(
                 uuid, None, session_id, turn_index, None, None, arrival, None, terminal,
                 status_of[state], prompt_len, max_output, count, first, second, last,
@@ -462,3 +509,14 @@ def _stuck_request(sim, view):
     head = plain_native._Head(view.stuck_uuid, view.stuck_prompt_len, view.stuck_generated)
     pool = "decode" if view.stuck_worker >= len(sim.prefill_workers) else "prefill"
     return stuck_message(pool, worker, worker.ranks[0], head, bool(view.stuck_pending))
+
+
+def _kv_route(fixed, selected, best):
+    """Router._place_native's route entry of a pick with these overlaps (in blocks)."""
+    entry, block_size = fixed
+    entry = dict(entry)
+    entry["reported_overlap_tokens"] = selected * block_size
+    entry["selected_overlap_blocks"] = selected
+    entry["best_available_overlap_blocks"] = best
+    entry["overlap_regret_blocks"] = best - selected
+    return entry

@@ -15,7 +15,7 @@ from .agentic import AgenticDriver
 from .driver import TimedDriver
 from .graph import AgenticTrace
 from .sessions import SessionDriver
-from .trace import Trace, check_timestamped, validate_trace
+from .trace import Trace, fail_unstarted, validate_trace
 from .transforms import (normalize_graph_starts, normalize_session_starts, speed_up_graph,
                          speed_up_timing)
 
@@ -66,17 +66,18 @@ def trace_driver(payload, loaded):
         # the reference's rule: lanes pace plays, which a session trace has none of
         raise ConfigError(f"$.traffic.agentic_lanes: requires an agentic trace (trace_format "
                           f"'{traffic.trace_format}' loaded sessions), got {traffic.agentic_lanes}")
-    validate_trace(loaded)
-    trace = speed_up_timing(normalize_session_starts(loaded), ratio)
+    facts = validate_trace(loaded)   # (the walks below need none of their own)
+    trace = speed_up_timing(normalize_session_starts(loaded, facts.earliest_start), ratio)
     cap = traffic.replay_concurrency
     if payload.spec.max_in_flight is not None:
         cap = payload.spec.max_in_flight if cap is None else min(cap, payload.spec.max_in_flight)
-    if cap is None:
-        check_timestamped(trace)
+    if cap is None and facts.unstarted is not None:
+        fail_unstarted(facts.unstarted)   # check_timestamped's error
     # The reference replays a timestamped trace of lone turns as a flat request list, whose
     # records carry no session; every other trace goes through its session driver.
     return SessionDriver(trace, max_sessions=cap,
-                         session_metadata=cap is not None or not trace.is_single_turn())
+                         session_metadata=cap is not None or not facts.single_turn,
+                         total_turns=facts.total_turns)
 
 
 def check_agentic_envelope(payload):

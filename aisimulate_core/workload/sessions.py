@@ -50,11 +50,12 @@ def trace_start_order(sessions):
 
 
 class SessionDriver(HeapDriver):
-    def __init__(self, trace, *, max_sessions=None, session_metadata=True):
+    def __init__(self, trace, *, max_sessions=None, session_metadata=True, total_turns=None):
+        """``total_turns``: ``trace.total_turns``, when the caller counted it already."""
         self.sessions = trace.sessions
         self.session_metadata = session_metadata
         self.block_size = trace.block_size
-        self.total = trace.total_turns
+        self.total = trace.total_turns if total_turns is None else total_turns
         self.max_sessions = max_sessions
         self._release = getattr(self.sessions, "release", None)
         self._heap = []

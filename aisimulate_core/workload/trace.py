@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from typing import NamedTuple
 
 from ..errors import TraceError
 
@@ -99,44 +100,79 @@ def _fail(where, field, rule):
     raise TraceError(f"{where}: {field}: {rule}")
 
 
+class TraceFacts(NamedTuple):
+    """What ``validate_trace`` learns of a trace on its walk, so that the lowering walks it no
+    more: its turn count, whether every session is one turn, the earliest session start
+    (``min``'s pick; None: no session has one) and the first session without a start."""
+
+    total_turns: int
+    single_turn: bool
+    earliest_start: float | None
+    unstarted: Session | None
+
+
 def validate_trace(trace):
-    """The invariants the drivers rely on, whichever plugin built the trace."""
+    """The invariants the drivers rely on, whichever plugin built the trace; returns its
+    ``TraceFacts``."""
     block = trace.block_size
     if not isinstance(block, int) or block <= 0:
         raise TraceError(f"trace block size must be a positive integer, got {block!r}")
     if not trace.sessions:
         raise TraceError("the trace holds no requests")
+    total = 0
+    single = True
+    earliest = unstarted = None
+    isfinite = math.isfinite
     for session in trace.sessions:
         start = session.start_ms
-        if start is not None and not math.isfinite(start):
-            _fail(session.where, "timestamp", f"must be finite, got {start}")
-        if not session.turns:
+        if start is None:
+            if unstarted is None:
+                unstarted = session
+        else:
+            if not isfinite(start):
+                _fail(session.where, "timestamp", f"must be finite, got {start}")
+            if earliest is None or start < earliest:
+                earliest = start
+        turns = session.turns
+        if not turns:
             raise TraceError(f"{session.where}: session {session.session_id!r} has no turns")
-        for index, turn in enumerate(session.turns):
-            where = turn.where
-            if turn.input_length <= 0:
-                _fail(where, "input_length", f"must be > 0, got {turn.input_length}")
+        total += len(turns)
+        if len(turns) != 1:
+            single = False
+        for index, turn in enumerate(turns):
+            length = turn.input_length
+            if length <= 0:
+                _fail(turn.where, "input_length", f"must be > 0, got {length}")
             capacity = len(turn.hash_ids) * block
-            if turn.input_length > capacity:
-                _fail(where, "input_length", f"{turn.input_length} exceeds the capacity of "
+            if length > capacity:
+                _fail(turn.where, "input_length", f"{length} exceeds the capacity of "
                       f"hash_ids, {len(turn.hash_ids)} x block size {block} = {capacity} tokens")
             outputs = turn.output_token_ids
             if outputs is not None and len(outputs) != turn.max_output_tokens:
-                _fail(where, "output_token_ids", f"holds {len(outputs)} ids but output_length "
-                      f"is {turn.max_output_tokens}")
+                _fail(turn.where, "output_token_ids", f"holds {len(outputs)} ids but "
+                      f"output_length is {turn.max_output_tokens}")
             delay = turn.delay_ms
-            if not (math.isfinite(delay) and delay >= 0.0):
-                _fail(where, "delay", f"must be finite and >= 0, got {delay}")
-            if index == 0 and delay != 0.0:
-                _fail(where, "delay", f"must be 0 on the first turn of a session, got {delay}")
+            if delay != 0.0:
+                if not (isfinite(delay) and delay >= 0.0):
+                    _fail(turn.where, "delay", f"must be finite and >= 0, got {delay}")
+                if index == 0:
+                    _fail(turn.where, "delay", f"must be 0 on the first turn of a session, "
+                          f"got {delay}")
+    return TraceFacts(total, single, earliest, unstarted)
+
+
+def fail_unstarted(session):
+    """``check_timestamped``'s error for a session without a start."""
+    _fail(session.where, "timestamp", "is required on the first row of each session "
+          "when replaying by timestamps (or set replay_concurrency)")
 
 
 def check_timestamped(trace):
     """Replay by timestamps needs every session's first arrival."""
     for session in trace.sessions:
         if session.start_ms is None:
-            _fail(session.where, "timestamp", "is required on the first row of each session "
-                  "when replaying by timestamps (or set replay_concurrency)")
+            fail_unstarted(session)
 
 
-__all__ = ["HashInterner", "Session", "Trace", "Turn", "check_timestamped", "validate_trace"]
+__all__ = ["HashInterner", "Session", "Trace", "TraceFacts", "Turn", "check_timestamped",
+           "fail_unstarted", "validate_trace"]

@@ -5,15 +5,22 @@ Both work in place and return the trace. Sessions without a start keep None.
 
 from __future__ import annotations
 
+import math
 
-def normalize_session_starts(trace):
-    """Shift every session start so that the earliest is 0."""
-    starts = [s.start_ms for s in trace.sessions if s.start_ms is not None]
-    if starts:
-        first = min(starts)
-        for session in trace.sessions:
-            if session.start_ms is not None:
-                session.start_ms -= first
+_UNKNOWN = object()
+
+
+def normalize_session_starts(trace, earliest=_UNKNOWN):
+    """Shift every session start so that the earliest is 0 (``earliest``: the earliest start,
+    as ``min`` picks it, when known; None: no session has one)."""
+    if earliest is _UNKNOWN:
+        starts = [s.start_ms for s in trace.sessions if s.start_ms is not None]
+        earliest = min(starts) if starts else None
+    if earliest is None or (earliest == 0.0 and math.copysign(1.0, earliest) > 0.0):
+        return trace   # x - 0.0 == x, bit for bit (-0.0 too): nothing to shift
+    for session in trace.sessions:
+        if session.start_ms is not None:
+            session.start_ms -= earliest
     return trace
 
 

@@ -12,6 +12,9 @@ describe only its new input, which the core appends to the session's history.
 
 from __future__ import annotations
 
+from array import array
+from itertools import chain
+
 import msgspec
 
 from aisimulate_core.workload.formats import TraceFormat
@@ -174,9 +177,13 @@ def _rebuild(block_size, accumulate_deltas, sessions):
 
 def _decode_mooncake(path, block_size, accumulate_deltas, data=None):
     """The file's Trace; ``data``: its bytes, when read already (decoded in one call)."""
+    rows = decode_all(data, MooncakeRow) if data is not None else None
+    if rows and not accumulate_deltas:
+        trace = _lone_turns(path, block_size, rows)
+        if trace is not None:
+            return trace
     builder = MooncakeBuilder(block_size, accumulate_deltas=accumulate_deltas)
     add = builder.add
-    rows = decode_all(data, MooncakeRow) if data is not None else None
     for number, row in (decode_rows(path, MooncakeRow) if rows is None else enumerate(rows, 1)):
         where = f"{path}:{number}"
         if (row.input_tokens is None and row.output_tokens is None and row.created_time is None
@@ -195,6 +202,36 @@ def _decode_mooncake(path, block_size, accumulate_deltas, data=None):
     if not builder.sessions:
         fail(path, "", "holds no requests")
     return builder.trace()
+
+
+def _lone_turns(path, block_size, rows):
+    """The Trace ``MooncakeBuilder`` makes of rows that are each a session of one turn (no
+    session id, alias or optional field, explicit lengths within the hash ids' capacity), or
+    None when a row is not one (the builder then reads them all, and words any error).
+
+    The hash ids are interned for the whole file at once, as the builder's row-by-row
+    interning numbers them: dense ids in first-seen order over the rows in file order."""
+    for row in rows:
+        hash_ids, input_length, output_length = row.hash_ids, row.input_length, row.output_length
+        if (hash_ids is None or output_length is None or input_length is None
+                or input_length > len(hash_ids) * block_size or row.session_id is not None
+                or row.input_tokens is not None or row.output_tokens is not None
+                or row.created_time is not None or row.delay_ms is not None
+                or row.output_token_ids is not None or row.priority or row.strict_priority
+                or row.policy_class is not None):
+            return None
+    first_seen = dict.fromkeys(chain.from_iterable(row.hash_ids for row in rows))
+    if first_seen and max(first_seen) > U64_MAX:
+        return None
+    dense = dict(zip(first_seen, range(len(first_seen)))).__getitem__
+    sessions = []
+    for number, row in enumerate(rows, 1):
+        where = f"{path}:{number}"
+        delay = row.delay
+        turn = Turn(row.input_length, row.output_length, array("I", map(dense, row.hash_ids)),
+                    0.0 if delay is None else delay, where=where)
+        sessions.append(Session(f"request_{number}", row.timestamp, [turn], where=where))
+    return Trace(model_block_size(block_size), sessions)
 
 
 class Mooncake(TraceFormat):

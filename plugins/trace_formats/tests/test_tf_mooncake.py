@@ -142,3 +142,55 @@ def test_loads_the_conversation_trace():
     trace = Mooncake().load(("../shared/data/mooncake/conversation_trace.jsonl",),
                             trace_block_size=512)
     assert trace.total_turns == 12031 and len(trace.sessions) == 12031
+
+
+def _dump(trace):
+    return (trace.block_size, trace.accumulate_deltas, [
+        (s.session_id, s.start_ms, s.where, [
+            (t.input_length, t.max_output_tokens, t.hash_ids.typecode, list(t.hash_ids),
+             t.delay_ms, t.output_token_ids, t.priority, t.strict_priority, t.policy_class,
+             t.where) for t in s.turns]) for s in trace.sessions])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lone_turn_files_give_the_builders_trace(tmp_path, monkeypatch, seed):
+    """A file of lone turns (no session id, nothing optional) takes _lone_turns, which interns
+    the whole file at once; it gives what the row-by-row builder gives, and a row it does not
+    take (an alias, a session id, an id past 64 bits, a length past the ids) sends the whole
+    file to the builder."""
+    import json
+    import random
+
+    from aisimulate_trace_formats import mooncake
+    from aisimulate_trace_formats.rows import small_file
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(rng.randint(1, 40)):
+        ids = [rng.choice([rng.randint(0, 30), rng.randint(0, 2**64 - 1)])
+               for _ in range(rng.randint(1, 6))]
+        row = {"input_length": rng.randint(1, 16 * len(ids)), "output_length": rng.randint(0, 9),
+               "hash_ids": ids}
+        if rng.random() < 0.8:
+            row["timestamp"] = rng.choice([0.0, -0.0, rng.uniform(0, 1e4)])
+        if rng.random() < 0.1:
+            row["delay"] = 0.0
+        if rng.random() < 0.03:
+            row[rng.choice(["session_id", "input_tokens", "delay_ms", "priority"])] = \
+                rng.choice(["s", 3, 0])
+        rows.append(row)
+    if rng.random() < 0.1:
+        rows[-1]["hash_ids"] = [2**64]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    _, data = small_file(str(path), 1 << 20)
+
+    def decoded(lone_turns):
+        monkeypatch.setattr(mooncake, "_lone_turns", lone_turns)
+        try:
+            return ("trace", _dump(mooncake._decode_mooncake(str(path), 16, False, data)))
+        except Exception as error:   # the same error either way
+            return (type(error).__name__, str(error))
+
+    fast = decoded(mooncake._lone_turns)
+    assert fast == decoded(lambda *args: None)

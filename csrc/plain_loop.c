@@ -23,6 +23,7 @@
 #include "aisim.h"
 #include "decode_run.cdef.h"
 #include "vllm_rank.cdef.h"
+#include "kv_router.cdef.h"
 #include "plain_loop.cdef.h"
 #include "plain_common.h"
 
@@ -87,6 +88,12 @@ struct aisim_plain {
     size_t n_emptied;
     double ext_cutoff;      /* the extension cutoff of the passes starting now */
     size_t workers_cap, ranks_cap, rr_cap, emptied_cap;
+    /* kv_router placement (NULL: round robin), and each placed request's (selected, best)
+     * overlap blocks by uuid - 1 when records are kept */
+    aisim_kvr *kvr;
+    const aisim_kvr_view *kvr_view;
+    int64_t *overlaps;
+    size_t overlaps_cap;
     aisim_plain_view view;
 };
 
@@ -274,6 +281,39 @@ static int start_pass(aisim_plain *p, worker *w, double now_ms, double horizon_m
     return AISIM_OK;
 }
 
+/* A kv_router notification's answer: without a pending queue it releases nothing. */
+static int kvr_notified(int status)
+{
+    return status < 0 ? status : status > 0 ? AISIM_ECORRUPT : AISIM_OK;
+}
+
+/* NativeVllmRank._report_pass to the kv_router (EngineEvents): the KV events of the pass
+ * (stored runs, then the evicted blocks) when the router keeps its own index, then the
+ * prompts it completed. */
+static int report_pass(aisim_plain *p, rank_state *w)
+{
+    const aisim_vllm_view *v = w->view;
+    size_t i, start = 0;
+    int64_t worker_id = (int64_t)((size_t)(w - p->ranks) / p->cfg.dp_size);
+    int64_t dp_rank = (int64_t)((size_t)(w - p->ranks) % p->cfg.dp_size);
+    double now_ms = p->view.now_ms;
+    if (p->cfg.kvr_report == AISIM_VLLM_REPORT_KV) {
+        for (i = 0; i < v->n_report_runs; i++) {
+            size_t end = (size_t)v->report_ends[i];
+            TRY(aisim_kvr_kv_event(p->kvr, worker_id, dp_rank, 1, v->report_stored + start,
+                                   end - start, now_ms));
+            start = end;
+        }
+        if (v->n_report_evicted)
+            TRY(aisim_kvr_kv_event(p->kvr, worker_id, dp_rank, 0, v->report_evicted,
+                                   v->n_report_evicted, now_ms));
+    }
+    for (i = 0; i < v->n_report_prefilled; i++)
+        TRY(kvr_notified(aisim_kvr_prefill_done(
+            p->kvr, w->hist.slot_uuid[v->report_prefilled[i]], now_ms)));
+    return AISIM_OK;
+}
+
 /* NativeVllmRank.complete and _completed, then the simulation's _finish_all (records,
  * collector, driver) of each terminal in event order. */
 static int complete_rank(aisim_plain *p, rank_state *w)
@@ -283,7 +323,9 @@ static int complete_rank(aisim_plain *p, rank_state *w)
     size_t i;
     w->active = 0;
     TRY(plain_history_passes(&w->hist, w->ends, w->n_ends));
-    TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, 0));
+    TRY(aisim_vllm_complete(w->rank, (int64_t)w->n_ends - 1, p->cfg.kvr_report));
+    if (p->kvr)
+        TRY(report_pass(p, w));
     for (i = 0; i < v->n_events; i++) {
         const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
         plain_entry *e = plain_entry_of(&p->req, w->hist.slot_uuid[f[1]]);
@@ -302,6 +344,8 @@ static int complete_rank(aisim_plain *p, rank_state *w)
         }
         e->terminal = end_ms;
         p->view.in_flight--;
+        if (p->kvr)   /* Router.terminal, straight into C (no pending queue) */
+            TRY(kvr_notified(aisim_kvr_terminal(p->kvr, w->hist.slot_uuid[f[1]], end_ms)));
         TRY(plain_sessions_terminal(&p->sess, e->session, e->turn, end_ms));
     }
     return plain_settle_ready(&p->req);
@@ -343,27 +387,76 @@ static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms, int star
     return AISIM_OK;
 }
 
+static int deliver(aisim_plain *p, plain_entry *e, int64_t uuid, int32_t wi, int64_t dp_rank,
+                   int64_t index, int32_t turn, double now_ms);
+
+/* _register_arrival, the kv_router's place_simulated (a trace turn's prompt runs, hashed in
+ * C) and _deliver of one request. */
+static int arrive_kvr(aisim_plain *p, int64_t index, int32_t turn, double now_ms)
+{
+    const aisim_plain_config *c = &p->cfg;
+    const aisim_kvr_view *v = p->kvr_view;
+    plain_entry *e;
+    const uint32_t *lengths, *values;
+    size_t n;
+    int64_t g = c->turn_base[index] + turn, uuid;
+    int status;
+    TRY(plain_new_entry(&p->req, &e));
+    uuid = p->req.next_uuid;
+    values = turn_runs(p, g, &lengths, &n);
+    status = aisim_kvr_place_runs(p->kvr, uuid, c->turn_input[g], values, lengths, n, now_ms,
+                                  0, 0);
+    if (status == AISIM_KVR_NO_ENDPOINTS)
+        return AISIM_PLAIN_NO_ENDPOINTS;
+    if (status != AISIM_KVR_PLACED)
+        return status < 0 ? status : AISIM_ECORRUPT;   /* (no pending queue: never queued) */
+    if (v->worker_id < 0 || (size_t)v->worker_id >= c->n_workers || v->dp_rank < 0 ||
+        (size_t)v->dp_rank >= c->dp_size)
+        return AISIM_ECORRUPT;   /* (candidates are workers of the loop, id = index) */
+    if (c->keep_records) {
+        size_t at = 2 * (size_t)(uuid - 1);
+        TRY(aisim_grow((void **)&p->overlaps, &p->overlaps_cap, at + 2, sizeof *p->overlaps));
+        p->overlaps[at] = v->overlap;
+        p->overlaps[at + 1] = v->best_overlap;
+    }
+    return deliver(p, e, uuid, (int32_t)v->worker_id, v->dp_rank, index, turn, now_ms);
+}
+
 /* _register_arrival, round robin's place_unpinned and _deliver of one request. */
 static int arrive(aisim_plain *p, int64_t index, int32_t turn, double now_ms)
 {
-    const aisim_plain_config *c = &p->cfg;
     plain_entry *e;
+    int32_t wi;
+    worker *w;
+    int64_t dp_rank, uuid;
+    size_t at = 0;
+    if (p->kvr)
+        return arrive_kvr(p, index, turn, now_ms);
     if (!p->n_rr)
         return AISIM_PLAIN_NO_WORKER;   /* scaling left no active worker */
     TRY(plain_new_entry(&p->req, &e));
-    int64_t uuid = p->req.next_uuid;
-    size_t at = (size_t)(p->view.rr_cursor % (int64_t)p->n_rr);
-    int32_t wi = p->rr[at];
+    uuid = p->req.next_uuid;
+    at = (size_t)(p->view.rr_cursor % (int64_t)p->n_rr);
+    wi = p->rr[at];
+    w = &p->workers[wi];
+    dp_rank = w->rank_cursor;
+    p->view.rr_cursor = (int64_t)at + 1;
+    w->rank_cursor = (dp_rank + 1) % (int64_t)w->n_ranks;
+    return deliver(p, e, uuid, wi, dp_rank, index, turn, now_ms);
+}
+
+/* Simulation._deliver of request `uuid` (entry e) onto worker wi's rank dp_rank. */
+static int deliver(aisim_plain *p, plain_entry *e, int64_t uuid, int32_t wi, int64_t dp_rank,
+                   int64_t index, int32_t turn, double now_ms)
+{
+    const aisim_plain_config *c = &p->cfg;
     worker *w = &p->workers[wi];
-    int64_t dp_rank = w->rank_cursor;
     e->arrival = now_ms;
     e->session = index;
     e->turn = turn;
     e->rank = (int32_t)((size_t)wi * c->dp_size + (size_t)dp_rank);
     TRY(submit(p, &w->ranks[dp_rank], index, turn, uuid, e));
     p->req.next_uuid++;
-    p->view.rr_cursor = (int64_t)at + 1;
-    w->rank_cursor = (dp_rank + 1) % (int64_t)w->n_ranks;
     p->view.arrived++;
     p->view.in_flight++;
     if (w->busy)
@@ -641,7 +734,7 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
     if (!out || !config || !config->n_workers || !config->dp_size ||
         config->dp_size > SIZE_MAX / sizeof(rank_state) / config->n_workers || !config->ranks ||
         !config->rr_workers ||
-        !config->n_rr || config->block_size < 1 || config->trace_block < 1 ||
+        (!config->n_rr && !config->kvr) || config->block_size < 1 || config->trace_block < 1 ||
         config->isl < 1 || config->osl < 0 || config->own < 0 || config->shared < 0 ||
         config->fresh_base < 0 || config->fresh_base >= PLAIN_ID_LIMIT || config->sessions < 0 ||
         config->arrivals < AISIM_PLAIN_POISSON || config->arrivals > AISIM_PLAIN_TRACE ||
@@ -738,6 +831,12 @@ int aisim_plain_new(aisim_plain **out, const aisim_plain_config *config)
     p->spin_t = -1.0;
     p->passes_started_at = -INFINITY;
     p->tick_ms = p->ready_ms = INFINITY;
+    p->kvr = config->kvr;
+    if (p->kvr && (aisim_kvr_view_of(p->kvr, &p->kvr_view) != AISIM_OK ||
+                   config->arrivals != AISIM_PLAIN_TRACE || config->turns_per_session)) {
+        aisim_plain_free(p);
+        return AISIM_EINVAL;
+    }
     p->ext_cutoff = config->cutoff_ms;
     p->view.rr_cursor = config->rr_cursor;
     p->view.stuck_worker = -1;
@@ -768,6 +867,7 @@ int aisim_plain_free(aisim_plain *p)
     free(p->workers);
     free(p->rr);
     free(p->emptied);
+    free(p->overlaps);
     free(p->lengths);
     free(p->prompts.groups_of);
     free(p->heap.items);
@@ -975,5 +1075,14 @@ int aisim_plain_find_stall(aisim_plain *p)
     if (!p)
         return AISIM_EINVAL;
     find_stall(p);
+    return AISIM_OK;
+}
+
+int aisim_plain_overlaps(const aisim_plain *p, const int64_t **out, size_t *n)
+{
+    if (!p || !out || !n)
+        return AISIM_EINVAL;
+    *out = p->overlaps;
+    *n = p->overlaps ? (size_t)(p->req.next_uuid - 1) : 0;
     return AISIM_OK;
 }

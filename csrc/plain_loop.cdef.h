@@ -39,8 +39,9 @@ enum aisim_plain_status {
                                    (ready_ms <= now_ms) or draining workers emptied (the
                                    view's emptied) */
     AISIM_PLAIN_TICK = 10,      /* after the arrivals at now_ms: the tick is due */
-    AISIM_PLAIN_NO_WORKER = 11  /* a request arrived with no active worker (round robin's
+    AISIM_PLAIN_NO_WORKER = 11, /* a request arrived with no active worker (round robin's
                                    error; its uuid would be arrived + 1) */
+    AISIM_PLAIN_NO_ENDPOINTS = 12   /* the kv_router had no candidate for an arrival */
 };
 
 typedef struct aisim_plain_config {
@@ -101,6 +102,13 @@ typedef struct aisim_plain_config {
     size_t n_rr;
     int64_t rr_cursor;
     const int64_t *rank_cursors;  /* round robin's next rank of each worker (NULL: 0) */
+    /* kv_router placement instead (an aisim_kvr without a pending queue, borrowed; NULL:
+     * round robin; trace turns only): each arrival placed by aisim_kvr_place_runs, each
+     * pass completion reported (kvr_report: AISIM_VLLM_REPORT_INDEX, or _KV with the
+     * pass's KV events to aisim_kvr_kv_event), prefill completions and terminals notified;
+     * its candidates are the loop's workers (worker_id = index), set from Python */
+    void *kvr;
+    int32_t kvr_report;
     /* the engine every rank shares */
     int64_t block_size;
     int64_t num_blocks;
@@ -212,6 +220,9 @@ int aisim_plain_records(const aisim_plain *p, const int64_t **ints, const double
                         size_t *n, const int64_t **adm_ints, const double **adm_at,
                         size_t *n_adm, size_t *rest_from);
 int aisim_plain_clear_records(aisim_plain *p);
+/* With kvr and keep_records: each request's (selected, best) overlap blocks at its
+ * placement, by uuid - 1 (n requests). */
+int aisim_plain_overlaps(const aisim_plain *p, const int64_t **out, size_t *n);
 
 /* timing.StepTimer.prefill of the built-in models (decode_run.c): AISIM_OK with *out_ms, or
  * AISIM_DECODE_MISS when Python must compute it (or raise). */

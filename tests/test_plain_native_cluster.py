@@ -1,4 +1,4 @@
-"""Scheduled scaling inside the plain aggregated C loop (runtime/plain_native.py's _Scaling,
+"""Scheduled scaling and the kv_router inside the plain aggregated C loop (runtime/plain_native.py's _Scaling,
 csrc/plain_loop.c's pauses) against its twin, the Python loop (``Simulation._run_plain``).
 
 Seeded random payloads of test_plain_native (workers, attention DP, small KV pools, budgets,
@@ -135,3 +135,55 @@ def test_the_s1_case_runs_in_c(monkeypatch, counted):
     assert fast == slow and counted.calls == 1
     report = fast[0]
     assert report["completed_requests"] == 40 and len(report["lifecycle_operations"]) == 8
+
+
+def _kv_routed(rng, payload):
+    """``payload`` placed by the kv_router with random knobs (its own index fed by lagged KV
+    events, or the engines' index), sometimes with a pending queue (the Python loop's)."""
+    config = {}
+    if rng.random() < 0.5:
+        config["kv_event_lag_ms"] = rng.choice([0.5, 1.5, 10.0])
+    if rng.random() < 0.5:
+        config.update(overlap_score_credit=rng.choice([0.5, 1.0, 1.25, 3.0]),
+                      prefill_load_scale=rng.choice([0.0, 0.75, 1.0, 2.0]),
+                      overlap_score_credit_decay=rng.choice([0.0, 0.5, 2.0]),
+                      decode_active_request_weight=rng.choice([0.0, 0.25, 1.0]))
+    if rng.random() < 0.3:
+        config.update(router_assume_kv_reuse=rng.random() < 0.5,
+                      router_track_active_blocks=rng.random() < 0.7,
+                      router_track_prefill_tokens=rng.random() < 0.7)
+    if rng.random() < 0.1:
+        config.update(router_queue_threshold=0.05, router_queue_policy="fcfs")
+    payload["spec"].setdefault("adapters", {})["placement"] = {"provider": "kv_router",
+                                                               "config": config}
+    payload["spec"]["record_per_request"] = rng.random() < 0.6
+    return payload
+
+
+def test_random_kv_routed_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
+    rng = random.Random(20261203)
+    ran = placed = 0
+    cases = 200
+    for case in range(cases):
+        payload = _kv_routed(rng, _trace_payload(rng, tmp_path, case))
+        if rng.random() < 0.4:
+            payload = _scaled(rng, payload)
+            payload["spec"]["record_per_request"] = rng.random() < 0.6
+        before = counted.calls
+        fast, slow = _both(monkeypatch, payload, on_record=rng.random() < 0.2)
+        assert fast == slow, (case, payload)
+        ran += counted.calls - before
+        if isinstance(fast[0], dict):
+            placed += sum(1 for record in fast[0].get("per_request") or ()
+                          if record["routing_history"][0]["selected_overlap_blocks"])
+    assert ran > cases * 0.75
+    assert placed > cases   # (placements did find cached prefixes)
+
+
+def test_the_kv_router_cases_run_in_c(monkeypatch, counted):
+    for name in ("k1_kv_router_agg_2w", "k3_kv_router_dp2_chunked"):
+        with open(f"../shared/bench/cluster/{name}.json") as handle:
+            payload = json.load(handle)
+        before = counted.calls
+        fast, slow = _both(monkeypatch, payload, on_record=False)
+        assert fast == slow and counted.calls == before + 1

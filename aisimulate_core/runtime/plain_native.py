@@ -286,18 +286,23 @@ def _deployment_reason(sim):
     if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
         return "sizes beyond the C loop's exact range"
     router = sim.router
-    if router._unpinned is None or router.deliver != sim._deliver or router.queued \
-            or router.parked or router._released \
-            or router.observes_engine or router.wants_terminal:
-        return "placement other than round robin"
+    if router.deliver != sim._deliver or router.queued or router.parked or router._released:
+        return "a router holding requests"
     policy = router.policy.policy
     if [w.worker_id for w in router.active] != [w.worker_id for w in workers] or \
             [w.idx for w in workers] != list(range(len(workers))):
         return "workers out of order"
-    ids = {w.worker_id: w.idx for w in workers}
-    if any(v.worker_id not in ids or v.dp_size != dp for v in policy._workers) or any(
-            not 0 <= policy._rank_cursors.get(w.worker_id, 0) < dp for w in workers):
-        return "round robin over other workers"
+    if _kv_router(sim) is not None:
+        reason = _kv_router_reason(sim)
+        if reason is not None:
+            return reason
+    elif router._unpinned is None or router.observes_engine or router.wants_terminal:
+        return "placement other than round robin or kv_router"
+    else:
+        ids = {w.worker_id: w.idx for w in workers}
+        if any(v.worker_id not in ids or v.dp_size != dp for v in policy._workers) or any(
+                not 0 <= policy._rank_cursors.get(w.worker_id, 0) < dp for w in workers):
+            return "round robin over other workers"
     sla = sim.collector._totals.sla
     if sla is not None:
         for value in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms):
@@ -308,11 +313,51 @@ def _deployment_reason(sim):
     return None
 
 
+def _kv_router(sim):
+    """The run's C kv_router the loop can call directly (no pending queue), or None."""
+    router = sim.router
+    native_policy = router._native
+    if native_policy is None or not router._native_direct or native_policy.holds_requests:
+        return None
+    return native_policy
+
+
+def _kv_router_reason(sim):
+    """Why the loop cannot place with the run's C kv_router (None: it can)."""
+    router, policy = sim.router, sim.router.policy.policy
+    driver = sim.driver
+    if type(driver) is not SessionDriver or type(driver.sessions) is not list:
+        return "kv_router placement of prompts other than a trace's"
+    if any(turn.priority != 0 or turn.strict_priority != 0
+           for session in driver.sessions for turn in session.turns):
+        return "kv_router placement with priorities"
+    if [w.worker_id for w in sim.workers] != list(range(len(sim.workers))) \
+            or router.kind != "agg" or not policy._uses_index or policy._given is not None:
+        return "kv_router over other workers"
+    if router.wants_kv == router.wants_index or not router.wants_prefill \
+            or not router.wants_terminal or router.wants_order:
+        return "kv_router notifications the loop does not send"
+    return None
+
+
+def _observer_reason(sim, rank):
+    """Why ``rank``'s observer is not one the loop stands for (None: it is): the C kv_router's
+    EngineEvents, or none for round robin."""
+    from .simulation import EngineEvents
+    observer = rank.observer
+    if _kv_router(sim) is None:
+        return None if observer is None and not rank.watched else "a watched rank"
+    if type(observer) is not EngineEvents or observer.sim is not sim \
+            or observer.router is not sim.router or not rank.watched:
+        return "a rank watched by another"
+    return None
+
+
 def _ranks_reason(sim, ranks, first):
     """Why the loop cannot drive ``ranks`` beside ``first`` (None: it can)."""
     for rank in ranks:
-        if type(rank) is not NativeVllmRank or rank.role != "aggregated" or rank.watched \
-                or rank.observer is not None or rank.capture_gauges or rank.fpm_on \
+        if type(rank) is not NativeVllmRank or rank.role != "aggregated" \
+                or _observer_reason(sim, rank) is not None or rank.capture_gauges or rank.fpm_on \
                 or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
                 or rank.has_work() or rank.timer is not first.timer \
                 or rank.cb is not sim.events:
@@ -387,6 +432,9 @@ def run(sim, limit):
         raise _stalled(sim, view)
     if status == lib.AISIM_PLAIN_LIVELOCK:
         raise _livelock(sim, view)
+    if status == lib.AISIM_PLAIN_NO_ENDPOINTS:
+        from aisimulate_placement.kv_router_native import NO_ENDPOINTS
+        raise SimulationError(NO_ENDPOINTS)
     if status == lib.AISIM_PLAIN_NO_WORKER:   # RoundRobin.place's words
         raise SimulationError(f"request {view.arrived + 1}: no active workers for round-robin "
                               f"placement in the agg pool")
@@ -465,13 +513,25 @@ def _config(sim):
     handles = ffi.new("void *[]", [rank._rank for rank in ranks])
     ids = {w.worker_id: w.idx for w in workers}
     policy = sim.router.policy.policy
-    rr = ffi.new("int32_t[]", [ids[v.worker_id] for v in policy._workers])
-    cursors = ffi.new("int64_t[]", [policy._rank_cursors.get(w.worker_id, 0) for w in workers])
+    kv_router = _kv_router(sim)
+    if kv_router is None:
+        rr_ids = [ids[v.worker_id] for v in policy._workers]
+        cursors = ffi.new("int64_t[]", [policy._rank_cursors.get(w.worker_id, 0)
+                                        for w in workers])
+        config.rr_cursor = policy._cursor
+    else:
+        rr_ids, cursors = [], ffi.NULL
+    rr = ffi.new("int32_t[]", rr_ids or [0])
     keep.update(handles=handles, rr=rr, cursors=cursors)
     config.ranks = handles
+    if kv_router is not None:
+        if kv_router.pool.schedulers is not kv_router._synced:
+            kv_router._sync()
+        config.kvr = kv_router._r
+        config.kvr_report = lib.AISIM_VLLM_REPORT_KV if sim.router.wants_kv else \
+            lib.AISIM_VLLM_REPORT_INDEX
     config.rr_workers = rr
-    config.n_rr = len(policy._workers)
-    config.rr_cursor = policy._cursor
+    config.n_rr = len(rr_ids)
     config.rank_cursors = cursors
     config.block_size, config.num_blocks = first.block_size, first.num_blocks
     config.max_model_len = -1 if first.max_model_len is None else first.max_model_len
@@ -518,7 +578,9 @@ def _take_state(sim, loop, view):
     sim.in_flight = view.in_flight
     sim._next_uuid = view.arrived + 1
     sim.collector.on_arrival(view.arrived)
-    sim.router.policy.policy._cursor = view.rr_cursor
+    round_robin = _kv_router(sim) is None
+    if round_robin:
+        policy._cursor = view.rr_cursor
     driver = sim.driver
     if type(driver) is not SessionDriver and driver._shape.grouped:
         driver._drawn = view.made   # (C drew the group of each request it made)
@@ -543,7 +605,7 @@ def _take_state(sim, loop, view):
         sim.queue.push(times[i], PASS_DONE, idents[i])
     busy, generation, end = ffi.new("int32_t *"), ffi.new("uint32_t *"), ffi.new("double *")
     cursor = ffi.new("int64_t *")
-    cursors = policy._rank_cursors
+    cursors = policy._rank_cursors if round_robin else {}
     for w, worker in enumerate(sim.workers):
         native.check_status(lib.aisim_plain_worker(loop, w, busy, generation, end, cursor),
                             "aisim_plain_worker")
@@ -605,6 +667,8 @@ class _Records:
             self.sessions = None
             self.synthetic = driver._named
         self.later = {}   # uuid -> the admissions after its first, not settled yet
+        # kv_router placements: each route with its overlaps (Router._place_native's)
+        self.block_size = sim.router.block_size if _kv_router(sim) is not None else None
         ffi = native.ffi
         self.out = (ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
                     ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
@@ -639,11 +703,21 @@ class _Records:
             ints.frombytes(ffi.buffer(ints_p[0], 8 * 13 * n))
             doubles = array("d")
             doubles.frombytes(ffi.buffer(doubles_p[0], 8 * 6 * n))
-            self._settle(ints.tolist(), doubles.tolist(), n, rest_from)
+            self._settle(ints.tolist(), doubles.tolist(), n, rest_from, self._overlaps())
         native.check_status(lib.aisim_plain_clear_records(self.loop),
                             "aisim_plain_clear_records")
 
-    def _settle(self, ints, doubles, n, rest_from):
+    def _overlaps(self):
+        """Each request's (selected, best) overlap blocks by uuid - 1 (None: round robin)."""
+        if self.block_size is None:
+            return None
+        ffi = native.ffi
+        out, n = ffi.new("int64_t **"), ffi.new("size_t *")
+        native.check_status(native.lib.aisim_plain_overlaps(self.loop, out, n),
+                            "aisim_plain_overlaps")
+        return ffi.unpack(out[0], 2 * n[0]) if n[0] else []
+
+    def _settle(self, ints, doubles, n, rest_from, overlaps):
         stream = self.stream
         settled = stream.settled
         routes, later, sessions, synthetic = self.routes, self.later, self.sessions, \
@@ -669,11 +743,20 @@ class _Records:
             else:
                 session_id = turn_index = None
             route = routes[rank]
+            scheduler = route[3]
+            if overlaps is not None:
+                selected, best = overlaps[2 * uuid - 2], overlaps[2 * uuid - 1]
+                route = {"pool": "agg", "logical_worker_id": route[1], "scheduler_id": scheduler,
+                         "dp_rank": route[2],
+                         "reported_overlap_tokens": selected * self.block_size,
+                         "selected_overlap_blocks": selected,
+                         "best_available_overlap_blocks": best,
+                         "overlap_regret_blocks": best - selected}
             record = RequestRecord(
                 uuid, None, session_id, turn_index, None, None, arrival, None, terminal,
                 "completed" if state == 1 else "rejected", prompt_len, max_output, count,
                 first, second, last, max_reused, None if first_reused < 0 else first_reused,
-                admissions, None, route[3], [route], agentic=None)
+                admissions, None, scheduler, [route], agentic=None)
             if i < rest_from:
                 settled(record)
             else:   # settled behind a request still in flight: as after the stream closed
@@ -735,7 +818,15 @@ class _Scaling:
         if added and self.records is not None:
             self.records.add_routes(added)
         index = self.index
-        rr = tuple(index[v.worker_id] for v in sim.router.policy.policy._workers)
+        kv_router = _kv_router(sim)
+        if kv_router is not None:
+            if any(w.worker_id != w.idx for w in added):
+                raise SimulationError("internal: a worker id the C loop's kv_router cannot map")
+            if kv_router.pool.schedulers is not kv_router._synced:
+                kv_router._sync()
+            rr = ()
+        else:
+            rr = tuple(index[v.worker_id] for v in sim.router.policy.policy._workers)
         if rr != self.rr:
             self.rr = rr
             native.check_status(lib.aisim_plain_set_rr(loop, ffi.new("int32_t[]", rr) if rr

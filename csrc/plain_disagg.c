@@ -42,6 +42,8 @@ typedef struct pd_worker {
     aisim_vllm_rank *rank;
     const aisim_vllm_view *view;
     int decode;
+    int draining;           /* scaling drains it: its completions and releases are heard */
+    int64_t worker_id;
     int busy, active;
     uint32_t generation;
     double pass_end;
@@ -62,7 +64,20 @@ typedef struct pd_worker {
 struct aisim_pd {
     aisim_pd_config cfg;
     pd_worker *workers;
-    size_t n_workers;
+    size_t n_workers, workers_cap;
+    int32_t *order;         /* worker keys by (decode, worker id): the same-time order */
+    size_t order_cap;
+    int32_t *rr[2];         /* each pool's round robin list, as worker keys */
+    size_t n_rr[2], rr_cap[2];
+    /* scheduled scaling (cfg.cluster): its next tick and worker ready, the workers the
+     * loop heard complete a pass or release a source while draining (cluster.worker_idle,
+     * in order) since the last pause, and where a step paused */
+    double next_tick_ms, next_ready_ms;
+    int32_t *idle_keys;
+    size_t n_idle_keys, idle_cap;
+    int in_step, phase, changed, ticked;
+    long rounds;
+    double step_t;
     plain_sessions sess;
     plain_prompts prompts;
     plain_requests req;
@@ -321,6 +336,9 @@ static int schedule_events(aisim_pd *p, pd_worker *w, double now_ms)
 
 /* ------------------------------------------------------------ a worker's pass */
 
+static double extension_cutoff(const aisim_pd *p);
+
+
 /* Worker.start_pass of a lone rank (schedule, then the role's extend); *formed 0: no work */
 static int start_pass(aisim_pd *p, pd_worker *w, double now_ms, double horizon_ms, int *formed)
 {
@@ -358,8 +376,8 @@ static int start_pass(aisim_pd *p, pd_worker *w, double now_ms, double horizon_m
             TRY(open);
         }
         if (v->plain_decode && v->n_dec != 0 && end < horizon_ms) {
-            int status = aisim_vllm_extend(w->rank, end, horizon_ms, c->cutoff_ms, MAX_PASSES,
-                                           w->ends, MAX_PASSES, &p->run, 0);
+            int status = aisim_vllm_extend(w->rank, end, horizon_ms, extension_cutoff(p),
+                                           MAX_PASSES, w->ends, MAX_PASSES, &p->run, 0);
             if (status == AISIM_DECODE_MISS || status == AISIM_VLLM_EXTEND_IN_PYTHON)
                 return AISIM_PD_TIMING;
             TRY(status);
@@ -583,8 +601,7 @@ static int start(aisim_pd *p, int32_t key, double t, int *out)
  * again after each one that made progress; *progressed */
 static int drive(aisim_pd *p, int decode, double t, int *progressed)
 {
-    size_t lo = decode ? p->cfg.n_prefill : 0;
-    size_t hi = decode ? p->n_workers : p->cfg.n_prefill;
+    size_t lo = 0, hi = p->n_workers;
     long rounds = 0;
     *progressed = 0;
     for (;;) {
@@ -595,7 +612,7 @@ static int drive(aisim_pd *p, int decode, double t, int *progressed)
         for (k = lo; k < hi; k++) {
             pd_worker *w = &p->workers[k];
             int did;
-            if (!w->idle)
+            if (!w->idle || w->decode != decode)
                 continue;
             if (w->busy || !has_work(w)) {
                 w->idle = 0;
@@ -615,9 +632,9 @@ static int drive(aisim_pd *p, int decode, double t, int *progressed)
 
 static int any_idle(const aisim_pd *p, int decode)
 {
-    size_t k = decode ? p->cfg.n_prefill : 0, hi = decode ? p->n_workers : p->cfg.n_prefill;
-    for (; k < hi; k++)
-        if (p->workers[k].idle)
+    size_t k;
+    for (k = 0; k < p->n_workers; k++)
+        if (p->workers[k].idle && p->workers[k].decode == decode)
             return 1;
     return 0;
 }
@@ -669,9 +686,11 @@ static int pick(aisim_pd *p, int pool, int64_t uuid, double t, int32_t *key)
     int status;
     if (!kvr) {
         int64_t *cursor = pool ? &p->view.rr_decode_cursor : &p->view.rr_prefill_cursor;
-        size_t n = pool ? c->n_rr_decode : c->n_rr_prefill;
-        size_t at = (size_t)(*cursor % (int64_t)n);
-        *key = (int32_t)lo + (pool ? c->rr_decode : c->rr_prefill)[at];
+        size_t n = p->n_rr[pool], at;
+        if (!n)
+            return AISIM_PD_NO_WORKER;
+        at = (size_t)(*cursor % (int64_t)n);
+        *key = p->rr[pool][at];
         *cursor = (int64_t)at + 1;
         return AISIM_OK;
     }
@@ -688,7 +707,7 @@ static int pick(aisim_pd *p, int pool, int64_t uuid, double t, int32_t *key)
         return status;
     if (status != AISIM_KVR_PLACED || v->dp_rank != 0)
         return AISIM_ECORRUPT;   /* (no queue, every worker a candidate: it places) */
-    for (k = lo; k < hi && c->worker_ids[k] != v->worker_id; k++)
+    for (k = lo; k < hi && p->workers[k].worker_id != v->worker_id; k++)
         ;
     if (k == hi)
         return AISIM_ECORRUPT;
@@ -752,6 +771,15 @@ static int submit_handoff(aisim_pd *p, int64_t uuid, double t)
     plain_entry_of(&p->req, uuid)->rank = key;
     TRY(submit_prefill(p, &p->workers[key], uuid));
     p->workers[key].idle = 1;
+    return AISIM_OK;
+}
+
+/* cluster.worker_idle of draining worker key, heard at the next pause */
+static int heard_idle(aisim_pd *p, int32_t key)
+{
+    TRY(aisim_grow((void **)&p->idle_keys, &p->idle_cap, p->n_idle_keys + 1,
+                   sizeof *p->idle_keys));
+    p->idle_keys[p->n_idle_keys++] = key;
     return AISIM_OK;
 }
 
@@ -824,6 +852,8 @@ static int run_actions(aisim_pd *p, double t)
             TRY(aisim_vllm_release_source(w->rank, a.pslot));
             w->idle = 1;
             TRY(route_terminal(p, 0, a.uuid, t));
+            if (w->draining)
+                TRY(heard_idle(p, a.pworker));
             if (a.kind == RELEASE_SOURCE)
                 TRY(plain_released(&p->req, a.uuid, t));
         }
@@ -874,13 +904,16 @@ static int complete_due(aisim_pd *p, double t, int *done)
         p->workers[e.key >> 32].active |= 2;   /* due now */
         any = 1;
     }
-    if (any) {
+    if (any) {   /* prefill workers first, each pool in id order */
         for (k = 0; k < p->n_workers; k++) {
-            pd_worker *w = &p->workers[k];
+            int32_t key = p->order[k];
+            pd_worker *w = &p->workers[key];
             int produced;
             if (w->active & 2) {
                 w->active &= 1;
-                TRY(complete(p, (int32_t)k, t, 0, &produced));
+                TRY(complete(p, key, t, 0, &produced));
+                if (w->draining)
+                    TRY(heard_idle(p, key));
             }
         }
     }
@@ -905,7 +938,7 @@ static int record_visit(aisim_pd *p, double t)
 static int cut_at_pass_ends(aisim_pd *p, double t)
 {
     size_t k;
-    for (k = p->cfg.n_prefill; k < p->n_workers; k++)
+    for (k = 0; k < p->n_workers; k++)
         if (p->workers[k].extended && ends_pass_at(&p->workers[k], t))
             TRY(cut(p, (int32_t)k, t));
     return AISIM_OK;
@@ -960,36 +993,71 @@ static int progress_parked(const aisim_pd *p)
     return 0;
 }
 
-/* _step */
-static int step(aisim_pd *p, double t)
+/* _cluster_time: the next tick or worker ready if before t and work remains */
+static double cluster_time(const aisim_pd *p, double t)
 {
-    long rounds = 0;
+    double c = p->next_tick_ms < p->next_ready_ms ? p->next_tick_ms : p->next_ready_ms;
+    if (!p->cfg.cluster || c >= t ||
+        (p->view.in_flight <= 0 && plain_sessions_next_ready(&p->sess) == INFINITY))
+        return t;
+    return c;
+}
+
+/* _extension_cutoff */
+static double extension_cutoff(const aisim_pd *p)
+{
+    double c = cluster_time(p, INFINITY);
+    return c < p->cfg.cutoff_ms ? c : p->cfg.cutoff_ms;
+}
+
+/* _step's start: the visit and the cuts at it */
+static int begin_step(aisim_pd *p, double t)
+{
     p->view.now_ms = t;
+    p->step_t = t;
+    p->in_step = 1;
+    p->phase = 0;
+    p->rounds = 0;
+    p->ticked = 0;
     TRY(record_visit(p, t));
-    TRY(cut_at_pass_ends(p, t));
+    return cut_at_pass_ends(p, t);
+}
+
+/* _step's rounds until nothing changes: AISIM_OK at the end, or a pause for scaling
+ * (AISIM_PD_CLUSTER after a round's completions with a worker heard or ready, AISIM_PD_TICK
+ * once the rounds settled with a tick due), after which the next call goes on from there */
+static int rounds(aisim_pd *p)
+{
+    double t = p->step_t;
     for (;;) {
-        int changed = 0, did;
-        if (++rounds > MAX_ROUNDS)
-            return AISIM_PD_LIVELOCK;
-        if (raw_pass_time(p) <= t || transfer_time(p) <= t) {
-            TRY(complete_due(p, t, &did));
-            changed = did;
+        int did;
+        if (p->phase == 0) {
+            if (++p->rounds > MAX_ROUNDS)
+                return AISIM_PD_LIVELOCK;
+            p->changed = 0;
+            if (raw_pass_time(p) <= t || transfer_time(p) <= t) {
+                TRY(complete_due(p, t, &did));
+                p->changed = did;
+            }
+            p->phase = 1;
+            if (p->cfg.cluster && (p->n_idle_keys || p->next_ready_ms <= t))
+                return AISIM_PD_CLUSTER;   /* settle and ready_due */
         }
         if (p->q_len) {
             TRY(run_actions(p, t));
-            changed = 1;
+            p->changed = 1;
         }
         if (any_idle(p, 0)) {
             TRY(drive(p, 0, t, &did));
-            changed |= did;
+            p->changed |= did;
         }
         if (any_idle(p, 1)) {
             TRY(drive(p, 1, t, &did));
-            changed |= did;
+            p->changed |= did;
         }
         if (plain_sessions_next_ready(&p->sess) <= t) {
             TRY(release_arrivals(p, t, &did));
-            changed |= did;
+            p->changed |= did;
         }
         if (p->late_terminals) {
             size_t i;
@@ -998,22 +1066,36 @@ static int step(aisim_pd *p, double t)
                                             p->late_list[i].turn, p->late_list[i].end_ms));
             p->n_late = 0;
             p->late_terminals = 0;
-            changed = 1;
+            p->changed = 1;
         }
-        if (!changed)
-            break;
+        p->phase = 0;
+        if (!p->changed) {
+            if (p->ticked)
+                return AISIM_OK;
+            p->ticked = 1;
+            if (!p->cfg.cluster || p->next_tick_ms > t)
+                return AISIM_OK;
+            return AISIM_PD_TICK;   /* the tick's changes get rounds of their own */
+        }
     }
+}
+
+/* _step's end: parked workers keep passes single; transfers into passes in flight absorbed */
+static int end_step(aisim_pd *p)
+{
+    double t = p->step_t;
+    p->in_step = 0;
     if (any_idle(p, 0) || any_idle(p, 1)) {
         p->no_extend = progress_parked(p);
         if (p->no_extend) {
             size_t k;
-            for (k = p->cfg.n_prefill; k < p->n_workers; k++)
+            for (k = 0; k < p->n_workers; k++)
                 if (p->workers[k].extended)
                     TRY(cut(p, (int32_t)k, t));
         }
     } else {
         p->no_extend = 0;
-        if (p->transfers.len) {
+        if (p->transfers.len && !p->cfg.cluster) {
             double head = p->transfers.items[0].time;
             if (head < raw_pass_time(p) || (p->passes.len && is_stale(p, p->passes.items[0].key)))
                 TRY(absorb_transfers(p));
@@ -1030,7 +1112,7 @@ static double next_time(aisim_pd *p)
         t = transfer_time(p);
     if (ready < t)
         t = ready > p->view.now_ms ? ready : p->view.now_ms;
-    return t;
+    return cluster_time(p, t);
 }
 
 static void refresh_view(aisim_pd *p)
@@ -1045,18 +1127,26 @@ static void refresh_view(aisim_pd *p)
     plain_fill_summary(&v->summary, &p->req);
     v->visited = p->visited;
     v->n_visited = p->n_visited;
+    v->n_workers = p->n_workers;
+    v->idle_keys = p->idle_keys;
+    v->n_idle_keys = p->n_idle_keys;
+    v->next_event_ms = pass_time(p) < transfer_time(p) ? pass_time(p) : transfer_time(p);
+    v->next_ready_ms = plain_sessions_next_ready(&p->sess);
 }
 
 /* _stuck_request's question: the first worker (prefill pool first) whose rank has a pending
  * destination or a waiting request, and that head */
 static void find_stall(aisim_pd *p)
 {
-    size_t k;
+    size_t i;
     p->view.stuck_worker = -1;
-    for (k = 0; k < p->n_workers; k++) {
+    for (i = 0; i < 2 * p->n_workers; i++) {
+        size_t k = i % p->n_workers;
         pd_worker *w = &p->workers[k];
         int64_t uuid = -1;
         int32_t head;
+        if (w->decode != (i >= p->n_workers))
+            continue;
         if (w->pending_head < w->n_pending) {
             uuid = w->pending[w->pending_head];
             p->view.stuck_pending = 1;
@@ -1082,16 +1172,27 @@ int aisim_pd_run(aisim_pd *p)
         return AISIM_EINVAL;
     for (;;) {
         double t;
-        if (p->cfg.records_every && p->req.records.n >= (size_t)p->cfg.records_every) {
+        if (!p->in_step) {
+            if (p->cfg.records_every && p->req.records.n >= (size_t)p->cfg.records_every) {
+                refresh_view(p);
+                return AISIM_PD_RECORDS;
+            }
+            t = next_time(p);
+            if (t > p->cfg.cutoff_ms || t == INFINITY) {
+                p->view.next_ms = t;
+                break;
+            }
+            status = begin_step(p, t);
+            if (status != AISIM_OK)
+                break;
+        }
+        status = rounds(p);
+        if (status == AISIM_PD_CLUSTER || status == AISIM_PD_TICK) {
             refresh_view(p);
-            return AISIM_PD_RECORDS;
+            return status;
         }
-        t = next_time(p);
-        if (t > p->cfg.cutoff_ms || t == INFINITY) {
-            p->view.next_ms = t;
-            break;
-        }
-        status = step(p, t);
+        if (status == AISIM_OK)
+            status = end_step(p);
         if (status != AISIM_OK)
             break;
     }
@@ -1105,14 +1206,44 @@ int aisim_pd_run(aisim_pd *p)
     return status;
 }
 
+/* A worker of one rank joins (worker key n_workers): its pass buffer, its place in the
+ * same-time order */
+static int add_worker(aisim_pd *p, void *rank, int decode, int64_t worker_id)
+{
+    pd_worker *w;
+    size_t at;
+    TRY(aisim_grow((void **)&p->workers, &p->workers_cap, p->n_workers + 1,
+                   sizeof *p->workers));
+    TRY(aisim_grow((void **)&p->order, &p->order_cap, p->n_workers + 1, sizeof *p->order));
+    w = &p->workers[p->n_workers];
+    memset(w, 0, sizeof *w);
+    if (!rank || aisim_vllm_view_of(rank, &w->view) != AISIM_OK)
+        return AISIM_EINVAL;
+    w->ends = malloc(MAX_PASSES * sizeof *w->ends);
+    if (!w->ends)
+        return AISIM_ENOMEM;
+    w->rank = rank;
+    w->decode = decode;
+    w->worker_id = worker_id;
+    for (at = p->n_workers; at > 0; at--) {   /* (decode, worker id) order */
+        const pd_worker *o = &p->workers[p->order[at - 1]];
+        if (o->decode < decode || (o->decode == decode && o->worker_id < worker_id))
+            break;
+        p->order[at] = p->order[at - 1];
+    }
+    p->order[at] = (int32_t)p->n_workers;
+    p->n_workers++;
+    return AISIM_OK;
+}
+
 int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
 {
     aisim_pd *p;
     size_t i, n;
-    if (!out || !c || !c->n_prefill || !c->n_decode || !c->ranks ||
+    if (!out || !c || !c->n_prefill || !c->n_decode || !c->ranks || !c->worker_ids ||
         (!c->kvr[0] && (!c->rr_prefill || !c->n_rr_prefill)) ||
         (!c->kvr[1] && (!c->rr_decode || !c->n_rr_decode)) ||
-        ((c->kvr[0] || c->kvr[1]) && !c->worker_ids) || c->trace_block < 1 ||
+        (c->cluster && (c->kvr[0] || c->kvr[1])) || c->trace_block < 1 ||
         c->isl < 1 || c->osl < 1 || c->own < 0 || c->shared < 0 || c->fresh_base < 0 ||
         c->fresh_base >= PLAIN_ID_LIMIT || c->sessions < 0 ||
         c->arrivals < AISIM_PLAIN_POISSON || c->arrivals > AISIM_PLAIN_TRACE ||
@@ -1137,22 +1268,29 @@ int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
     if (!p)
         return AISIM_ENOMEM;
     p->cfg = *c;
-    n = p->n_workers = c->n_prefill + c->n_decode;
-    p->workers = calloc(n, sizeof *p->workers);
-    if (!p->workers) {
-        free(p);
-        return AISIM_ENOMEM;
-    }
+    n = c->n_prefill + c->n_decode;
     for (i = 0; i < n; i++) {
-        pd_worker *w = &p->workers[i];
-        w->rank = c->ranks[i];
-        w->decode = i >= c->n_prefill;
-        w->ends = malloc(MAX_PASSES * sizeof *w->ends);
-        if (!w->rank || !w->ends || aisim_vllm_view_of(w->rank, &w->view) != AISIM_OK) {
+        int status = add_worker(p, c->ranks[i], i >= c->n_prefill, c->worker_ids[i]);
+        if (status != AISIM_OK) {
             aisim_pd_free(p);
-            return AISIM_EINVAL;
+            return status;
         }
     }
+    for (i = 0; i < 2; i++) {
+        size_t k, count = i ? c->n_rr_decode : c->n_rr_prefill;
+        const int32_t *list = i ? c->rr_decode : c->rr_prefill;
+        if (c->kvr[i])
+            continue;
+        if (aisim_grow((void **)&p->rr[i], &p->rr_cap[i], count, sizeof *p->rr[i]) != AISIM_OK) {
+            aisim_pd_free(p);
+            return AISIM_ENOMEM;
+        }
+        for (k = 0; k < count; k++)   /* (pool-local indices: worker keys from the pool's first) */
+            p->rr[i][k] = list[k] + (int32_t)(i ? c->n_prefill : 0);
+        p->n_rr[i] = count;
+    }
+    p->next_tick_ms = c->next_tick_ms;
+    p->next_ready_ms = c->next_ready_ms;
     p->sess.arrivals = c->arrivals;
     p->sess.gap_ms = c->gap_ms;
     p->sess.sessions = c->sessions;
@@ -1232,6 +1370,10 @@ int aisim_pd_free(aisim_pd *p)
         free(w->pending);
     }
     free(p->workers);
+    free(p->order);
+    free(p->rr[0]);
+    free(p->rr[1]);
+    free(p->idle_keys);
     free(p->info);
     free(p->lengths);
     free(p->late_list);
@@ -1326,4 +1468,69 @@ int aisim_pd_clear_records(aisim_pd *p)
         return AISIM_EINVAL;
     plain_records_clear(&p->req.records);
     return AISIM_OK;
+}
+
+int aisim_pd_add_worker(aisim_pd *p, void *rank, int32_t decode, int64_t worker_id)
+{
+    if (!p || !p->cfg.cluster)
+        return AISIM_EINVAL;
+    return add_worker(p, rank, decode != 0, worker_id);
+}
+
+int aisim_pd_set_rr(aisim_pd *p, int32_t pool, const int32_t *keys, size_t n)
+{
+    size_t i;
+    if (!p || pool < 0 || pool > 1 || p->cfg.kvr[pool] || (n && !keys))
+        return AISIM_EINVAL;
+    for (i = 0; i < n; i++)
+        if (keys[i] < 0 || (size_t)keys[i] >= p->n_workers ||
+            p->workers[keys[i]].decode != pool)
+            return AISIM_EINVAL;
+    TRY(aisim_grow((void **)&p->rr[pool], &p->rr_cap[pool], n, sizeof *p->rr[pool]));
+    if (n)
+        memcpy(p->rr[pool], keys, n * sizeof *keys);
+    p->n_rr[pool] = n;
+    return AISIM_OK;
+}
+
+int aisim_pd_set_draining(aisim_pd *p, size_t key, int32_t on)
+{
+    if (!p || key >= p->n_workers)
+        return AISIM_EINVAL;
+    p->workers[key].draining = on != 0;
+    return AISIM_OK;
+}
+
+int aisim_pd_set_cluster(aisim_pd *p, double next_tick_ms, double next_ready_ms)
+{
+    if (!p || !p->cfg.cluster)
+        return AISIM_EINVAL;
+    p->next_tick_ms = next_tick_ms;
+    p->next_ready_ms = next_ready_ms;
+    p->n_idle_keys = 0;
+    refresh_view(p);
+    return AISIM_OK;
+}
+
+int aisim_pd_find_stall(aisim_pd *p)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    find_stall(p);
+    return AISIM_OK;
+}
+
+int aisim_pd_pending(const aisim_pd *p, size_t key, int64_t *uuids, size_t cap)
+{
+    const pd_worker *w;
+    size_t n, i;
+    if (!p || key >= p->n_workers || (cap && !uuids))
+        return AISIM_EINVAL;
+    w = &p->workers[key];
+    n = w->n_pending - w->pending_head;
+    if (n > INT32_MAX)
+        return AISIM_EINVAL;
+    for (i = 0; i < n && i < cap; i++)
+        uuids[i] = w->pending[w->pending_head + i];
+    return (int)n;
 }

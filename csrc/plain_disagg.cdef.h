@@ -11,9 +11,17 @@ enum aisim_pd_status {
     AISIM_PD_STALLED = 5,       /* nothing left to happen with requests in flight */
     AISIM_PD_TIMING = 6,        /* a modeled time the C path cannot give */
     AISIM_PD_LIVELOCK = 8,      /* the same-time rounds did not settle */
-    AISIM_PD_RECORDS = 9        /* records_every records settled: take them (aisim_pd_
+    AISIM_PD_RECORDS = 9,       /* records_every records settled: take them (aisim_pd_
                                    records, then aisim_pd_clear_records), then call
                                    aisim_pd_run again to go on */
+    /* scaling (cluster): a pause where the Python loop calls runtime/cluster.py; then tell
+     * the loop what changed (aisim_pd_add_worker, _set_rr, _set_draining, and last
+     * aisim_pd_set_cluster) and call aisim_pd_run again */
+    AISIM_PD_CLUSTER = 10,      /* after a round's completions: the view's idle_keys are
+                                   the workers heard (cluster.worker_idle, in order), then
+                                   settle and ready_due */
+    AISIM_PD_TICK = 11,         /* the rounds of a step settled and a tick is due */
+    AISIM_PD_NO_WORKER = 12     /* round robin's pool has no active worker */
 };
 
 typedef struct aisim_pd_config {
@@ -68,6 +76,11 @@ typedef struct aisim_pd_config {
     int32_t kvr_runs[2];
     int32_t report[2];
     const int64_t *worker_ids;
+    /* scheduled scaling: the loop pauses for it (round robin in both pools), its next tick
+     * and worker ready (INFINITY: none) */
+    int32_t cluster;
+    double next_tick_ms;
+    double next_ready_ms;
     /* each pool's engine: [0] prefill, [1] decode */
     int64_t block_size[2];
     int64_t num_blocks[2];
@@ -120,6 +133,13 @@ typedef struct aisim_pd_view {
     int64_t stuck_uuid;
     int64_t stuck_prompt_len;
     int64_t stuck_generated;
+    /* what a scaling pause reads: the workers, those heard while draining, the next pass
+     * completion or transfer and the next session ready */
+    size_t n_workers;
+    const int32_t *idle_keys;
+    size_t n_idle_keys;
+    double next_event_ms;
+    double next_ready_ms;
 } aisim_pd_view;
 
 int aisim_pd_new(aisim_pd **out, const aisim_pd_config *config);
@@ -146,3 +166,16 @@ int aisim_pd_records(const aisim_pd *p, const int64_t **ints, const double **dou
                      size_t *n, const int64_t **adm_ints, const double **adm_at, size_t *n_adm,
                      const int64_t **late_uuid, const double **late_at, size_t *n_late);
 int aisim_pd_clear_records(aisim_pd *p);
+
+/* Scaling, at a pause: a worker of one rank added (its key the next), a pool's round robin
+ * list as worker keys (pool 0 prefill, 1 decode), a worker draining or not, and last the
+ * next tick and ready (which ends the pause: the heard workers are forgotten) */
+int aisim_pd_add_worker(aisim_pd *p, void *rank, int32_t decode, int64_t worker_id);
+int aisim_pd_set_rr(aisim_pd *p, int32_t pool, const int32_t *keys, size_t n);
+int aisim_pd_set_draining(aisim_pd *p, size_t key, int32_t on);
+int aisim_pd_set_cluster(aisim_pd *p, double next_tick_ms, double next_ready_ms);
+/* the view's stuck_* of the state now (a stall scaling's watch names) */
+int aisim_pd_find_stall(aisim_pd *p);
+/* decode worker key's accepted destinations waiting for their reservation (uuids, up to cap
+ * copied); returns how many */
+int aisim_pd_pending(const aisim_pd *p, size_t key, int64_t *uuids, size_t cap);

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import deque
 
 from .. import native
 from ..engine.decode_run import _native_kind
@@ -37,10 +38,15 @@ from ..workload.one_turn import OneTurnDriver
 from ..workload.sessions import SessionDriver
 from ..workload.synthetic import SyntheticSessions
 from . import plain_native
+from .lifecycle import ACTIVE, DRAINING
+from .scaling import ScheduledScaling
 from .simulation import EngineEvents
 from .worker import Worker
 
 _TIMED = {"poisson_qps": 0, "constant_qps": 1, "burst": 2}
+# the ones scaling calls while the C loop pauses: they must be the class's own
+_SCALING_METHODS = ("_spawn", "flush_router", "capture_gauges", "_event_time",
+                    "_check_drained", "pool_states")
 # the DisaggregatedSimulation methods the C loop stands for: one replaced on the instance
 # keeps Python's
 _LOOP_METHODS = ("_step", "_next_time", "_event_time", "_complete_due", "_complete", "_drive",
@@ -63,10 +69,13 @@ def eligible(sim, limit):
             or sim._actions or sim._transfers or len(sim._passes) != 1:
         return "not a whole run from its start"
     if sim.on_event is not None or sim.max_in_flight is not None or sim._external \
-            or sim.windows or sim.cluster is not None or sim.telemetry is not None \
+            or sim.windows or sim.telemetry is not None \
             or sim.progress is not None or sim._spawned \
             or any(name in sim.__dict__ for name in _LOOP_METHODS):
-        return "callbacks, windows, scaling, telemetry or a method replaced"
+        return "callbacks, windows, telemetry or a method replaced"
+    reason = _cluster_reason(sim)
+    if reason is not None:
+        return reason
     collector = sim.collector
     stream = collector._stream
     if collector._num_requests or collector._order.waiting or collector._authored \
@@ -82,6 +91,42 @@ def eligible(sim, limit):
     return reason
 
 
+def _cluster_reason(sim):
+    """Why the run's scaling cannot pause the C loop (None: it can, or there is none)."""
+    cluster = sim.cluster
+    if cluster is None:
+        return None
+    policy = cluster.policy
+    if cluster.reads_snapshot or cluster.watch or type(policy) is not ScheduledScaling:
+        return "a scaling policy other than a schedule"
+    # (a target of at least one worker keeps an active worker in each pool: a pool's newest
+    # workers leave first, and start last; an empty pool parks its requests, in Python)
+    if any(target is not None and target < 1 for tick in policy.ticks for target in tick[1:]):
+        return "a schedule that may empty a pool"
+    if any(router._native is not None for router in sim.routers):
+        return "the kv_router under scaling"
+    pools = sim.pools
+    if list(pools) != ["prefill", "decode"] or pools["prefill"].router is not sim.routers[0] \
+            or pools["decode"].router is not sim.routers[1]:
+        return "pools other than the prefill and decode ones"
+    if cluster.starting or cluster.settling or cluster.lifecycle.draining \
+            or cluster._tick_ordinal or cluster._stalled or cluster.probe is not None:
+        return "scaling under way"
+    for kind, workers in (("prefill", sim.prefill_workers), ("decode", sim.decode_workers)):
+        pool = pools[kind]
+        if len(pool.workers) != len(workers) \
+                or any(pool.life.state.get(w.worker_id) != ACTIVE for w in workers):
+            return "scaling under way"
+        make = sim.make_workers.get(kind)
+        if getattr(make, "__qualname__", None) != "worker_factory.<locals>.make" \
+                or getattr(pool.spawn, "__qualname__", None) \
+                != "DisaggregatedSimulation.attach_pools.<locals>.<lambda>":
+            return "workers made otherwise"
+    if any(name in sim.__dict__ for name in _SCALING_METHODS):
+        return "workers made otherwise"
+    return None
+
+
 def _output_reason(driver):
     """Every request asks for a token at least (a prefill copy of none is not in C)."""
     if type(driver) is OneTurnDriver:
@@ -95,26 +140,13 @@ def _output_reason(driver):
 
 
 def _pool_reason(sim, workers, router, cls, deliver):
+    """Why the C loop cannot drive pool ``workers`` placed by ``router``."""
     if not workers:
         return "an empty pool"
-    for w in workers:
-        if type(w) is not Worker or len(w.ranks) != 1 or w.busy or w.generation \
-                or w._cadence or w._round_ranks:
-            return "a worker of another kind"
     first = workers[0].ranks[0]
-    watches = router.observes_engine
-    for w in workers:
-        rank = w.ranks[0]
-        if type(rank) is not cls or not _observed(rank, router, watches) \
-                or rank.capture_gauges or rank.fpm_on \
-                or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
-                or rank.has_work() or rank.holds_kv() or rank.timer is not first.timer \
-                or rank.cb is not sim.events or rank.mtp_nextn is not None:
-            return "a rank the loop cannot drive"
-        if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
-                != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
-                    first.no_evict):
-            return "ranks of different engines"
+    reason = _workers_reason(sim, workers, router, cls, first)
+    if reason is not None:
+        return reason
     timer = first.timer
     if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
         return "a timing model other than fixed or polynomial"
@@ -140,6 +172,28 @@ def _pool_reason(sim, workers, router, cls, deliver):
     if any(v.worker_id not in ids or v.dp_size != 1 for v in policy._workers) or any(
             policy._rank_cursors.get(w.worker_id, 0) != 0 for w in workers):
         return "round robin over other workers"
+    return None
+
+
+def _workers_reason(sim, workers, router, cls, first):
+    """Why the C loop cannot drive ``workers`` of ``router``'s pool beside rank ``first``."""
+    for w in workers:
+        if type(w) is not Worker or len(w.ranks) != 1 or w.busy or w.generation \
+                or w._cadence or w._round_ranks:
+            return "a worker of another kind"
+    watches = router.observes_engine
+    for w in workers:
+        rank = w.ranks[0]
+        if type(rank) is not cls or not _observed(rank, router, watches) \
+                or rank.capture_gauges or rank.fpm_on \
+                or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
+                or rank.has_work() or rank.holds_kv() or rank.timer is not first.timer \
+                or rank.cb is not sim.events or rank.mtp_nextn is not None:
+            return "a rank the loop cannot drive"
+        if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
+                != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
+                    first.no_evict):
+            return "ranks of different engines"
     return None
 
 
@@ -214,10 +268,18 @@ def run(sim, limit):
     lib.aisim_pd_view_of(loop, views)
     view = views[0]
     records = _Records(sim, loop) if config.keep_records else None
-    status = lib.aisim_pd_run(loop)
-    while status == lib.AISIM_PD_RECORDS:
-        records.take()
+    scaling = _Scaling(sim, loop, view, records) if sim.cluster is not None else None
+    try:
         status = lib.aisim_pd_run(loop)
+        while status in (lib.AISIM_PD_RECORDS, lib.AISIM_PD_CLUSTER, lib.AISIM_PD_TICK):
+            if status == lib.AISIM_PD_RECORDS:
+                records.take()
+            else:
+                scaling.pause(status == lib.AISIM_PD_TICK)
+            status = lib.aisim_pd_run(loop)
+    finally:
+        if scaling is not None:
+            scaling.close()
     _take_state(sim, loop, view)
     if records is not None:
         records.take()
@@ -228,6 +290,8 @@ def run(sim, limit):
         raise SimulationError(f"the disaggregated replay keeps changing state at {view.now_ms} "
                               f"ms without time advancing (the livelock limit; "
                               f"{sim.in_flight} requests in flight)")
+    if status == lib.AISIM_PD_NO_WORKER:   # (not eligible: every pool keeps a worker)
+        raise SimulationError("internal: a pool with no active worker in the C loop")
     if status == lib.AISIM_PD_TIMING:
         raise SimulationError(f"{sim.workers[0].ranks[0].timer.name}: a modeled pass time is "
                               f"out of the range the reference's Duration holds")
@@ -252,6 +316,11 @@ def _config(sim):
     config.ranks = handles
     worker_ids = keep["worker_ids"] = ffi.new("int64_t[]", [w.worker_id for w in sim.workers])
     config.worker_ids = worker_ids
+    cluster = sim.cluster
+    if cluster is not None:
+        config.cluster = 1
+        config.next_tick_ms = cluster.next_tick_ms
+        config.next_ready_ms = cluster.starting[0][0] if cluster.starting else math.inf
     for pool, workers, router in ((0, prefill, sim.routers[0]), (1, decode, sim.routers[1])):
         kvr = router._native
         if kvr is not None:
@@ -389,15 +458,10 @@ class _Records:
         self.loop = loop
         self.settled = sim.collector._stream.settled
         driver = sim.driver
-        # by worker key: its rank's scheduler id and its route entry in its pool
-        self.schedulers = [w.ranks[0].scheduler_id for w in sim.workers]
-        self.routes = [("prefill", r.worker_idx, r.dp_rank, r.scheduler_id)
-                       for r in (w.ranks[0] for w in sim.prefill_workers)]
-        self.routes += [("decode", w.worker_id, w.ranks[0].dp_rank, w.ranks[0].scheduler_id)
-                        for w in sim.decode_workers]
+        self.schedulers, self.routes, self.kv_routes = [], [], []
+        self.add_workers(sim, sim.workers)
         # a kv_router pool's routes are route entries with the pick's overlaps: by worker key,
         # the entry's fixed part and the router's block size (None: round robin's tuple)
-        self.kv_routes = [None] * len(sim.workers)
         for pool, (router, workers) in enumerate(zip(sim.routers, (sim.prefill_workers,
                                                                    sim.decode_workers))):
             if router._native is not None:
@@ -420,6 +484,16 @@ class _Records:
         self.out = (ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
                     ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
                     ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"))
+
+    def add_workers(self, sim, workers):
+        """By worker key: its rank's scheduler id and its route in its pool."""
+        for w in workers:
+            rank = w.ranks[0]
+            self.schedulers.append(rank.scheduler_id)
+            self.kv_routes.append(None)
+            self.routes.append(("decode", w.worker_id, rank.dp_rank, rank.scheduler_id)
+                               if sim._is_decode[w.idx] else
+                               ("prefill", rank.worker_idx, rank.dp_rank, rank.scheduler_id))
 
     def take(self):
         ffi, lib = native.ffi, native.lib
@@ -500,6 +574,111 @@ class _Records:
             settled(record)
 
 
+class _Scaling:
+    """Scaling (runtime/cluster.py) while the C loop pauses where the Python loop calls it:
+    the workers heard completing a pass or releasing a source while draining
+    (``worker_idle``), drain settlement and workers ready after a round's completions, the
+    tick once a step's rounds settled; then the loop learns what changed (workers added,
+    each pool's round robin list, draining flags, the next tick and ready).
+    (plain_native._Scaling's shape, over two pools.)"""
+
+    def __init__(self, sim, loop, view, records):
+        self.sim, self.loop, self.view, self.records = sim, loop, view, records
+        self.cluster = sim.cluster
+        self.firsts = (sim.prefill_workers[0].ranks[0], sim.decode_workers[0].ranks[0])
+        self.rr = [None, None]
+        self.draining = set()
+        self.cluster.probe = self
+        self._tell()
+
+    def close(self):
+        self.cluster.probe = None
+        self._sync_pending()
+
+    def pause(self, tick):
+        sim, view, cluster = self.sim, self.view, self.cluster
+        t = sim.now_ms = view.now_ms
+        sim.in_flight, sim.arrived, sim.completed = view.in_flight, view.arrived, view.completed
+        self._sync_pending()
+        if tick:
+            cluster.tick_due(t)
+        else:
+            if view.n_idle_keys:
+                workers, decode = sim.workers, sim._is_decode
+                for key in native.ffi.unpack(view.idle_keys, view.n_idle_keys):
+                    cluster.worker_idle("decode" if decode[key] else "prefill", workers[key])
+            if cluster.settling:
+                cluster.settle(t)
+            if cluster.starting and cluster.starting[0][0] <= t:
+                cluster.ready_due(t)
+        self._tell()
+
+    def _sync_pending(self):
+        """A decode rank's pending FIFO (holds_kv reads it) as the C loop holds it: uuids."""
+        ffi, lib = native.ffi, native.lib
+        for worker in self.sim.decode_workers:
+            n = lib.aisim_pd_pending(self.loop, worker.idx, ffi.NULL, 0)
+            if n < 0:
+                native.check_status(n, "aisim_pd_pending")
+            rank = worker.ranks[0]
+            if n != len(rank.pending):
+                out = ffi.new("int64_t[]", max(n, 1))
+                lib.aisim_pd_pending(self.loop, worker.idx, out, n)
+                rank.pending = deque(out[i] for i in range(n))
+
+    def _tell(self):
+        ffi, lib = native.ffi, native.lib
+        sim, loop, cluster = self.sim, self.loop, self.cluster
+        added = sim.workers[self.view.n_workers:]
+        for worker in added:
+            decode = sim._is_decode[worker.idx]
+            cls = NativeVllmDecodeRank if decode else NativeVllmPrefillRank
+            if _workers_reason(sim, [worker], sim.routers[decode], cls,
+                               self.firsts[decode]) is not None \
+                    or (decode and not worker.ranks[0].open_activations):
+                raise SimulationError(f"internal: worker {worker.worker_id} is not one the C "
+                                      f"loop can drive")
+            native.check_status(lib.aisim_pd_add_worker(loop, worker.ranks[0]._rank, decode,
+                                                        worker.worker_id),
+                                "aisim_pd_add_worker")
+        if added and self.records is not None:
+            self.records.add_workers(sim, added)
+        for pool, workers in enumerate((sim.prefill_workers, sim.decode_workers)):
+            index = {w.worker_id: w.idx for w in workers}
+            rr = tuple(index[v.worker_id] for v in sim.routers[pool].policy.policy._workers)
+            if rr != self.rr[pool]:
+                self.rr[pool] = rr
+                native.check_status(lib.aisim_pd_set_rr(loop, pool, ffi.new("int32_t[]", rr)
+                                                        if rr else ffi.NULL, len(rr)),
+                                    "aisim_pd_set_rr")
+        draining = set()
+        for kind, workers in (("prefill", sim.prefill_workers), ("decode", sim.decode_workers)):
+            state = sim.pools[kind].life.state
+            draining.update(w.idx for w in workers if state.get(w.worker_id) == DRAINING)
+        for key in draining ^ self.draining:
+            native.check_status(lib.aisim_pd_set_draining(loop, key, key in draining),
+                                "aisim_pd_set_draining")
+        self.draining = draining
+        starting = cluster.starting
+        native.check_status(lib.aisim_pd_set_cluster(
+            loop, cluster.next_tick_ms, starting[0][0] if starting else math.inf),
+            "aisim_pd_set_cluster")
+
+    # what cluster._watch_stall reads of the loop while it runs in C
+    def pending(self):
+        """The next pass completion or transfer, and the next session ready."""
+        view = self.view
+        return view.next_event_ms, view.next_ready_ms
+
+    def check_drained(self):
+        """DisaggregatedSimulation._check_drained's error for the loop's state."""
+        if self.view.in_flight > 0:
+            native.check_status(native.lib.aisim_pd_find_stall(self.loop), "aisim_pd_find_stall")
+            raise SimulationError(f"{_stuck_request(self.sim, self.view)}; the disaggregated "
+                                  f"replay cannot progress with {self.view.in_flight} requests "
+                                  f"in flight")
+
+
 def _stuck_request(sim, view):
     """DisaggregatedSimulation._stuck_request over the head C named."""
     from .disaggregated import stuck_message
@@ -507,7 +686,7 @@ def _stuck_request(sim, view):
         return "requests are stranded between the prefill and decode pools"
     worker = sim.workers[view.stuck_worker]
     head = plain_native._Head(view.stuck_uuid, view.stuck_prompt_len, view.stuck_generated)
-    pool = "decode" if view.stuck_worker >= len(sim.prefill_workers) else "prefill"
+    pool = "decode" if sim._is_decode[view.stuck_worker] else "prefill"
     return stuck_message(pool, worker, worker.ranks[0], head, bool(view.stuck_pending))
 
 

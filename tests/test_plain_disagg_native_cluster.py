@@ -1,0 +1,103 @@
+"""Scheduled scaling inside the plain disaggregated C loop (runtime/plain_disagg_native.py's
+_Scaling, csrc/plain_disagg.c's pauses) against its twin, runtime/disaggregated.py's Python loop.
+
+Seeded random payloads of test_plain_disagg_native (both pools' sizes, small decode pools,
+transfers, arrivals, sessions, traces, timing, SLAs, cutoffs, records) with a random
+``schedule`` of both pools' targets (up and down, never to none), startup delays in either
+pool (starting workers cancelled, ready ones taking placements) and drains of busy workers
+(held sources, pending and reserved destinations), must give the same report (the lifecycle
+operations and worker seconds with it; its records too) or the same error line both ways; the
+C loop must have run.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from aisimulate_core import native
+from aisimulate_core.runtime import plain_disagg_native, plain_native
+from test_plain_disagg_native import _BENCH, _Count, _random_payload, _report
+
+pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
+                                reason="the C loop runs on the C backend")
+
+CASES = 200
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    counter = _Count(plain_disagg_native.run)
+    monkeypatch.setattr(plain_disagg_native, "run", counter)
+    return counter
+
+
+def _scaled(rng, payload):
+    """``payload`` with a random schedule of both pools' targets and startup delays."""
+    spec = payload["spec"]
+    horizon = rng.choice([20.0, 100.0, 400.0, 2000.0])
+    ticks = {}
+    for _ in range(rng.randint(1, 6)):
+        # (whole ms often: ticks meet arrivals, completions, transfers and workers ready)
+        at = round(rng.uniform(0.0, horizon), rng.choice([0, 0, 1, 3]))
+        tick = ticks.setdefault(at, {"at_ms": at})
+        for pool in ("prefill", "decode"):
+            if rng.random() < 0.7:
+                tick[f"{pool}_target"] = rng.choice([1, 1, 2, 2, 3, 4])
+    spec["adapters"]["scaling"] = {"provider": "schedule",
+                                   "config": {"ticks": sorted(ticks.values(),
+                                                              key=lambda t: t["at_ms"])}}
+    for pool in ("prefill", "decode"):
+        if rng.random() < 0.7:
+            spec["topology"][pool]["startup_delay_ms"] = rng.choice([0.0, 0.5, 5.0, 35.0,
+                                                                     120.0])
+    return payload
+
+
+def _both(monkeypatch, counted, payload):
+    before = counted.calls
+    monkeypatch.setattr(plain_native, "ENABLED", True)
+    fast = _report(payload)
+    took = counted.calls - before
+    monkeypatch.setattr(plain_native, "ENABLED", False)
+    slow = _report(payload)
+    assert counted.calls == before + took
+    assert fast == slow, payload
+    return fast, took
+
+
+def test_random_scaled_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
+    rng = random.Random(20261206)
+    ran = operations = 0
+    for case in range(CASES):
+        payload = _scaled(rng, _random_payload(rng, tmp_path, case))
+        report, took = _both(monkeypatch, counted, payload)
+        ran += took
+        if isinstance(report, dict):
+            operations += len(report.get("lifecycle_operations") or ())
+    assert ran > CASES * 0.9
+    assert operations > CASES   # (the schedules did change the pools)
+
+
+def test_the_s2_case_runs_in_c(monkeypatch, counted):
+    # the cluster bench's disaggregated schedule: 2p/1d -> 3p/3d (decode startup 25 ms) ->
+    # 1 prefill (two drain) -> 1 decode, records kept, a trace
+    cluster = _BENCH / "cluster"
+    payload = json.loads((cluster / "s2_schedule_scaling_disagg_rr.json").read_text())
+    payload["traffic"]["trace_path"] = str(cluster / "data" / "s2_scale_disagg.jsonl")
+    report, took = _both(monkeypatch, counted, payload)
+    assert took == 1 and report["completed_requests"] == len(report["per_request"]) > 0
+    assert report["lifecycle_operations"]
+
+
+def test_schedules_that_may_empty_a_pool_keep_the_python_loop(monkeypatch, counted):
+    # an empty pool parks its placements in the router, which the C loop does not
+    cluster = _BENCH / "cluster"
+    payload = json.loads((cluster / "s2_schedule_scaling_disagg_rr.json").read_text())
+    payload["traffic"]["trace_path"] = str(cluster / "data" / "s2_scale_disagg.jsonl")
+    payload["spec"]["adapters"]["scaling"]["config"]["ticks"].append(
+        {"at_ms": 400.0, "prefill_target": 0})
+    _both(monkeypatch, counted, payload)
+    assert counted.calls == 0

@@ -1010,6 +1010,26 @@ static double extension_cutoff(const aisim_pd *p)
     return c < p->cfg.cutoff_ms ? c : p->cfg.cutoff_ms;
 }
 
+/* Worker.holds_work of worker key: requests queued or running, a held source, a reserved
+ * or pending destination */
+static int holds_work(const aisim_pd *p, int32_t key)
+{
+    const pd_worker *w = &p->workers[key];
+    const aisim_vllm_view *v = w->view;
+    return v->n_running || v->n_waiting ||
+           (w->decode ? v->holds > 0 || w->pending_head < w->n_pending : v->held_sources > 0);
+}
+
+/* whether cluster.settle would remove a worker heard since the last pause */
+static int settles(const aisim_pd *p)
+{
+    size_t i;
+    for (i = 0; i < p->n_idle_keys; i++)
+        if (!holds_work(p, p->idle_keys[i]))
+            return 1;
+    return 0;
+}
+
 /* _step's start: the visit and the cuts at it */
 static int begin_step(aisim_pd *p, double t)
 {
@@ -1040,8 +1060,9 @@ static int rounds(aisim_pd *p)
                 p->changed = did;
             }
             p->phase = 1;
-            if (p->cfg.cluster && (p->n_idle_keys || p->next_ready_ms <= t))
+            if (p->cfg.cluster && (settles(p) || p->next_ready_ms <= t))
                 return AISIM_PD_CLUSTER;   /* settle and ready_due */
+            p->n_idle_keys = 0;   /* (settle would find each heard worker busy: nothing) */
         }
         if (p->q_len) {
             TRY(run_actions(p, t));

@@ -588,6 +588,8 @@ class _Scaling:
         self.firsts = (sim.prefill_workers[0].ranks[0], sim.decode_workers[0].ranks[0])
         self.rr = [None, None]
         self.draining = set()
+        self.operations = None     # the lifecycle's operation count the loop was told of
+        self.out = native.ffi.new("int64_t[]", 64)
         self.cluster.probe = self
         self._tell()
 
@@ -616,15 +618,17 @@ class _Scaling:
     def _sync_pending(self):
         """A decode rank's pending FIFO (holds_kv reads it) as the C loop holds it: uuids."""
         ffi, lib = native.ffi, native.lib
+        out = self.out
         for worker in self.sim.decode_workers:
-            n = lib.aisim_pd_pending(self.loop, worker.idx, ffi.NULL, 0)
+            n = lib.aisim_pd_pending(self.loop, worker.idx, out, len(out))
             if n < 0:
                 native.check_status(n, "aisim_pd_pending")
             rank = worker.ranks[0]
             if n != len(rank.pending):
-                out = ffi.new("int64_t[]", max(n, 1))
-                lib.aisim_pd_pending(self.loop, worker.idx, out, n)
-                rank.pending = deque(out[i] for i in range(n))
+                if n > len(out):
+                    out = ffi.new("int64_t[]", n)
+                    lib.aisim_pd_pending(self.loop, worker.idx, out, n)
+                rank.pending = deque(out[0:n])
 
     def _tell(self):
         ffi, lib = native.ffi, native.lib
@@ -643,6 +647,19 @@ class _Scaling:
                                 "aisim_pd_add_worker")
         if added and self.records is not None:
             self.records.add_workers(sim, added)
+        operations = cluster.lifecycle._count
+        if operations != self.operations:   # (workers come, drain and go in operations only)
+            self.operations = operations
+            self._tell_workers()
+        starting = cluster.starting
+        native.check_status(lib.aisim_pd_set_cluster(
+            loop, cluster.next_tick_ms, starting[0][0] if starting else math.inf),
+            "aisim_pd_set_cluster")
+
+    def _tell_workers(self):
+        """Each pool's round robin list and the draining workers, as the loop must have them."""
+        ffi, lib = native.ffi, native.lib
+        sim, loop = self.sim, self.loop
         for pool, workers in enumerate((sim.prefill_workers, sim.decode_workers)):
             index = {w.worker_id: w.idx for w in workers}
             rr = tuple(index[v.worker_id] for v in sim.routers[pool].policy.policy._workers)
@@ -659,10 +676,6 @@ class _Scaling:
             native.check_status(lib.aisim_pd_set_draining(loop, key, key in draining),
                                 "aisim_pd_set_draining")
         self.draining = draining
-        starting = cluster.starting
-        native.check_status(lib.aisim_pd_set_cluster(
-            loop, cluster.next_tick_ms, starting[0][0] if starting else math.inf),
-            "aisim_pd_set_cluster")
 
     # what cluster._watch_stall reads of the loop while it runs in C
     def pending(self):

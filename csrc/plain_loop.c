@@ -56,6 +56,13 @@ typedef struct worker {
 } worker;
 
 
+typedef struct signal_entry {
+    int64_t uuid;
+    int64_t key;            /* its running index (rejections: after them all) */
+    int64_t seq;            /* the order it came in (the sort is stable) */
+    int32_t terminal;       /* 0 prefill completed, 1 terminal */
+} signal_entry;
+
 struct aisim_plain {
     aisim_plain_config cfg;
     worker *workers;
@@ -94,6 +101,17 @@ struct aisim_plain {
     const aisim_kvr_view *kvr_view;
     int64_t *overlaps;
     size_t overlaps_cap;
+    double *queue_times;    /* ... and its (queued, released) times (NAN: placed at once) */
+    size_t queue_times_cap;
+    /* with its pending queue (Router.wants_order): a pass's prefill completions and
+     * terminals, sorted by running order (Router.end_pass), and the releases they made,
+     * delivered at Router.flush */
+    signal_entry *signals;
+    size_t n_signals, signals_cap;
+    int64_t *order_of;      /* a slot's running index in the pass reported (-1: none) */
+    size_t order_cap;
+    int64_t *released;      /* (uuid, worker_id, dp_rank, overlap, best overlap) rows */
+    size_t n_released, released_cap;
     aisim_plain_view view;
 };
 
@@ -281,10 +299,89 @@ static int start_pass(aisim_plain *p, worker *w, double now_ms, double horizon_m
     return AISIM_OK;
 }
 
-/* A kv_router notification's answer: without a pending queue it releases nothing. */
-static int kvr_notified(int status)
+/* A kv_router call's answer: the requests it released wait for the next flush. */
+static int kvr_notified(aisim_plain *p, int status)
 {
-    return status < 0 ? status : status > 0 ? AISIM_ECORRUPT : AISIM_OK;
+    const aisim_kvr_view *v = p->kvr_view;
+    if (status <= 0)
+        return status;
+    if (!p->cfg.kvr_queue || v->n_released > SIZE_MAX / 5 - p->n_released)
+        return AISIM_ECORRUPT;   /* (without a pending queue nothing is released) */
+    TRY(aisim_grow((void **)&p->released, &p->released_cap, 5 * (p->n_released +
+                                                                  v->n_released),
+                   sizeof *p->released));
+    memcpy(p->released + 5 * p->n_released, v->released, 5 * v->n_released * sizeof(int64_t));
+    p->n_released += v->n_released;
+    return AISIM_OK;
+}
+
+/* Router.prefill_completed / terminal: at once without a pending queue, else kept for the
+ * pass's end (Router.end_pass). */
+static int kvr_signal(aisim_plain *p, rank_state *w, int32_t slot, int terminal, double now_ms)
+{
+    int64_t uuid = w->hist.slot_uuid[slot];
+    signal_entry *s;
+    if (!p->cfg.kvr_queue)
+        return kvr_notified(p, terminal ? aisim_kvr_terminal(p->kvr, uuid, now_ms)
+                                        : aisim_kvr_prefill_done(p->kvr, uuid, now_ms));
+    TRY(aisim_grow((void **)&p->signals, &p->signals_cap, p->n_signals + 1,
+                   sizeof *p->signals));
+    s = &p->signals[p->n_signals];
+    s->uuid = uuid;
+    s->key = (size_t)slot < p->order_cap ? p->order_of[slot] : -1;
+    s->seq = (int64_t)p->n_signals++;
+    s->terminal = terminal;
+    return AISIM_OK;
+}
+
+static int signal_order(const void *a, const void *b)
+{
+    const signal_entry *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Router.begin_pass: the running order of the pass the rank reported. */
+static int begin_signals(aisim_plain *p, rank_state *w)
+{
+    const aisim_vllm_view *v = w->view;
+    size_t i;
+    p->n_signals = 0;
+    for (i = 0; i < p->order_cap; i++)
+        p->order_of[i] = -1;
+    for (i = 0; i < v->n_report_order; i++) {
+        int64_t slot = v->report_order[2 * i];
+        if (slot < 0)
+            return AISIM_ECORRUPT;
+        if ((size_t)slot >= p->order_cap) {
+            size_t old = p->order_cap, k;
+            TRY(aisim_grow((void **)&p->order_of, &p->order_cap, (size_t)slot + 1,
+                           sizeof *p->order_of));
+            for (k = old; k < p->order_cap; k++)
+                p->order_of[k] = -1;
+        }
+        p->order_of[slot] = v->report_order[2 * i + 1];
+    }
+    return AISIM_OK;
+}
+
+/* Router.end_pass: the pass's signals to the router, in running order (rejections last). */
+static int end_signals(aisim_plain *p, double now_ms)
+{
+    size_t i;
+    for (i = 0; i < p->n_signals; i++)
+        if (p->signals[i].key < 0)
+            p->signals[i].key = INT64_MAX;   /* (order.get(uuid, last)) */
+    if (p->n_signals > 1)
+        qsort(p->signals, p->n_signals, sizeof *p->signals, signal_order);
+    for (i = 0; i < p->n_signals; i++) {
+        const signal_entry *s = &p->signals[i];
+        TRY(kvr_notified(p, s->terminal ? aisim_kvr_terminal(p->kvr, s->uuid, now_ms)
+                                        : aisim_kvr_prefill_done(p->kvr, s->uuid, now_ms)));
+    }
+    p->n_signals = 0;
+    return AISIM_OK;
 }
 
 /* NativeVllmRank._report_pass to the kv_router (EngineEvents): the KV events of the pass
@@ -308,9 +405,10 @@ static int report_pass(aisim_plain *p, rank_state *w)
             TRY(aisim_kvr_kv_event(p->kvr, worker_id, dp_rank, 0, v->report_evicted,
                                    v->n_report_evicted, now_ms));
     }
+    if (p->cfg.kvr_queue)
+        TRY(begin_signals(p, w));
     for (i = 0; i < v->n_report_prefilled; i++)
-        TRY(kvr_notified(aisim_kvr_prefill_done(
-            p->kvr, w->hist.slot_uuid[v->report_prefilled[i]], now_ms)));
+        TRY(kvr_signal(p, w, v->report_prefilled[i], 0, now_ms));
     return AISIM_OK;
 }
 
@@ -344,10 +442,12 @@ static int complete_rank(aisim_plain *p, rank_state *w)
         }
         e->terminal = end_ms;
         p->view.in_flight--;
-        if (p->kvr)   /* Router.terminal, straight into C (no pending queue) */
-            TRY(kvr_notified(aisim_kvr_terminal(p->kvr, w->hist.slot_uuid[f[1]], end_ms)));
+        if (p->kvr)   /* Router.terminal */
+            TRY(kvr_signal(p, w, (int32_t)f[1], 1, end_ms));
         TRY(plain_sessions_terminal(&p->sess, e->session, e->turn, end_ms));
     }
+    if (p->cfg.kvr_queue)
+        TRY(end_signals(p, p->view.now_ms));
     return plain_settle_ready(&p->req);
 }
 
@@ -389,6 +489,16 @@ static int truncate_pass(aisim_plain *p, int32_t wi, double arrival_ms, int star
 
 static int deliver(aisim_plain *p, plain_entry *e, int64_t uuid, int32_t wi, int64_t dp_rank,
                    int64_t index, int32_t turn, double now_ms);
+static int deliver_to(aisim_plain *p, plain_entry *e, int64_t uuid, int32_t wi,
+                      int64_t dp_rank, double now_ms);
+static void register_arrival(aisim_plain *p, plain_entry *e, int64_t index, int32_t turn,
+                             double now_ms);
+static int note_route(aisim_plain *p, int64_t uuid, int64_t overlap, int64_t best,
+                      double queued_ms, double released_ms);
+static int place(aisim_plain *p, plain_entry *e, int64_t uuid, int64_t worker_id,
+                 int64_t dp_rank, int64_t overlap, int64_t best, double released_ms,
+                 double now_ms);
+static int flush_released(aisim_plain *p, double now_ms);
 
 /* _register_arrival, the kv_router's place_simulated (a trace turn's prompt runs, hashed in
  * C) and _deliver of one request. */
@@ -405,21 +515,77 @@ static int arrive_kvr(aisim_plain *p, int64_t index, int32_t turn, double now_ms
     uuid = p->req.next_uuid;
     values = turn_runs(p, g, &lengths, &n);
     status = aisim_kvr_place_runs(p->kvr, uuid, c->turn_input[g], values, lengths, n, now_ms,
-                                  0, 0);
+                                  c->turn_priority ? c->turn_priority[g] : 0,
+                                  c->turn_strict ? c->turn_strict[g] : 0);
     if (status == AISIM_KVR_NO_ENDPOINTS)
         return AISIM_PLAIN_NO_ENDPOINTS;
-    if (status != AISIM_KVR_PLACED)
-        return status < 0 ? status : AISIM_ECORRUPT;   /* (no pending queue: never queued) */
-    if (v->worker_id < 0 || (size_t)v->worker_id >= c->n_workers || v->dp_rank < 0 ||
-        (size_t)v->dp_rank >= c->dp_size)
-        return AISIM_ECORRUPT;   /* (candidates are workers of the loop, id = index) */
-    if (c->keep_records) {
-        size_t at = 2 * (size_t)(uuid - 1);
-        TRY(aisim_grow((void **)&p->overlaps, &p->overlaps_cap, at + 2, sizeof *p->overlaps));
-        p->overlaps[at] = v->overlap;
-        p->overlaps[at + 1] = v->best_overlap;
+    if (status < 0)
+        return status;
+    if (status == AISIM_KVR_QUEUED) {   /* the router holds it: arrived, not delivered */
+        if (!c->kvr_queue)
+            return AISIM_ECORRUPT;
+        register_arrival(p, e, index, turn, now_ms);
+        return note_route(p, uuid, 0, 0, now_ms, NAN);
     }
-    return deliver(p, e, uuid, (int32_t)v->worker_id, v->dp_rank, index, turn, now_ms);
+    if (status != AISIM_KVR_PLACED)
+        return AISIM_ECORRUPT;
+    register_arrival(p, e, index, turn, now_ms);
+    TRY(place(p, e, uuid, v->worker_id, v->dp_rank, v->overlap, v->best_overlap, NAN, now_ms));
+    return p->n_released ? flush_released(p, now_ms) : AISIM_OK;   /* (Router.place's flush) */
+}
+
+/* The route a record reports of request uuid (records kept): its overlaps, and when it was
+ * queued and released (NAN: not). */
+static int note_route(aisim_plain *p, int64_t uuid, int64_t overlap, int64_t best,
+                      double queued_ms, double released_ms)
+{
+    size_t at = 2 * (size_t)(uuid - 1);
+    if (!p->cfg.keep_records)
+        return AISIM_OK;
+    TRY(aisim_grow((void **)&p->overlaps, &p->overlaps_cap, at + 2, sizeof *p->overlaps));
+    TRY(aisim_grow((void **)&p->queue_times, &p->queue_times_cap, at + 2,
+                   sizeof *p->queue_times));
+    p->overlaps[at] = overlap;
+    p->overlaps[at + 1] = best;
+    if (!isnan(queued_ms))
+        p->queue_times[at] = queued_ms;
+    else if (isnan(released_ms))
+        p->queue_times[at] = NAN;   /* placed at once */
+    p->queue_times[at + 1] = released_ms;
+    return AISIM_OK;
+}
+
+/* The kv_router's choice (worker_id = index, dp_rank) delivered: Router._place_native or
+ * (released_ms not NAN) Router._route of a release. */
+static int place(aisim_plain *p, plain_entry *e, int64_t uuid, int64_t worker_id,
+                 int64_t dp_rank, int64_t overlap, int64_t best, double released_ms,
+                 double now_ms)
+{
+    const aisim_plain_config *c = &p->cfg;
+    if (worker_id < 0 || (size_t)worker_id >= c->n_workers || dp_rank < 0 ||
+        (size_t)dp_rank >= c->dp_size)
+        return AISIM_ECORRUPT;   /* (candidates are workers of the loop, id = index) */
+    if (isnan(released_ms))
+        TRY(note_route(p, uuid, overlap, best, NAN, NAN));
+    else
+        TRY(note_route(p, uuid, overlap, best, NAN, released_ms));
+    return deliver_to(p, e, uuid, (int32_t)worker_id, dp_rank, now_ms);
+}
+
+/* Router.flush: the requests the router released, delivered in release order. */
+static int flush_released(aisim_plain *p, double now_ms)
+{
+    size_t i = 0;
+    while (i < p->n_released) {
+        const int64_t *r = p->released + 5 * i++;
+        int64_t uuid = r[0];
+        if (uuid < p->req.settle_uuid || uuid >= p->req.next_uuid)
+            return AISIM_ECORRUPT;
+        TRY(place(p, plain_entry_of(&p->req, uuid), uuid, r[1], r[2], r[3], r[4], now_ms,
+                  now_ms));
+    }
+    p->n_released = 0;
+    return AISIM_OK;
 }
 
 /* _register_arrival, round robin's place_unpinned and _deliver of one request. */
@@ -449,16 +615,30 @@ static int arrive(aisim_plain *p, int64_t index, int32_t turn, double now_ms)
 static int deliver(aisim_plain *p, plain_entry *e, int64_t uuid, int32_t wi, int64_t dp_rank,
                    int64_t index, int32_t turn, double now_ms)
 {
-    const aisim_plain_config *c = &p->cfg;
-    worker *w = &p->workers[wi];
+    register_arrival(p, e, index, turn, now_ms);
+    return deliver_to(p, e, uuid, wi, dp_rank, now_ms);
+}
+
+/* Simulation._register_arrival of the entry plain_new_entry just made. */
+static void register_arrival(aisim_plain *p, plain_entry *e, int64_t index, int32_t turn,
+                             double now_ms)
+{
     e->arrival = now_ms;
     e->session = index;
     e->turn = turn;
-    e->rank = (int32_t)((size_t)wi * c->dp_size + (size_t)dp_rank);
-    TRY(submit(p, &w->ranks[dp_rank], index, turn, uuid, e));
     p->req.next_uuid++;
     p->view.arrived++;
     p->view.in_flight++;
+}
+
+/* Simulation._deliver of an arrived request onto worker wi's rank dp_rank. */
+static int deliver_to(aisim_plain *p, plain_entry *e, int64_t uuid, int32_t wi,
+                      int64_t dp_rank, double now_ms)
+{
+    const aisim_plain_config *c = &p->cfg;
+    worker *w = &p->workers[wi];
+    e->rank = (int32_t)((size_t)wi * c->dp_size + (size_t)dp_rank);
+    TRY(submit(p, &w->ranks[dp_rank], e->session, e->turn, uuid, e));
     if (w->busy)
         return truncate_pass(p, wi, now_ms, now_ms == p->passes_started_at);
     w->dirty = 1;
@@ -648,6 +828,8 @@ static int run(aisim_plain *p)
                 if (w->draining)
                     draining_done = w->completed = 1;
             }
+            if (p->n_released)   /* (_run_plain: router.flush after the completions) */
+                TRY(flush_released(p, t));
             p->n_emptied = 0;
             if (draining_done)
                 collect_emptied(p);
@@ -868,6 +1050,10 @@ int aisim_plain_free(aisim_plain *p)
     free(p->rr);
     free(p->emptied);
     free(p->overlaps);
+    free(p->queue_times);
+    free(p->signals);
+    free(p->order_of);
+    free(p->released);
     free(p->lengths);
     free(p->prompts.groups_of);
     free(p->heap.items);
@@ -1078,11 +1264,30 @@ int aisim_plain_find_stall(aisim_plain *p)
     return AISIM_OK;
 }
 
-int aisim_plain_overlaps(const aisim_plain *p, const int64_t **out, size_t *n)
+int aisim_plain_overlaps(const aisim_plain *p, const int64_t **out, const double **times,
+                         size_t *n)
 {
-    if (!p || !out || !n)
+    if (!p || !out || !times || !n)
         return AISIM_EINVAL;
     *out = p->overlaps;
-    *n = p->overlaps ? (size_t)(p->req.next_uuid - 1) : 0;
+    *times = p->queue_times;
+    *n = p->overlaps ? p->overlaps_cap / 2 : 0;
     return AISIM_OK;
+}
+
+int aisim_plain_release(aisim_plain *p, int64_t uuid, int64_t worker_id, int64_t dp_rank,
+                        int64_t overlap, int64_t best, double now_ms)
+{
+    if (!p || !p->kvr || uuid < p->req.settle_uuid || uuid >= p->req.next_uuid)
+        return AISIM_EINVAL;
+    return place(p, plain_entry_of(&p->req, uuid), uuid, worker_id, dp_rank, overlap, best,
+                 now_ms, now_ms);
+}
+
+int aisim_plain_queued(const aisim_plain *p)
+{
+    if (!p)
+        return AISIM_EINVAL;
+    return p->kvr ? (int)(p->kvr_view->queued > INT32_MAX ? INT32_MAX : p->kvr_view->queued)
+                  : 0;
 }

@@ -102,13 +102,19 @@ typedef struct aisim_plain_config {
     size_t n_rr;
     int64_t rr_cursor;
     const int64_t *rank_cursors;  /* round robin's next rank of each worker (NULL: 0) */
-    /* kv_router placement instead (an aisim_kvr without a pending queue, borrowed; NULL:
-     * round robin; trace turns only): each arrival placed by aisim_kvr_place_runs, each
-     * pass completion reported (kvr_report: AISIM_VLLM_REPORT_INDEX, or _KV with the
-     * pass's KV events to aisim_kvr_kv_event), prefill completions and terminals notified;
-     * its candidates are the loop's workers (worker_id = index), set from Python */
+    /* kv_router placement instead (an aisim_kvr, borrowed; NULL: round robin; trace turns
+     * only): each arrival placed by aisim_kvr_place_runs (with turn_priority and
+     * turn_strict, NULL: 0), each pass completion reported (kvr_report:
+     * AISIM_VLLM_REPORT_INDEX, or _KV with the pass's KV events to aisim_kvr_kv_event),
+     * prefill completions and terminals notified (kvr_queue: the router has a pending
+     * queue; a pass's signals go in running order and the requests they release are
+     * delivered after the step's completions); its candidates are the loop's workers
+     * (worker_id = index), set from Python */
     void *kvr;
     int32_t kvr_report;
+    int32_t kvr_queue;
+    const int64_t *turn_priority;
+    const int64_t *turn_strict;
     /* the engine every rank shares */
     int64_t block_size;
     int64_t num_blocks;
@@ -221,8 +227,15 @@ int aisim_plain_records(const aisim_plain *p, const int64_t **ints, const double
                         size_t *n_adm, size_t *rest_from);
 int aisim_plain_clear_records(aisim_plain *p);
 /* With kvr and keep_records: each request's (selected, best) overlap blocks at its
- * placement, by uuid - 1 (n requests). */
-int aisim_plain_overlaps(const aisim_plain *p, const int64_t **out, size_t *n);
+ * placement and (queued, released) times (NAN: placed at once), by uuid - 1 (n: at least
+ * the requests placed). */
+int aisim_plain_overlaps(const aisim_plain *p, const int64_t **out, const double **times,
+                         size_t *n);
+/* With kvr: a request the router released while the loop paused (Router.flush) delivered
+ * now; and how many requests the router's queue holds. */
+int aisim_plain_release(aisim_plain *p, int64_t uuid, int64_t worker_id, int64_t dp_rank,
+                        int64_t overlap, int64_t best, double now_ms);
+int aisim_plain_queued(const aisim_plain *p);
 
 /* timing.StepTimer.prefill of the built-in models (decode_run.c): AISIM_OK with *out_ms, or
  * AISIM_DECODE_MISS when Python must compute it (or raise). */

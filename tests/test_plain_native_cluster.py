@@ -152,12 +152,28 @@ def _kv_routed(rng, payload):
         config.update(router_assume_kv_reuse=rng.random() < 0.5,
                       router_track_active_blocks=rng.random() < 0.7,
                       router_track_prefill_tokens=rng.random() < 0.7)
-    if rng.random() < 0.1:
-        config.update(router_queue_threshold=0.05, router_queue_policy="fcfs")
+    if rng.random() < 0.4:
+        config.update(router_queue_threshold=rng.choice([0.0, 0.02, 0.05, 0.3, 1.0]),
+                      router_queue_policy=rng.choice(["fcfs", "lcfs", "wspt"]))
+        if rng.random() < 0.6:   # (the queue's order reads them)
+            _prioritize(rng, payload["traffic"]["trace_path"])
     payload["spec"].setdefault("adapters", {})["placement"] = {"provider": "kv_router",
                                                                "config": config}
     payload["spec"]["record_per_request"] = rng.random() < 0.6
     return payload
+
+
+def _prioritize(rng, path):
+    """Mooncake ``priority`` / ``strict_priority`` fields on some rows of the trace."""
+    with open(path) as handle:
+        rows = [json.loads(line) for line in handle]
+    for row in rows:
+        if rng.random() < 0.5:
+            row["priority"] = rng.choice([0, 1, 2, 5, -1])
+        if rng.random() < 0.2:
+            row["strict_priority"] = rng.choice([0, 1, 3])
+    with open(path, "w") as handle:
+        handle.write("".join(json.dumps(row) + "\n" for row in rows))
 
 
 def test_random_kv_routed_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
@@ -181,7 +197,9 @@ def test_random_kv_routed_runs_match_the_python_loop(monkeypatch, counted, tmp_p
 
 
 def test_the_kv_router_cases_run_in_c(monkeypatch, counted):
-    for name in ("k1_kv_router_agg_2w", "k3_kv_router_dp2_chunked"):
+    # (k5: its pending queue, KV event lag and scaling; telemetry aside)
+    for name in ("k1_kv_router_agg_2w", "k3_kv_router_dp2_chunked",
+                 "k5_kv_router_queue_scaling"):
         with open(f"../shared/bench/cluster/{name}.json") as handle:
             payload = json.load(handle)
         before = counted.calls

@@ -10,8 +10,11 @@ streamed, C gathers each record's values too and Python makes the records from t
 (``_Records``), in the order the collector settles them. A scaling policy that reads no
 snapshot (``schedule``) runs in it too: the loop pauses where the Python loop calls
 runtime/cluster.py (``_Scaling``), which changes the pool as it does there, and the loop
-goes on with the workers it added, drained or removed. ``eligible`` says whether a run is
-such a run;
+goes on with the workers it added, drained or removed. A trace placed by the C kv_router
+runs in it too: C places each arrival, reports each pass and notifies prefill completions and
+terminals (in running order, with its pending queue, whose releases C delivers; the ones
+scaling makes while the loop pauses come through ``Router.flush``). ``eligible`` says
+whether a run is such a run;
 anything else runs ``Simulation._run_plain``, which is this loop's twin and specification
 (tests/test_plain_native.py compares their reports on random configurations).
 
@@ -314,12 +317,8 @@ def _deployment_reason(sim):
 
 
 def _kv_router(sim):
-    """The run's C kv_router the loop can call directly (no pending queue), or None."""
-    router = sim.router
-    native_policy = router._native
-    if native_policy is None or not router._native_direct or native_policy.holds_requests:
-        return None
-    return native_policy
+    """The run's C kv_router (the loop calls it directly), or None."""
+    return sim.router._native
 
 
 def _kv_router_reason(sim):
@@ -328,14 +327,17 @@ def _kv_router_reason(sim):
     driver = sim.driver
     if type(driver) is not SessionDriver or type(driver.sessions) is not list:
         return "kv_router placement of prompts other than a trace's"
-    if any(turn.priority != 0 or turn.strict_priority != 0
+    if any(type(turn.priority) is not int or type(turn.strict_priority) is not int
+           or not -1 << 63 <= turn.priority < 1 << 63
+           or not -1 << 63 <= turn.strict_priority < 1 << 63
            for session in driver.sessions for turn in session.turns):
-        return "kv_router placement with priorities"
+        return "kv_router placement with priorities beyond int64"
     if [w.worker_id for w in sim.workers] != list(range(len(sim.workers))) \
             or router.kind != "agg" or not policy._uses_index or policy._given is not None:
         return "kv_router over other workers"
     if router.wants_kv == router.wants_index or not router.wants_prefill \
-            or not router.wants_terminal or router.wants_order:
+            or not router.wants_terminal or router.wants_order != policy.holds_requests \
+            or router._native_direct == policy.holds_requests:
         return "kv_router notifications the loop does not send"
     return None
 
@@ -425,11 +427,12 @@ def run(sim, limit):
     finally:
         if scaling is not None:
             sim.cluster.probe = None
+            sim.router.native_release = None
     _take_state(sim, loop, view)
     if records is not None:   # (before an error too: a stream heard them as they settled)
         records.take()
     if status == lib.AISIM_PLAIN_STALLED:
-        raise _stalled(sim, view)
+        raise _stalled(sim, view, loop)
     if status == lib.AISIM_PLAIN_LIVELOCK:
         raise _livelock(sim, view)
     if status == lib.AISIM_PLAIN_NO_ENDPOINTS:
@@ -528,6 +531,13 @@ def _config(sim):
         if kv_router.pool.schedulers is not kv_router._synced:
             kv_router._sync()
         config.kvr = kv_router._r
+        config.kvr_queue = kv_router.holds_requests
+        turns = [turn for session in driver.sessions for turn in session.turns]
+        for name, field in (("turn_priority", "priority"), ("turn_strict", "strict_priority")):
+            values = [getattr(turn, field) for turn in turns]
+            if any(values):
+                buffer = keep[name] = ffi.new("int64_t[]", values)
+                setattr(config, name, buffer)
         config.kvr_report = lib.AISIM_VLLM_REPORT_KV if sim.router.wants_kv else \
             lib.AISIM_VLLM_REPORT_INDEX
     config.rr_workers = rr
@@ -707,15 +717,35 @@ class _Records:
         native.check_status(lib.aisim_plain_clear_records(self.loop),
                             "aisim_plain_clear_records")
 
+    def _route(self, route, overlaps, uuid):
+        """The kv_router's route entry (Router._place_native's, or route_entry's for a
+        request it queued and released)."""
+        blocks, times = overlaps
+        selected, best = blocks[2 * uuid - 2], blocks[2 * uuid - 1]
+        entry = {"pool": "agg", "logical_worker_id": route[1], "scheduler_id": route[3],
+                 "dp_rank": route[2]}
+        queued = times[2 * uuid - 2]
+        if queued == queued:   # (not NAN: it waited in the router's queue)
+            released = times[2 * uuid - 1]
+            entry.update(outcome="queued", queue_entered_at_ms=queued,
+                         released_at_ms=released, queue_wait_ms=released - queued)
+        entry.update(reported_overlap_tokens=selected * self.block_size,
+                     selected_overlap_blocks=selected, best_available_overlap_blocks=best,
+                     overlap_regret_blocks=best - selected)
+        return entry
+
     def _overlaps(self):
-        """Each request's (selected, best) overlap blocks by uuid - 1 (None: round robin)."""
+        """Each request's (selected, best) overlap blocks and (queued, released) times by
+        uuid - 1 (None: round robin)."""
         if self.block_size is None:
             return None
         ffi = native.ffi
-        out, n = ffi.new("int64_t **"), ffi.new("size_t *")
-        native.check_status(native.lib.aisim_plain_overlaps(self.loop, out, n),
+        out, times, n = ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *")
+        native.check_status(native.lib.aisim_plain_overlaps(self.loop, out, times, n),
                             "aisim_plain_overlaps")
-        return ffi.unpack(out[0], 2 * n[0]) if n[0] else []
+        if not n[0]:
+            return [], []
+        return ffi.unpack(out[0], 2 * n[0]), ffi.unpack(times[0], 2 * n[0])
 
     def _settle(self, ints, doubles, n, rest_from, overlaps):
         stream = self.stream
@@ -745,13 +775,7 @@ class _Records:
             route = routes[rank]
             scheduler = route[3]
             if overlaps is not None:
-                selected, best = overlaps[2 * uuid - 2], overlaps[2 * uuid - 1]
-                route = {"pool": "agg", "logical_worker_id": route[1], "scheduler_id": scheduler,
-                         "dp_rank": route[2],
-                         "reported_overlap_tokens": selected * self.block_size,
-                         "selected_overlap_blocks": selected,
-                         "best_available_overlap_blocks": best,
-                         "overlap_regret_blocks": best - selected}
+                route = self._route(route, overlaps, uuid)
             record = RequestRecord(
                 uuid, None, session_id, turn_index, None, None, arrival, None, terminal,
                 "completed" if state == 1 else "rejected", prompt_len, max_output, count,
@@ -764,6 +788,15 @@ class _Records:
                 stream.running = False
                 settled(record)
                 stream.running = running
+
+
+class _Released:
+    """A request the kv_router released while the loop paused, as flush_router reads it."""
+
+    __slots__ = ("uuid",)
+
+    def __init__(self, uuid):
+        self.uuid = uuid
 
 
 class _Scaling:
@@ -781,6 +814,8 @@ class _Scaling:
         self.rr = None
         self.draining = set()
         self.cluster.probe = self
+        if _kv_router(sim) is not None:
+            sim.router.native_release = self.release
         self._tell()
 
     def pause(self, tick):
@@ -803,25 +838,10 @@ class _Scaling:
     def _tell(self):
         ffi, lib = native.ffi, native.lib
         sim, loop, cluster = self.sim, self.loop, self.cluster
-        added = sim.workers[self.view.n_workers:]
-        dp = len(sim.workers[0].ranks)
-        for worker in added:
-            ranks = worker.ranks
-            if type(worker) is not Worker or len(ranks) != dp \
-                    or _ranks_reason(sim, ranks, self.first) is not None:
-                raise SimulationError(f"internal: worker {worker.worker_id} is not one the C "
-                                      f"loop can drive")
-            handles = ffi.new("void *[]", [rank._rank for rank in ranks])
-            native.check_status(lib.aisim_plain_add_worker(loop, handles),
-                                "aisim_plain_add_worker")
-            self.index[worker.worker_id] = worker.idx
-        if added and self.records is not None:
-            self.records.add_routes(added)
+        self._add_workers()
         index = self.index
         kv_router = _kv_router(sim)
         if kv_router is not None:
-            if any(w.worker_id != w.idx for w in added):
-                raise SimulationError("internal: a worker id the C loop's kv_router cannot map")
             if kv_router.pool.schedulers is not kv_router._synced:
                 kv_router._sync()
             rr = ()
@@ -843,6 +863,40 @@ class _Scaling:
             loop, cluster.next_tick_ms, starting[0][0] if starting else math.inf),
             "aisim_plain_set_cluster")
 
+    def _add_workers(self):
+        """The workers scaling made since the loop last heard, into the loop."""
+        ffi, lib = native.ffi, native.lib
+        sim = self.sim
+        added = sim.workers[self.view.n_workers:]
+        dp = len(sim.workers[0].ranks)
+        for worker in added:
+            ranks = worker.ranks
+            if type(worker) is not Worker or len(ranks) != dp or worker.worker_id != worker.idx \
+                    or _ranks_reason(sim, ranks, self.first) is not None:
+                raise SimulationError(f"internal: worker {worker.worker_id} is not one the C "
+                                      f"loop can drive")
+            handles = ffi.new("void *[]", [rank._rank for rank in ranks])
+            native.check_status(lib.aisim_plain_add_worker(self.loop, handles),
+                                "aisim_plain_add_worker")
+            self.index[worker.worker_id] = worker.idx
+        if added and self.records is not None:
+            self.records.add_routes(added)
+
+    def release(self, released, now_ms):
+        """Router.flush while the loop pauses: the requests the kv_router released (it holds
+        them in C) delivered there; returns them (their uuids) in release order."""
+        lib, out = native.lib, []
+        self._add_workers()   # (a worker ready at once may take them)
+        for uuid, answer in released:
+            overlap = answer.overlap_blocks
+            best = answer.best_overlap_blocks if answer.best_overlap_blocks is not None \
+                else overlap
+            native.check_status(lib.aisim_plain_release(self.loop, uuid, answer.worker_id,
+                                                        answer.dp_rank, overlap, best, now_ms),
+                                "aisim_plain_release")
+            out.append(_Released(uuid))
+        return out
+
     # what cluster._watch_stall reads of the loop while it runs in C
     def pending(self):
         """The next pass completion and session ready."""
@@ -854,7 +908,7 @@ class _Scaling:
         if self.view.in_flight > 0:
             native.check_status(native.lib.aisim_plain_find_stall(self.loop),
                                 "aisim_plain_find_stall")
-            raise _stalled(self.sim, self.view)
+            raise _stalled(self.sim, self.view, self.loop)
 
 
 def _fill_collector(collector, loop, view, sample_stats=None, drop_samples=None):
@@ -903,8 +957,15 @@ def _livelock(sim, view):
         f"{rank.kv_summary()}")
 
 
-def _stalled(sim, view):
+def _stalled(sim, view, loop):
     """Simulation._check_drained's error for a run that ended with requests in flight."""
+    queued = native.lib.aisim_plain_queued(loop)
+    if queued:
+        router = sim.router
+        return SimulationError(
+            f"{queued} requests wait in the {router.kind} pool's router queue and no worker "
+            f"will ever take them (active workers: "
+            f"{[w.worker_id for w in router.active] or 'none'})")
     if view.stuck_worker >= 0:
         rank = sim.workers[view.stuck_worker].ranks[view.stuck_rank]
         head = _Head(view.stuck_uuid, view.stuck_prompt_len, view.stuck_generated)

@@ -34,7 +34,7 @@ class Router:
                  "wants_terminal",
                  "_views", "_label", "_batch", "_order", "_active_ids", "parked", "_unpinned",
                  "_native", "_native_direct", "_kvr", "_kvr_prefill", "_kvr_terminal",
-                 "wants_order")
+                 "wants_order", "native_release")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
                  deliver=None):
@@ -48,6 +48,9 @@ class Router:
         # ready, then places them (the reference's replay waits; an aggregated pool fails)
         self.parked = []
         self._released = []
+        # while the C loop holds the requests (runtime/plain_native.py): flush hands it the
+        # releases instead of delivering them
+        self.native_release = None
         self._batch = None           # a pass's signals, while its rank completes
         self._order = None
         self._views = {}             # rank -> SchedulerView
@@ -174,6 +177,9 @@ class Router:
     def flush(self, now_ms):
         """Deliver the requests the policy released since the last flush, in release order;
         returns them."""
+        if self.native_release is not None:
+            released, self._released = self._released, []
+            return self.native_release(released, now_ms)
         delivered = []
         while self._released:
             released, self._released = self._released, []

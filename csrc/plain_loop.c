@@ -1097,31 +1097,12 @@ int aisim_plain_sample_stats(aisim_plain *p, int32_t which, double *out)
     return plain_sample_stats(&p->req, which, out);
 }
 
-static int event_order(const void *a, const void *b);
 
 int aisim_plain_ready(aisim_plain *p, int64_t *index, double *ready_ms, size_t cap)
 {
-    size_t i;
-    plain_sessions *s;
-    if (!p || (cap && (!index || !ready_ms)) || p->sess.ready_len > INT32_MAX ||
-        p->sess.turns.len > INT32_MAX)
+    if (!p)
         return AISIM_EINVAL;
-    s = &p->sess;
-    if (s->arrivals == AISIM_PLAIN_TRACE) {
-        plain_heap *h = &s->turns;
-        if (h->len > 1)   /* a sorted array is a heap */
-            qsort(h->items, h->len, sizeof *h->items, event_order);
-        for (i = 0; i < h->len && i < cap; i++) {
-            index[i] = h->items[i].key;
-            ready_ms[i] = h->items[i].time;
-        }
-        return (int)h->len;
-    }
-    for (i = 0; i < s->ready_len && i < cap; i++) {
-        index[i] = s->ready_idx[(s->ready_head + i) & (s->ready_cap - 1)];
-        ready_ms[i] = s->ready_ms[(s->ready_head + i) & (s->ready_cap - 1)];
-    }
-    return (int)s->ready_len;
+    return plain_sessions_ready(&p->sess, index, ready_ms, cap);
 }
 
 static int event_order(const void *a, const void *b)

@@ -20,19 +20,12 @@ from aisimulate_core import AisimError
 from aisimulate_core import native
 from aisimulate_core.runtime import plain_native
 from report_invariants import comparable
-from test_plain_native import _Count, _payload, _report, _trace_payload
+from test_plain_native import _payload, _report, _trace_payload, counted  # noqa: F401
 
 pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
                                 reason="the C loop runs on the C backend")
 
 CASES = 250
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    counter = _Count(plain_native.run)
-    monkeypatch.setattr(plain_native, "run", counter)
-    return counter
 
 
 def _scaled(rng, payload):
@@ -205,3 +198,35 @@ def test_the_kv_router_cases_run_in_c(monkeypatch, counted):
         before = counted.calls
         fast, slow = _both(monkeypatch, payload, on_record=False)
         assert fast == slow and counted.calls == before + 1
+
+
+def _router_state(payload):
+    """What the kv_router holds after a run: each scheduler's state and its queue (the error
+    line instead, if the run fails)."""
+    from aisimulate_core.runtime.build import build_simulation
+    from aisimulate_core.spec import load_payload
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    try:
+        sim.run()
+    except AisimError as error:
+        return f"{type(error).__name__}: {error}"
+    policy = sim.router.policy.policy
+    keys = [(w.worker_id, rank.dp_rank) for w in sim.workers for rank in w.ranks]
+    return {"schedulers": {key: policy._state(key) for key in keys},
+            "queued": policy.queued_uuids(),
+            "counts": (sim.now_ms, sim.arrived, sim.completed, sim.in_flight, sim.is_done()),
+            "report": comparable(json.loads(sim.report().to_json()))}
+
+
+def test_a_kv_routed_run_leaves_the_router_as_the_python_loop_does(monkeypatch, counted,
+                                                                   tmp_path):
+    rng = random.Random(515)
+    for case in range(60):
+        payload = _kv_routed(rng, _trace_payload(rng, tmp_path, case))
+        if rng.random() < 0.4:
+            payload = _scaled(rng, payload)
+        monkeypatch.setattr(plain_native, "ENABLED", True)
+        fast = _router_state(payload)
+        monkeypatch.setattr(plain_native, "ENABLED", False)
+        assert fast == _router_state(payload), (case, payload)
+    assert counted.calls >= 40

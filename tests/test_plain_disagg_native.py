@@ -162,20 +162,25 @@ def _random_payload(rng, tmp_path, case):
     return payload
 
 
+def both_ways(monkeypatch, counted, payload):
+    """The report (or error line) with the C loop allowed and whether it ran; the Python
+    loop's must be the same."""
+    before = counted.calls
+    monkeypatch.setattr(plain_native, "ENABLED", True)
+    fast = _report(payload)
+    took = counted.calls - before
+    monkeypatch.setattr(plain_native, "ENABLED", False)
+    slow = _report(payload)
+    assert counted.calls == before + took
+    assert fast == slow, payload
+    return fast, took
+
+
 def test_random_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
     rng = random.Random(20261202)
     ran = 0
     for case in range(CASES):
-        payload = _random_payload(rng, tmp_path, case)
-        before = counted.calls
-        monkeypatch.setattr(plain_native, "ENABLED", True)
-        fast = _report(payload)
-        took = counted.calls - before
-        monkeypatch.setattr(plain_native, "ENABLED", False)
-        slow = _report(payload)
-        assert counted.calls == before + took
-        assert fast == slow, (case, payload)
-        ran += took
+        ran += both_ways(monkeypatch, counted, _random_payload(rng, tmp_path, case))[1]
     # (a payload the validation refuses never reaches a loop)
     assert ran > CASES * 0.9
 
@@ -205,14 +210,7 @@ def test_random_kv_router_runs_match_the_python_loop(monkeypatch, counted, tmp_p
     for case in range(cases):
         payload = _random_payload(rng, tmp_path, case)
         payload["spec"]["adapters"]["placement"] = _kv_router(rng)
-        before = counted.calls
-        monkeypatch.setattr(plain_native, "ENABLED", True)
-        fast = _report(payload)
-        took = counted.calls - before
-        monkeypatch.setattr(plain_native, "ENABLED", False)
-        slow = _report(payload)
-        assert fast == slow, (case, payload)
-        ran += took
+        ran += both_ways(monkeypatch, counted, payload)[1]
     assert ran > cases * 0.9
 
 
@@ -297,10 +295,5 @@ def test_records_of_b5_and_its_traces_are_the_python_loops(monkeypatch, counted)
             payload["traffic"]["trace_path"]).name)
         payloads.append(payload)
     for payload in payloads:
-        before = counted.calls
-        monkeypatch.setattr(plain_native, "ENABLED", True)
-        fast = _report(payload)
-        assert counted.calls == before + 1
-        monkeypatch.setattr(plain_native, "ENABLED", False)
-        assert isinstance(fast, dict) and fast == _report(payload)
-        assert len(fast["per_request"]) == fast["completed_requests"] > 0
+        report, took = both_ways(monkeypatch, counted, payload)
+        assert took == 1 and len(report["per_request"]) == report["completed_requests"] > 0

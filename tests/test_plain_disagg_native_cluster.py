@@ -18,8 +18,8 @@ import random
 import pytest
 
 from aisimulate_core import native
-from aisimulate_core.runtime import plain_disagg_native, plain_native
-from test_plain_disagg_native import _BENCH, _Count, _random_payload, _report
+from aisimulate_core.runtime import plain_disagg_native
+from test_plain_disagg_native import _BENCH, _Count, _random_payload, both_ways
 
 pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
                                 reason="the C loop runs on the C backend")
@@ -56,24 +56,12 @@ def _scaled(rng, payload):
     return payload
 
 
-def _both(monkeypatch, counted, payload):
-    before = counted.calls
-    monkeypatch.setattr(plain_native, "ENABLED", True)
-    fast = _report(payload)
-    took = counted.calls - before
-    monkeypatch.setattr(plain_native, "ENABLED", False)
-    slow = _report(payload)
-    assert counted.calls == before + took
-    assert fast == slow, payload
-    return fast, took
-
-
 def test_random_scaled_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
     rng = random.Random(20261206)
     ran = operations = 0
     for case in range(CASES):
         payload = _scaled(rng, _random_payload(rng, tmp_path, case))
-        report, took = _both(monkeypatch, counted, payload)
+        report, took = both_ways(monkeypatch, counted, payload)
         ran += took
         if isinstance(report, dict):
             operations += len(report.get("lifecycle_operations") or ())
@@ -87,7 +75,7 @@ def test_the_s2_case_runs_in_c(monkeypatch, counted):
     cluster = _BENCH / "cluster"
     payload = json.loads((cluster / "s2_schedule_scaling_disagg_rr.json").read_text())
     payload["traffic"]["trace_path"] = str(cluster / "data" / "s2_scale_disagg.jsonl")
-    report, took = _both(monkeypatch, counted, payload)
+    report, took = both_ways(monkeypatch, counted, payload)
     assert took == 1 and report["completed_requests"] == len(report["per_request"]) > 0
     assert report["lifecycle_operations"]
 
@@ -99,5 +87,5 @@ def test_schedules_that_may_empty_a_pool_keep_the_python_loop(monkeypatch, count
     payload["traffic"]["trace_path"] = str(cluster / "data" / "s2_scale_disagg.jsonl")
     payload["spec"]["adapters"]["scaling"]["config"]["ticks"].append(
         {"at_ms": 400.0, "prefill_target": 0})
-    _both(monkeypatch, counted, payload)
+    both_ways(monkeypatch, counted, payload)
     assert counted.calls == 0

@@ -483,6 +483,26 @@ def _synthetic_config(config, driver, keep):
         config.shape_rng = shape._rng._rng
 
 
+def trace_config(config, driver, keep):
+    """A trace's sessions into a plain loop's ``config`` (both loops' configs carry the trace
+    arrays, arrivals, sessions, trace_closed, max_sessions and max_input); what they point to
+    goes into ``keep``."""
+    ffi = native.ffi
+    arrays, longest = _prepared(driver)
+    keep.update(arrays)
+    config.arrivals = _TRACE
+    config.sessions = len(driver.sessions)
+    if driver.max_sessions is not None:
+        config.trace_closed = 1
+        config.max_sessions = driver.max_sessions
+    for name, values in arrays.items():
+        kind = {"q": "int64_t[]", "d": "double[]", "I": "uint32_t[]"}[values.typecode]
+        buffer = keep[name + "_c"] = ffi.from_buffer(kind, values) if values else \
+            ffi.new(kind, 1)
+        setattr(config, name, buffer)
+    config.max_input = longest
+
+
 def _config(sim):
     """The loop's aisim_plain_config for ``sim``, and what it points to (kept alive by the
     caller through the run)."""
@@ -495,19 +515,7 @@ def _config(sim):
     keep = {}
     config = ffi.new("aisim_plain_config *")
     if type(driver) is SessionDriver and type(driver.sessions) is not SyntheticSessions:
-        arrays, longest = _prepared(driver)
-        keep.update(arrays)
-        config.arrivals = _TRACE
-        config.sessions = len(driver.sessions)
-        if driver.max_sessions is not None:
-            config.trace_closed = 1
-            config.max_sessions = driver.max_sessions
-        for name, values in arrays.items():
-            kind = {"q": "int64_t[]", "d": "double[]", "I": "uint32_t[]"}[values.typecode]
-            buffer = keep[name + "_c"] = ffi.from_buffer(kind, values) if values else \
-                ffi.new(kind, 1)
-            setattr(config, name, buffer)
-        config.max_input = longest
+        trace_config(config, driver, keep)
         config.isl, config.osl, config.trace_block = 1, 0, driver.block_size
     else:
         _synthetic_config(config, driver, keep)

@@ -132,6 +132,12 @@ typedef struct plain_entry {
     int32_t decode_rank;
     double held, reserved, activated, released;
     int64_t route_overlap[2], route_best[2];   /* a kv_router's pick in each pool */
+    /* the disaggregated loop's: the prompt made at arrival (a trace turn, -1: the id ranges)
+     * and the slot of its held source on its prefill worker (rank) */
+    int64_t prompt_turn;
+    uint32_t prompt_ranges[8];
+    int32_t n_prompt_ranges;
+    int32_t source_slot;
 } plain_entry;
 
 /* a disaggregated request's stages (plain_entry.stages, a record row's column 14) */

@@ -81,14 +81,6 @@ struct aisim_pd {
     plain_sessions sess;
     plain_prompts prompts;
     plain_requests req;
-    struct info {           /* by uuid: its prompt (a trace turn, or id ranges made at
-                               arrival) and its source (worker key, slot) */
-        int64_t turn;       /* the trace turn (-1: id ranges) */
-        int32_t pworker, pslot;
-        uint32_t ranges[8];
-        int32_t n_ranges;
-    } *info;
-    size_t info_cap;
     uint32_t *lengths;      /* a trace prompt's run lengths (trace_block but the last) */
     size_t n_last;          /* the run cut last (SIZE_MAX: none) */
     const aisim_kvr_view *kvr_view[2];   /* each pool's kv_router (cfg.kvr; NULL: round
@@ -198,26 +190,26 @@ static const uint32_t *turn_runs(aisim_pd *p, int64_t k, size_t *n)
 }
 
 /* The prompt of session `index`'s turn `turn`, made at its arrival as request uuid
- * (OneTurnDriver._request, SessionDriver._request): its lengths into e, its ids into info. */
+ * (OneTurnDriver._request, SessionDriver._request) into its entry e. */
 static int make_prompt(aisim_pd *p, int64_t uuid, int64_t index, int32_t turn, plain_entry *e)
 {
     const aisim_pd_config *c = &p->cfg;
-    struct info *in = &p->info[uuid];
+    plain_entry *in = e;
     size_t n = 0;
-    in->turn = -1;
+    in->prompt_turn = -1;
     e->prompt_len = c->isl;
     e->max_output = c->osl;
     if (c->arrivals == AISIM_PLAIN_TRACE && !c->turns_per_session) {
-        in->turn = c->turn_base[index] + turn;
-        e->prompt_len = c->turn_input[in->turn];
-        e->max_output = c->turn_output[in->turn];
+        in->prompt_turn = c->turn_base[index] + turn;
+        e->prompt_len = c->turn_input[in->prompt_turn];
+        e->max_output = c->turn_output[in->prompt_turn];
     } else if (c->turns_per_session) {
-        TRY(plain_session_ranges(&p->prompts, index, turn, c->turns_per_session, in->ranges,
-                                 &n));
+        TRY(plain_session_ranges(&p->prompts, index, turn, c->turns_per_session,
+                                 in->prompt_ranges, &n));
     } else {
-        TRY(plain_prompt_ranges(&p->prompts, index, in->ranges, &n));
+        TRY(plain_prompt_ranges(&p->prompts, index, in->prompt_ranges, &n));
     }
-    in->n_ranges = (int32_t)n;
+    in->n_prompt_ranges = (int32_t)n;
     return AISIM_OK;
 }
 
@@ -225,22 +217,26 @@ static int make_prompt(aisim_pd *p, int64_t uuid, int64_t index, int32_t turn, p
 static int submit_copy(aisim_pd *p, pd_worker *w, int64_t uuid, const plain_entry *e,
                        int64_t max_output, int64_t out, int hashed, int accept)
 {
-    const struct info *in = &p->info[uuid];
+    const plain_entry *in = e;
     uint64_t salt = (uint64_t)uuid * GOLDEN;
     int64_t len = e->prompt_len;
-    if (hashed && in->turn >= 0) {
+    if (hashed && in->prompt_turn >= 0) {
         size_t n;
-        const uint32_t *values = turn_runs(p, in->turn, &n);
+        const uint32_t *values = turn_runs(p, in->prompt_turn, &n);
         return accept ? aisim_vllm_accept(w->rank, len, max_output, out, NULL, 0, values,
                                           p->lengths, n, 0, salt)
                       : aisim_vllm_submit(w->rank, len, max_output, out, NULL, 0, values,
                                           p->lengths, n, 0, salt);
     }
     if (hashed)
-        return accept ? aisim_vllm_accept_ranges(w->rank, len, max_output, out, in->ranges,
-                                                 (size_t)in->n_ranges, p->cfg.trace_block, salt)
-                      : aisim_vllm_submit_ranges(w->rank, len, max_output, out, in->ranges,
-                                                 (size_t)in->n_ranges, p->cfg.trace_block, salt);
+        return accept ? aisim_vllm_accept_ranges(w->rank, len, max_output, out,
+                                                 in->prompt_ranges,
+                                                 (size_t)in->n_prompt_ranges, p->cfg.trace_block,
+                                                 salt)
+                      : aisim_vllm_submit_ranges(w->rank, len, max_output, out,
+                                                 in->prompt_ranges,
+                                                 (size_t)in->n_prompt_ranges, p->cfg.trace_block,
+                                                 salt);
     return accept ? aisim_vllm_accept(w->rank, len, max_output, out, NULL, 0, NULL, NULL, 0, 0,
                                       salt)
                   : aisim_vllm_submit(w->rank, len, max_output, out, NULL, 0, NULL, NULL, 0, 0,
@@ -461,8 +457,8 @@ static int reserved(aisim_pd *p, int32_t key, int32_t slot, int64_t fresh, doubl
     a.dworker = key;
     a.dslot = slot;
     a.missing = fresh;
-    a.pworker = p->info[a.uuid].pworker;
-    a.pslot = p->info[a.uuid].pslot;
+    a.pworker = e->rank;   /* (the request is in flight: its entry lives) */
+    a.pslot = e->source_slot;
     return enqueue_kind(p, a, START_TRANSFER);
 }
 
@@ -553,8 +549,7 @@ static int complete(aisim_pd *p, int32_t key, double t, int immediate, int *prod
         a.pslot = w->held[i];
         a.dworker = a.dslot = -1;
         a.missing = 0;
-        p->info[uuid].pworker = key;
-        p->info[uuid].pslot = a.pslot;
+        plain_entry_of(&p->req, uuid)->source_slot = a.pslot;
         TRY(enqueue_kind(p, a, RESERVE));
     }
     w->idle = 1;
@@ -644,11 +639,11 @@ static int any_idle(const aisim_pd *p, int decode)
 static int prompt_runs(aisim_pd *p, int64_t uuid, int64_t prompt_len, const uint32_t **values,
                        const uint32_t **lengths, size_t *n)
 {
-    const struct info *in = &p->info[uuid];
+    const plain_entry *in = plain_entry_of(&p->req, uuid);
     int64_t block = p->cfg.trace_block, runs = (prompt_len + block - 1) / block, k = 0;
     int32_t i;
-    if (in->turn >= 0) {
-        *values = turn_runs(p, in->turn, n);
+    if (in->prompt_turn >= 0) {
+        *values = turn_runs(p, in->prompt_turn, n);
         *lengths = p->lengths;
         return AISIM_OK;
     }
@@ -656,8 +651,8 @@ static int prompt_runs(aisim_pd *p, int64_t uuid, int64_t prompt_len, const uint
                    sizeof *p->run_values));
     TRY(aisim_grow((void **)&p->run_lengths, &p->run_lengths_cap, (size_t)runs,
                    sizeof *p->run_lengths));
-    for (i = 0; i < in->n_ranges && k < runs; i++) {
-        uint32_t id = in->ranges[2 * i], count = in->ranges[2 * i + 1], j;
+    for (i = 0; i < in->n_prompt_ranges && k < runs; i++) {
+        uint32_t id = in->prompt_ranges[2 * i], count = in->prompt_ranges[2 * i + 1], j;
         for (j = 0; j < count && k < runs; j++, k++) {
             p->run_values[k] = id + j;
             p->run_lengths[k] = (uint32_t)block;
@@ -879,7 +874,6 @@ static int release_arrivals(aisim_pd *p, double t, int *arrived)
         e->arrival = t;
         e->session = index;
         e->turn = turn;
-        TRY(aisim_grow((void **)&p->info, &p->info_cap, (size_t)uuid + 1, sizeof *p->info));
         TRY(make_prompt(p, uuid, index, turn, e));   /* (its group drawn now) */
         p->view.arrived++;
         p->view.in_flight++;
@@ -1395,7 +1389,6 @@ int aisim_pd_free(aisim_pd *p)
     free(p->rr[0]);
     free(p->rr[1]);
     free(p->idle_keys);
-    free(p->info);
     free(p->lengths);
     free(p->late_list);
     free(p->run_values);

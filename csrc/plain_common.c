@@ -380,7 +380,7 @@ int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reu
     return AISIM_OK;
 }
 
-int plain_released(plain_requests *q, int64_t uuid, double at_ms)
+int plain_released(plain_requests *q, int64_t uuid, double arrival_ms, double at_ms)
 {
     plain_records *r = &q->records;
     if (uuid >= q->settle_uuid) {
@@ -395,8 +395,13 @@ int plain_released(plain_requests *q, int64_t uuid, double at_ms)
                          sizeof *r->late_uuid));
     PLAIN_TRY(aisim_grow((void **)&r->late_at, &r->late_at_cap, r->n_late + 1,
                          sizeof *r->late_at));
+    PLAIN_TRY(aisim_grow((void **)&r->late_row, &r->late_row_cap, r->n_late + 1,
+                         sizeof *r->late_row));
     r->late_uuid[r->n_late] = uuid;
-    r->late_at[r->n_late++] = at_ms;
+    r->late_at[r->n_late] = at_ms;
+    /* (a running stream made its dict when a later arrival settled: it stays without) */
+    r->late_row[r->n_late++] = r->streamed && r->settled_arrival > arrival_ms ? -1
+                                                                               : (int64_t)r->n;
     return AISIM_OK;
 }
 
@@ -416,9 +421,10 @@ static void records_free(plain_records *r)
     free(r->adm_at);
     free(r->late_uuid);
     free(r->late_at);
-    r->ints = r->adm_ints = r->late_uuid = NULL;
+    free(r->late_row);
+    r->ints = r->adm_ints = r->late_uuid = r->late_row = NULL;
     r->doubles = r->adm_at = r->late_at = NULL;
-    r->n_late = r->late_uuid_cap = r->late_at_cap = 0;
+    r->n_late = r->late_uuid_cap = r->late_at_cap = r->late_row_cap = 0;
     r->n = r->n_adm = r->ints_cap = r->doubles_cap = r->adm_ints_cap = r->adm_at_cap = 0;
 }
 
@@ -475,8 +481,10 @@ static int settle(plain_requests *q, const plain_entry *e)
 {
     const plain_requests *c = q;
     plain_totals *v = &q->totals;
-    if (q->records.on)
+    if (q->records.on) {
         PLAIN_TRY(record(&q->records, q->settle_uuid, e));
+        q->records.settled_arrival = e->arrival;
+    }
     if (!e->admitted)
         return AISIM_OK;
     v->fallback_committed += e->prompt_len > e->max_reused ? e->prompt_len - e->max_reused : 0;

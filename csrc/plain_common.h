@@ -165,9 +165,15 @@ typedef struct plain_records {
     size_t n_adm, adm_ints_cap, adm_at_cap;
     size_t rest_from;           /* the first row plain_settle_rest settled (SIZE_MAX: none) */
     int64_t *late_uuid;         /* disaggregated: sources released after their request
-                                   settled, and when */
+                                   settled, when, and the rows gathered before (-1: the
+                                   record is with a running stream's sink already) */
     double *late_at;
-    size_t n_late, late_uuid_cap, late_at_cap;
+    int64_t *late_row;
+    size_t n_late, late_uuid_cap, late_at_cap, late_row_cap;
+    int32_t streamed;           /* a running stream takes the records (report.
+                                   _RecordStream): a record reaches its sink once a later
+                                   arrival settled */
+    double settled_arrival;     /* the arrival of the request settled last */
     double first_ms;            /* when the oldest row gathered settled (NAN: none) */
 } plain_records;
 
@@ -208,9 +214,9 @@ int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused
  * readmission column holds readmit | pool << 1. */
 int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
                       int readmit, int pool);
-/* A disaggregated source released at at_ms: on its entry, or (records kept, its request
- * settled already) into records' late list. */
-int plain_released(plain_requests *q, int64_t uuid, double at_ms);
+/* A disaggregated source of the request of uuid (arrived at arrival_ms) released at at_ms:
+ * on its entry, or (records kept, its request settled already) into records' late list. */
+int plain_released(plain_requests *q, int64_t uuid, double arrival_ms, double at_ms);
 void plain_records_clear(plain_records *r);
 /* Collector's arrival order: entries settle as soon as every earlier uuid has. */
 int plain_settle_ready(plain_requests *q);

@@ -31,6 +31,7 @@ typedef struct action {
     int32_t pworker, pslot, dworker, dslot;
     int64_t uuid;
     int64_t missing;
+    double arrival;         /* the request's (a release may come after it settled) */
 } action;
 
 typedef struct action_list {
@@ -292,23 +293,29 @@ static int route_terminal(aisim_pd *p, int pool, int64_t uuid, double t)
 static int finish(aisim_pd *p, int64_t uuid, double end_ms, int state)
 {
     plain_entry *e = plain_entry_of(&p->req, uuid);
+    int64_t session = e->session;
+    int32_t turn = e->turn;
+    int held = e->stages & PLAIN_STAGE_HELD;
     e->state = (int8_t)state;
     e->terminal = end_ms;
     p->view.in_flight--;
     if (state == 1)
         p->view.completed++;
+    /* the collector settles it now if every earlier request did (a stream's records reach
+     * their sink in that order: a release after it may be too late for its record) */
+    TRY(plain_settle_ready(&p->req));
     /* _route_terminal: the prefill pool hears it here unless a source was held (then at
      * the source's release) */
-    if (!(e->stages & PLAIN_STAGE_HELD))
+    if (!held)
         TRY(route_terminal(p, 0, uuid, end_ms));
     TRY(route_terminal(p, 1, uuid, end_ms));
     if (!p->late)
-        return plain_sessions_terminal(&p->sess, e->session, e->turn, end_ms);
+        return plain_sessions_terminal(&p->sess, session, turn, end_ms);
     /* a zero-time pass's terminal: the driver hears it after the round's arrivals */
     p->late = 2;
     TRY(aisim_grow((void **)&p->late_list, &p->late_cap, p->n_late + 1, sizeof *p->late_list));
-    p->late_list[p->n_late].session = e->session;
-    p->late_list[p->n_late].turn = e->turn;
+    p->late_list[p->n_late].session = session;
+    p->late_list[p->n_late].turn = turn;
     p->late_list[p->n_late++].end_ms = end_ms;
     return AISIM_OK;
 }
@@ -440,7 +447,7 @@ static int complete_rank(aisim_pd *p, pd_worker *w)
             return AISIM_ECORRUPT;
         }
     }
-    return plain_settle_ready(&p->req);
+    return AISIM_OK;
 }
 
 /* _reserved: the destination of slot on decode worker key got its KV room at t */
@@ -451,6 +458,7 @@ static int reserved(aisim_pd *p, int32_t key, int32_t slot, int64_t fresh, doubl
     plain_entry *e;
     a.uuid = w->hist.slot_uuid[slot];
     e = plain_entry_of(&p->req, a.uuid);
+    a.arrival = e->arrival;
     e->stages |= PLAIN_STAGE_RESERVED;
     e->reserved = t;
     w->pending_head++;   /* (the head is what a retry reserves) */
@@ -549,6 +557,7 @@ static int complete(aisim_pd *p, int32_t key, double t, int immediate, int *prod
         a.pslot = w->held[i];
         a.dworker = a.dslot = -1;
         a.missing = 0;
+        a.arrival = 0.0;
         plain_entry_of(&p->req, uuid)->source_slot = a.pslot;
         TRY(enqueue_kind(p, a, RESERVE));
     }
@@ -850,7 +859,7 @@ static int run_actions(aisim_pd *p, double t)
             if (w->draining)
                 TRY(heard_idle(p, a.pworker));
             if (a.kind == RELEASE_SOURCE)
-                TRY(plain_released(&p->req, a.uuid, t));
+                TRY(plain_released(&p->req, a.uuid, a.arrival, t));
         }
         }
     }
@@ -1187,11 +1196,18 @@ int aisim_pd_run(aisim_pd *p)
         return AISIM_EINVAL;
     for (;;) {
         double t;
-        if (!p->in_step) {
-            if (p->cfg.records_every && p->req.records.n >= (size_t)p->cfg.records_every) {
+        if (!p->in_step && p->req.records.n) {   /* after enough records, or long enough */
+            plain_records *r = &p->req.records;
+            if (isnan(r->first_ms))
+                r->first_ms = p->view.now_ms;
+            if ((p->cfg.records_every && r->n >= (size_t)p->cfg.records_every) ||
+                (p->cfg.records_lag_ms > 0.0 &&
+                 p->view.now_ms - r->first_ms >= p->cfg.records_lag_ms)) {
                 refresh_view(p);
                 return AISIM_PD_RECORDS;
             }
+        }
+        if (!p->in_step) {
             t = next_time(p);
             if (t > p->cfg.cutoff_ms || t == INFINITY) {
                 p->view.next_ms = t;
@@ -1321,6 +1337,8 @@ int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
     p->sess.start_kind = c->start_kind;
     p->req.records.on = c->keep_records != 0;
     p->req.records.disagg = 1;
+    p->req.records.streamed = c->records_stream != 0;
+    p->req.records.settled_arrival = -INFINITY;
     p->req.records.rest_from = SIZE_MAX;
     p->req.records.first_ms = NAN;
     p->n_last = SIZE_MAX;
@@ -1457,11 +1475,12 @@ int aisim_pd_ready(aisim_pd *p, int64_t *index, double *ready_ms, size_t cap)
 
 int aisim_pd_records(const aisim_pd *p, const int64_t **ints, const double **doubles,
                      size_t *n, const int64_t **adm_ints, const double **adm_at, size_t *n_adm,
-                     const int64_t **late_uuid, const double **late_at, size_t *n_late)
+                     const int64_t **late_uuid, const double **late_at,
+                     const int64_t **late_row, size_t *n_late, size_t *rest_from)
 {
     const plain_records *r;
     if (!p || !ints || !doubles || !n || !adm_ints || !adm_at || !n_adm || !late_uuid ||
-        !late_at || !n_late)
+        !late_at || !late_row || !n_late || !rest_from)
         return AISIM_EINVAL;
     r = &p->req.records;
     *ints = r->ints;
@@ -1472,7 +1491,9 @@ int aisim_pd_records(const aisim_pd *p, const int64_t **ints, const double **dou
     *n_adm = r->n_adm;
     *late_uuid = r->late_uuid;
     *late_at = r->late_at;
+    *late_row = r->late_row;
     *n_late = r->n_late;
+    *rest_from = r->rest_from < r->n ? r->rest_from : r->n;
     return AISIM_OK;
 }
 

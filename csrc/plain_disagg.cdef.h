@@ -56,6 +56,10 @@ typedef struct aisim_pd_config {
      * the end) */
     int32_t keep_records;
     int64_t records_every;
+    /* a running stream takes them (a record is with its sink once a later arrival settled),
+     * handed over too once the oldest gathered settled records_lag_ms ago (0: no bound) */
+    int32_t records_stream;
+    double records_lag_ms;
     /* the pools: n_prefill then n_decode workers of one rank each (worker keys in that
      * order), their aisim_vllm_rank handles, round robin's worker lists (pool-local
      * indices) and cursors */
@@ -160,11 +164,13 @@ int aisim_pd_ready(aisim_pd *p, int64_t *index, double *ready_ms, size_t cap);
  * chosen, and a kv_router's selected and best overlap blocks in the prefill pool, then in
  * the decode pool) and 10 doubles (its 6, then the held, reserved, activated and released times);
  * an admission's readmission column (and the flags' bit 8 for the first) holds the decode
- * pool as bit 1; and the sources released after their request's row was gathered, as
- * (uuid, time). */
+ * pool as bit 1; the sources released after their request's row was gathered, as (uuid,
+ * time, the rows gathered before it: -1 when a running stream has the record already); and
+ * *rest_from as aisim_plain_records's. */
 int aisim_pd_records(const aisim_pd *p, const int64_t **ints, const double **doubles,
                      size_t *n, const int64_t **adm_ints, const double **adm_at, size_t *n_adm,
-                     const int64_t **late_uuid, const double **late_at, size_t *n_late);
+                     const int64_t **late_uuid, const double **late_at,
+                     const int64_t **late_row, size_t *n_late, size_t *rest_from);
 int aisim_pd_clear_records(aisim_pd *p);
 
 /* Scaling, at a pause: a worker of one rank added (its key the next), a pool's round robin

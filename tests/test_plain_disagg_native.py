@@ -101,9 +101,9 @@ def _payload(rng):
     return {"spec": spec, "traffic": traffic}
 
 
-def _report(payload):
+def _report(payload, on_record=None):
     try:
-        report = run_replay(json.loads(json.dumps(payload)))
+        report = run_replay(json.loads(json.dumps(payload)), on_record=on_record)
     except AisimError as error:
         return f"{type(error).__name__}: {error}"
     return comparable(json.loads(report.to_json()))
@@ -162,25 +162,32 @@ def _random_payload(rng, tmp_path, case):
     return payload
 
 
-def both_ways(monkeypatch, counted, payload):
+def both_ways(monkeypatch, counted, payload, streamed=False):
     """The report (or error line) with the C loop allowed and whether it ran; the Python
-    loop's must be the same."""
+    loop's must be the same, and with ``streamed`` the records its on_record heard (in
+    order, and what each said when it came)."""
     before = counted.calls
-    monkeypatch.setattr(plain_native, "ENABLED", True)
-    fast = _report(payload)
-    took = counted.calls - before
-    monkeypatch.setattr(plain_native, "ENABLED", False)
-    slow = _report(payload)
+    out = []
+    for enabled in (True, False):
+        monkeypatch.setattr(plain_native, "ENABLED", enabled)
+        records = []
+        report = _report(payload, on_record=(lambda r: records.append(json.dumps(r)))
+                         if streamed else None)
+        out.append((report, records))
+        if enabled:
+            took = counted.calls - before
     assert counted.calls == before + took
-    assert fast == slow, payload
-    return fast, took
+    assert out[0] == out[1], payload
+    return out[0][0], took
 
 
 def test_random_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
+    # records off, kept, or streamed to on_record
     rng = random.Random(20261202)
     ran = 0
     for case in range(CASES):
-        ran += both_ways(monkeypatch, counted, _random_payload(rng, tmp_path, case))[1]
+        payload = _random_payload(rng, tmp_path, case)
+        ran += both_ways(monkeypatch, counted, payload, streamed=rng.random() < 0.3)[1]
     # (a payload the validation refuses never reaches a loop)
     assert ran > CASES * 0.9
 
@@ -210,7 +217,7 @@ def test_random_kv_router_runs_match_the_python_loop(monkeypatch, counted, tmp_p
     for case in range(cases):
         payload = _random_payload(rng, tmp_path, case)
         payload["spec"]["adapters"]["placement"] = _kv_router(rng)
-        ran += both_ways(monkeypatch, counted, payload)[1]
+        ran += both_ways(monkeypatch, counted, payload, streamed=rng.random() < 0.25)[1]
     assert ran > cases * 0.9
 
 
@@ -270,13 +277,23 @@ def test_b5_runs_in_c_with_the_python_loops_summary(monkeypatch, counted):
     assert fast["completed_requests"] == 400
 
 
-def test_streamed_records_keep_the_python_loop(monkeypatch, counted):
-    # a stream hands a record over once the requests before it settled, and a source released
-    # after that is not on it: only the Python loop knows when (records kept are finished)
+def test_streamed_records_are_the_python_loops(monkeypatch, counted):
+    # a stream hands a record over once a later arrival settled: a source released after
+    # that is not on it (the prefill worker's 25 ms passes release sources long after their
+    # requests' two tokens), on a kept record it is
     payload = _b5(record_per_request=True)
+    payload["traffic"].update(request_count=60, osl=2, request_rate=200.0, isl=64)
+    payload["spec"]["engine"]["rank"]["timing_model"] = {"type": "fixed", "prefill_ms": 25.0,
+                                                         "decode_ms": 0.25}
+    report, took = both_ways(monkeypatch, counted, payload, streamed=True)
+    assert took == 1 and "per_request" not in report
+    monkeypatch.setattr(plain_native, "ENABLED", True)
     streamed = []
-    report = run_replay(json.loads(json.dumps(payload)), on_record=streamed.append)
-    assert counted.calls == 0 and len(streamed) == 50 and report.per_request is None
+    run_replay(json.loads(json.dumps(payload)), on_record=streamed.append)
+    kept = run_replay(json.loads(json.dumps(payload))).per_request
+    assert counted.calls == 3 and len(streamed) == len(kept) == 60
+    assert sum(r["source_released_ms"] is None for r in streamed) > 20
+    assert all(r["source_released_ms"] is not None for r in kept)
 
 
 def test_records_of_b5_and_its_traces_are_the_python_loops(monkeypatch, counted):

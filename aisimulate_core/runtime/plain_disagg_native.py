@@ -79,8 +79,8 @@ def eligible(sim, limit):
     collector = sim.collector
     stream = collector._stream
     if collector._num_requests or collector._order.waiting or collector._authored \
-            or (stream is not None and (stream.running or stream.heap or stream.later)):
-        return "records streamed, or the collector holds terminals already"
+            or (stream is not None and (stream.heap or stream.later)):
+        return "the collector holds terminals already"
     reason = plain_native._driver_reason(sim.driver)
     if reason is None:
         reason = _output_reason(sim.driver)
@@ -273,6 +273,7 @@ def run(sim, limit):
         status = lib.aisim_pd_run(loop)
         while status in (lib.AISIM_PD_RECORDS, lib.AISIM_PD_CLUSTER, lib.AISIM_PD_TICK):
             if status == lib.AISIM_PD_RECORDS:
+                sim.now_ms = view.now_ms   # (a sink may read the clock)
                 records.take()
             else:
                 scaling.pause(status == lib.AISIM_PD_TICK)
@@ -360,6 +361,9 @@ def _config(sim):
     if sim.collector.keeps_records:
         config.keep_records = 1
         config.records_every = plain_native.RECORDS_EVERY
+        if sim.collector._stream.running:
+            config.records_stream = 1
+            config.records_lag_ms = plain_native.RECORDS_LAG_MS
     plain_native.set_report_config(config, sim.collector._totals)
     return config, keep
 
@@ -448,9 +452,11 @@ def _take_driver_state(driver, loop, view):
 
 class _Records:
     """Per-request records from the rows C gathered (aisim_pd_records): each the
-    ``RequestRecord`` records.make_disagg_record makes of the request, into the collector's
-    record list. (Kept records are only sorted at the report, so the order they come in does
-    not matter; a source released after its request's row came is set on its record.)"""
+    ``RequestRecord`` records.make_disagg_record makes of the request, handed to the
+    collector's record stream in the order the collector settles them. A source released
+    after its request's row was gathered is set on its record where the Python loop sets it:
+    before the rows gathered after the release, unless a running stream's sink has the record
+    already (its dict was made when a later arrival settled)."""
 
     _STATUS = {1: "completed", 2: "rejected", 3: "failed"}
 
@@ -480,10 +486,12 @@ class _Records:
             self.sessions, self.synthetic = None, driver._named
         self.later = {}      # uuid -> its admissions after the first, not settled yet
         self.unreleased = {}  # uuid -> a record whose source is released later
+        self.stream = sim.collector._stream
         ffi = native.ffi
         self.out = (ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
                     ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
-                    ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"))
+                    ffi.new("int64_t **"), ffi.new("double **"), ffi.new("int64_t **"),
+                    ffi.new("size_t *"), ffi.new("size_t *"))
 
     def add_workers(self, sim, workers):
         """By worker key: its rank's scheduler id and its route in its pool."""
@@ -497,7 +505,8 @@ class _Records:
 
     def take(self):
         ffi, lib = native.ffi, native.lib
-        ints_p, doubles_p, n_p, adm_p, at_p, n_adm_p, late_p, late_at_p, n_late_p = self.out
+        (ints_p, doubles_p, n_p, adm_p, at_p, n_adm_p, late_p, late_at_p, late_row_p,
+         n_late_p, rest_p) = self.out
         native.check_status(lib.aisim_pd_records(self.loop, *self.out), "aisim_pd_records")
         n, n_adm, n_late = n_p[0], n_adm_p[0], n_late_p[0]
         later = self.later
@@ -509,27 +518,35 @@ class _Records:
                 entry = (at[k], "decode" if flags & 2 else "prefill", adm[3 * k + 1],
                          bool(flags & 1))
                 later.setdefault(adm[3 * k], []).append(entry)
+        # (uuid, time, rows before) of each late release, in release order, then a sentinel
+        late = list(zip(ffi.unpack(late_p[0], n_late), ffi.unpack(late_at_p[0], n_late),
+                        ffi.unpack(late_row_p[0], n_late))) if n_late else []
+        late.append((0, 0.0, n))
+        ints = array("q")
+        doubles = array("d")
         if n:
-            ints = array("q")
             ints.frombytes(ffi.buffer(ints_p[0], 8 * 19 * n))
-            doubles = array("d")
             doubles.frombytes(ffi.buffer(doubles_p[0], 8 * 10 * n))
-            self._settle(ints.tolist(), doubles.tolist(), n)
-        if n_late:
-            unreleased = self.unreleased
-            uuids = ffi.unpack(late_p[0], n_late)
-            times = ffi.unpack(late_at_p[0], n_late)
-            for uuid, t in zip(uuids, times):
-                record = unreleased.pop(uuid, None)
-                if record is not None:
-                    record.source_released_ms = t
+        ints, doubles = ints.tolist(), doubles.tolist()
+        done = 0
+        unreleased = self.unreleased
+        for uuid, t, row in late:
+            if row > done:   # the rows gathered before this release
+                self._settle(ints, doubles, done, row, rest_p[0])
+                done = row
+            record = unreleased.pop(uuid, None)
+            if record is not None and row >= 0 and uuid:
+                record.source_released_ms = t
         native.check_status(lib.aisim_pd_clear_records(self.loop), "aisim_pd_clear_records")
 
-    def _settle(self, ints, doubles, n):
+    def _settle(self, ints, doubles, first, end, rest_from):
+        """Rows first..end-1; from rest_from on, settled behind a request still in flight
+        when the run ended (as after the stream closed)."""
         settled, routes, schedulers, later = self.settled, self.routes, self.schedulers, \
             self.later
         sessions, synthetic, status_of = self.sessions, self.synthetic, self._STATUS
-        for i in range(n):
+        stream = self.stream
+        for i in range(first, end):
             (uuid, prompt_len, max_output, count, max_reused, first_reused, state, pkey,
              session, turn, n_admissions, admit_reused, flags, dkey, stages, p_overlap,
              p_best, d_overlap, d_best) = ints[19 * i:19 * i + 19]
@@ -571,7 +588,13 @@ class _Records:
                 record.source_released_ms = released
             elif stages & 17 == 17:   # held and accepted: released later, or never (a cutoff)
                 self.unreleased[uuid] = record
-            settled(record)
+            if i < rest_from:
+                settled(record)
+            else:
+                running = stream.running
+                stream.running = False
+                settled(record)
+                stream.running = running
 
 
 class _Scaling:

@@ -599,7 +599,16 @@ class _RecordStream:
         self.running = running  # False: nothing reaches the sink before ``flush``
 
     def settled(self, rec: RequestRecord) -> None:
-        entry = (_record_order(rec), self.count, rec)
+        uuid, admissions = rec.uuid, rec.admissions
+        first_admit = admissions[0][0] if admissions else None
+        if (rec.request_id is None and first_admit is not None and type(uuid) is int
+                and 0 <= uuid < 1 << 48):
+            # _record_order of the usual record (no authored id, admitted, a run's uuid)
+            order = (False, "", rec.arrival_time_ms, True, first_admit,
+                     f"00000000-0000-0000-0000-{uuid:012x}")
+        else:
+            order = _record_order(rec)
+        entry = (order, self.count, rec)
         self.count += 1
         if not self.running:
             self.later.append(entry)
@@ -737,7 +746,15 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
 
     Built as one literal of the keys every record has; the optional ones, mostly unset, are
     put in their places only when set (``_with_optional``)."""
-    history, readmissions, pools = _admission_history(rec)
+    admissions = rec.admissions
+    if len(admissions) == 1 and len(admissions[0]) <= 5:
+        # the usual record, admitted once (_admission_history's first case, inline)
+        at_ms, pool, reused = admissions[0][0], admissions[0][1], admissions[0][2]
+        history = [{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
+                    "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False}]
+        readmissions, pools = 0, {pool: [1, at_ms, reused]}
+    else:
+        history, readmissions, pools = _admission_history(rec)
     routing = rec.routing
     prefill_overlap = rec.prefill_route_overlap_tokens
     decode_overlap = rec.decode_route_overlap_tokens
@@ -745,8 +762,14 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     placed = ()          # pools of the immediate placements (their overlap is 0)
     for route in routing:
         if type(route) is tuple and len(route) > 3 and route[3] is not None:
-            # an immediate placement that names its scheduler (_route's work, inline)
-            routes.append(_route_entry(route[0], route[3], route[1], route[2]))
+            # an immediate placement that names its scheduler (_route's work, inline:
+            # _route_entry's dict)
+            routes.append({
+                "pool": route[0], "outcome": "immediate", "queue_entered_at_ms": None,
+                "released_at_ms": None, "queue_wait_ms": 0.0, "logical_worker_id": route[1],
+                "scheduler_id": route[3], "dp_rank": route[2], "reported_overlap_tokens": 0,
+                "selected_overlap_blocks": None, "best_available_overlap_blocks": None,
+                "overlap_regret_blocks": None, "placement_replica_id": None})
             placed += (route[0],)
         else:
             placed = None

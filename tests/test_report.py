@@ -688,3 +688,25 @@ def test_record_pool_facts_come_from_the_first_admission_and_the_largest_reuse()
     assert (out["reused_input_tokens"], out["decode_reused_input_tokens"]) == (6, 9)
     assert (out["admission_count"], out["readmission_count"]) == (4, 2)
     assert [e["pool_admission_ordinal"] for e in out["admission_history"]] == [0, 0, 1, 1]
+
+
+def test_the_record_streams_order_is_record_order():
+    """The stream keys a settled record as _record_order does, its usual record inline."""
+    from aisimulate_core.report import _record_order, _RecordStream
+
+    import random as _random
+    rng = _random.Random(5)
+    records = []
+    for i in range(200):
+        admissions = rng.choice([[], [(rng.uniform(0, 9), "agg", 0, False)],
+                                 [(None, "agg", 0, False)],
+                                 [(1.0, "prefill", 3, False), (2.0, "decode", 1, False)]])
+        uuid = rng.choice([i + 1, 2**48 + i, 2**127, True, "u-%d" % i])
+        records.append(rec(uuid, arrival=rng.choice([0.0, 1.0, rng.uniform(0, 5)]),
+                           admissions=admissions, admitted=bool(admissions),
+                           request_id=rng.choice([None, None, "", "r%d" % i])))
+    stream = _RecordStream(lambda record: None, running=False)
+    for r in records:
+        stream.settled(r)
+    assert [entry[0] for entry in stream.later] == [_record_order(r) for r in records]
+    assert [entry[2] for entry in stream.later] == records

@@ -686,7 +686,7 @@ static int pick(aisim_pd *p, int pool, int64_t uuid, double t, int32_t *key)
     plain_entry *e = plain_entry_of(&p->req, uuid);
     aisim_kvr *kvr = c->kvr[pool];
     const aisim_kvr_view *v = p->kvr_view[pool];
-    size_t lo = pool ? c->n_prefill : 0, hi = pool ? p->n_workers : c->n_prefill, k;
+    size_t k;
     int status;
     if (!kvr) {
         int64_t *cursor = pool ? &p->view.rr_decode_cursor : &p->view.rr_prefill_cursor;
@@ -711,9 +711,10 @@ static int pick(aisim_pd *p, int pool, int64_t uuid, double t, int32_t *key)
         return status;
     if (status != AISIM_KVR_PLACED || v->dp_rank != 0)
         return AISIM_ECORRUPT;   /* (no queue, every worker a candidate: it places) */
-    for (k = lo; k < hi && p->workers[k].worker_id != v->worker_id; k++)
-        ;
-    if (k == hi)
+    for (k = 0; k < p->n_workers; k++)   /* (the pool's worker of that id) */
+        if (p->workers[k].decode == pool && p->workers[k].worker_id == v->worker_id)
+            break;
+    if (k == p->n_workers)
         return AISIM_ECORRUPT;
     e->route_overlap[pool] = v->overlap;
     e->route_best[pool] = v->best_overlap;
@@ -1274,7 +1275,7 @@ int aisim_pd_new(aisim_pd **out, const aisim_pd_config *c)
     if (!out || !c || !c->n_prefill || !c->n_decode || !c->ranks || !c->worker_ids ||
         (!c->kvr[0] && (!c->rr_prefill || !c->n_rr_prefill)) ||
         (!c->kvr[1] && (!c->rr_decode || !c->n_rr_decode)) ||
-        (c->cluster && (c->kvr[0] || c->kvr[1])) || c->trace_block < 1 ||
+        c->trace_block < 1 ||
         c->isl < 1 || c->osl < 1 || c->own < 0 || c->shared < 0 || c->fresh_base < 0 ||
         c->fresh_base >= PLAIN_ID_LIMIT || c->sessions < 0 ||
         c->arrivals < AISIM_PLAIN_POISSON || c->arrivals > AISIM_PLAIN_TRACE ||

@@ -1,4 +1,4 @@
-"""Scheduled scaling inside the plain disaggregated C loop (runtime/plain_disagg_native.py's
+"""Scheduled scaling (with round robin or the C kv_router) inside the plain disaggregated C loop (runtime/plain_disagg_native.py's
 _Scaling, csrc/plain_disagg.c's pauses) against its twin, runtime/disaggregated.py's Python loop.
 
 Seeded random payloads of test_plain_disagg_native (both pools' sizes, small decode pools,
@@ -19,7 +19,7 @@ import pytest
 
 from aisimulate_core import native
 from aisimulate_core.runtime import plain_disagg_native
-from test_plain_disagg_native import _BENCH, _Count, _random_payload, both_ways
+from test_plain_disagg_native import _BENCH, _Count, _kv_router, _random_payload, both_ways
 
 pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
                                 reason="the C loop runs on the C backend")
@@ -67,6 +67,23 @@ def test_random_scaled_runs_match_the_python_loop(monkeypatch, counted, tmp_path
             operations += len(report.get("lifecycle_operations") or ())
     assert ran > CASES * 0.9
     assert operations > CASES   # (the schedules did change the pools)
+
+
+def test_random_scaled_kv_router_runs_match_the_python_loop(monkeypatch, counted, tmp_path):
+    # the C kv_router of each pool under scaling: its candidates follow the workers (its
+    # Python notifications sync them at each pause), new prefill ranks report to it
+    rng = random.Random(20261207)
+    ran = operations = 0
+    cases = 100
+    for case in range(cases):
+        payload = _scaled(rng, _random_payload(rng, tmp_path, case))
+        payload["spec"]["adapters"]["placement"] = _kv_router(rng)
+        report, took = both_ways(monkeypatch, counted, payload, streamed=rng.random() < 0.25)
+        ran += took
+        if isinstance(report, dict):
+            operations += len(report.get("lifecycle_operations") or ())
+    assert ran > cases * 0.9
+    assert operations > cases
 
 
 def test_the_s2_case_runs_in_c(monkeypatch, counted):

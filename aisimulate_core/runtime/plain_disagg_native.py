@@ -103,8 +103,6 @@ def _cluster_reason(sim):
     # workers leave first, and start last; an empty pool parks its requests, in Python)
     if any(target is not None and target < 1 for tick in policy.ticks for target in tick[1:]):
         return "a schedule that may empty a pool"
-    if any(router._native is not None for router in sim.routers):
-        return "the kv_router under scaling"
     pools = sim.pools
     if list(pools) != ["prefill", "decode"] or pools["prefill"].router is not sim.routers[0] \
             or pools["decode"].router is not sim.routers[1]:
@@ -466,17 +464,6 @@ class _Records:
         driver = sim.driver
         self.schedulers, self.routes, self.kv_routes = [], [], []
         self.add_workers(sim, sim.workers)
-        # a kv_router pool's routes are route entries with the pick's overlaps: by worker key,
-        # the entry's fixed part and the router's block size (None: round robin's tuple)
-        for pool, (router, workers) in enumerate(zip(sim.routers, (sim.prefill_workers,
-                                                                   sim.decode_workers))):
-            if router._native is not None:
-                for w in workers:
-                    rank = w.ranks[0]
-                    self.kv_routes[w.idx] = ({"pool": router.kind,
-                                              "logical_worker_id": w.worker_id,
-                                              "scheduler_id": rank.scheduler_id,
-                                              "dp_rank": rank.dp_rank}, router.block_size)
         if type(driver) is SessionDriver and type(driver.sessions) is SyntheticSessions:
             self.sessions, self.synthetic = None, driver.session_metadata
         elif type(driver) is SessionDriver:
@@ -494,13 +481,20 @@ class _Records:
                     ffi.new("size_t *"), ffi.new("size_t *"))
 
     def add_workers(self, sim, workers):
-        """By worker key: its rank's scheduler id and its route in its pool."""
+        """By worker key: its rank's scheduler id and its route in its pool: round robin's
+        tuple, and for a kv_router's pool the route entry's fixed part with the router's
+        block size (the pick's overlaps complete it)."""
         for w in workers:
             rank = w.ranks[0]
+            decode = sim._is_decode[w.idx]
+            router = sim.routers[decode]
             self.schedulers.append(rank.scheduler_id)
-            self.kv_routes.append(None)
+            self.kv_routes.append(None if router._native is None else (
+                {"pool": router.kind, "logical_worker_id": w.worker_id,
+                 "scheduler_id": rank.scheduler_id, "dp_rank": rank.dp_rank},
+                router.block_size))
             self.routes.append(("decode", w.worker_id, rank.dp_rank, rank.scheduler_id)
-                               if sim._is_decode[w.idx] else
+                               if decode else
                                ("prefill", rank.worker_idx, rank.dp_rank, rank.scheduler_id))
 
     def take(self):
@@ -684,6 +678,8 @@ class _Scaling:
         ffi, lib = native.ffi, native.lib
         sim, loop = self.sim, self.loop
         for pool, workers in enumerate((sim.prefill_workers, sim.decode_workers)):
+            if sim.routers[pool]._native is not None:
+                continue   # (the kv_router's candidates: its own, synced as workers change)
             index = {w.worker_id: w.idx for w in workers}
             rr = tuple(index[v.worker_id] for v in sim.routers[pool].policy.policy._workers)
             if rr != self.rr[pool]:

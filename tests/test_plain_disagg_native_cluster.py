@@ -106,3 +106,37 @@ def test_schedules_that_may_empty_a_pool_keep_the_python_loop(monkeypatch, count
         {"at_ms": 400.0, "prefill_target": 0})
     both_ways(monkeypatch, counted, payload)
     assert counted.calls == 0
+
+
+def test_a_stall_found_by_the_scaling_watch_is_worded_alike(monkeypatch, counted):
+    # a closed loop stuck behind a request that never fits, then 12 000 ticks that change
+    # nothing: the cluster's stall watch (10 000 such ticks) reads the C loop's state (its
+    # probe) and names the stuck request as the Python loop does
+    rank = {"backend": "vllm", "block_size": 4, "num_gpu_blocks": 9, "max_num_seqs": 1,
+            "max_num_batched_tokens": 200, "timing_model": {"type": "polynomial"},
+            "kv_transfer_bandwidth": 400.0, "kv_bytes_per_token": 1024}
+    ticks = [{"at_ms": 1.4, "prefill_target": 2, "decode_target": 2},
+             {"at_ms": 5.0, "prefill_target": 3, "decode_target": 2},
+             {"at_ms": 11.077, "prefill_target": 4, "decode_target": 2},
+             {"at_ms": 18.911, "prefill_target": 1, "decode_target": 1},
+             {"at_ms": 20.0, "prefill_target": 4}]
+    ticks += [{"at_ms": 21.0 + i} for i in range(12_000)]
+    payload = {
+        "spec": {"version": 1,
+                 "topology": {"kind": "disaggregated", "prefill": {"initial_workers": 1},
+                              "decode": {"initial_workers": 3}},
+                 "engine": {"rank": rank},
+                 "adapters": {"placement": {"provider": "round_robin"},
+                              "scaling": {"provider": "schedule", "config": {"ticks": ticks}}},
+                 "record_per_request": False},
+        "traffic": {"source_type": "synthetic", "isl": 15, "osl": 20, "request_count": 35,
+                    "arrival_seed": 62, "load_type": "concurrency", "concurrency": 7,
+                    "shared_prefix_ratio": 0.1, "num_prefix_groups": 1}}
+    probed = []
+    check = plain_disagg_native._Scaling.check_drained
+    monkeypatch.setattr(plain_disagg_native._Scaling, "check_drained",
+                        lambda probe: (probed.append(probe.view.now_ms), check(probe)))
+    report, took = both_ways(monkeypatch, counted, payload)
+    assert took == 1 and report.startswith("SimulationError: request #") \
+        and "can never be scheduled on decode worker" in report
+    assert len(probed) == 1 and probed[0] < 21.0 + 12_000 - 1

@@ -110,13 +110,28 @@ def small_file(path, limit):
     if path.endswith(".gz"):   # (read as gzip by its name, as _open does)
         return None, None
     try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not S_ISREG(st.st_mode) or st.st_size > limit:
-                return None, None
-            data = f.read()   # (sized by the file: read(limit) would allocate the limit)
+        # (os.open, not open(): no buffered reader and its isatty probe for one read)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError):
         return None, None
+    try:
+        st = os.fstat(fd)
+        if not S_ISREG(st.st_mode) or st.st_size > limit:
+            return None, None
+        # sized by the file (read(limit) would allocate the limit), then on to the end, as
+        # f.read() reads: a file that grew meanwhile is read whole, or left when too large
+        parts = [os.read(fd, st.st_size + 1)]
+        total = len(parts[0])
+        while total > st.st_size and parts[-1]:
+            if total > limit:
+                return None, None
+            parts.append(os.read(fd, 1 << 16))
+            total += len(parts[-1])
+    except OSError:
+        return None, None
+    finally:
+        os.close(fd)
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(data) > limit:
         return None, None
     return (len(data), st.st_mtime_ns, zlib.crc32(data)), data

@@ -321,12 +321,25 @@ def lower_play(where, name, play, ordinal, basis):
 # ---------------------------------------------------------------------------- the format
 
 
+# A corpus of at most this many plays is decoded once: the plays checked by _corpus are kept
+# for the lowering (they are not changed by either); a larger one is decoded again, play by
+# play, so that its decoded plays are never all held beside the graph being built.
+KEEP_PLAYS = 1024
+
+
 def _corpus(files, trace_block_size):
-    """(block size, evidence, play count) of a whole corpus: every play checked once."""
+    """(block size, evidence, play count, the ``plays`` entries when at most KEEP_PLAYS) of a
+    whole corpus: every play checked once."""
     evidence, block, first_where, count = Evidence(), None, None, 0
+    kept = []
     for source in files:
-        for where, _, play in plays(source):
+        for entry in plays(source):
+            where, _, play = entry
             check_play(where, play, evidence)
+            if kept is not None:
+                kept.append(entry)
+                if len(kept) > KEEP_PLAYS:
+                    kept = None
             if block is None:
                 block, first_where = play.block_size, where
                 if trace_block_size is not None and trace_block_size != block:
@@ -336,7 +349,7 @@ def _corpus(files, trace_block_size):
                 fail(where, "block_size", f"{play.block_size} differs from the block size "
                      f"{block} of {first_where}; one corpus holds one block size")
             count += 1
-    return block, evidence, count
+    return block, evidence, count, kept
 
 
 class Weka(TraceFormat):
@@ -350,14 +363,15 @@ class Weka(TraceFormat):
             fail(paths[0], "weka_nested_timestamp_basis", f"must be one of 'auto', 'absolute', "
                  f"'relative', got {show(requested)}")
         files = source_files(paths[0])
-        block, evidence, _ = _corpus(files, trace_block_size)
+        block, evidence, _, kept = _corpus(files, trace_block_size)
         basis = evidence.resolve(requested)
         nested = "relative" if basis == "relative" else "absolute"
         nodes, ordinal = [], 0
-        for source in files:
-            for where, name, play in plays(source):
-                nodes += lower_play(where, name, play, ordinal, nested)
-                ordinal += 1
+        every = kept if kept is not None else (
+            entry for source in files for entry in plays(source))
+        for where, name, play in every:
+            nodes += lower_play(where, name, play, ordinal, nested)
+            ordinal += 1
         return AgenticTrace.build(model_block_size(block), nodes, source_format="weka",
                                   source_digest=corpus_digest(files, basis), origin=paths[0],
                                   summary_extras={"weka_nested_timestamp_basis": basis})

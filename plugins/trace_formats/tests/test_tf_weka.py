@@ -309,3 +309,28 @@ def test_a_path_that_is_not_utf8_cannot_name_a_source(tmp_path):
     except (OSError, UnicodeError):
         pytest.skip("the file system refuses the name")
     assert error(tmp_path / "corpus") == f"{tmp_path}/corpus/?.json: a weka path must be valid UTF-8"
+
+
+@pytest.mark.parametrize("keep", [0, 1, 1024])
+def test_a_corpus_lowers_alike_whether_its_checked_plays_are_kept_or_decoded_again(
+        tmp_path, monkeypatch, keep):
+    """Up to KEEP_PLAYS plays are decoded once (the checked ones lowered); more are decoded
+    again play by play: the same graph either way."""
+    from aisimulate_trace_formats import weka
+
+    plays_ = [play([req(0.0, 32, hashes=[1, 2]), sub(0.05, [req(0.06, 20)]),
+                    req(0.1, 48, hashes=[1, 2, 3])], "alpha"),
+              play([req(1.0, 40, hashes=[7, 8, 9])], "beta"),
+              play([req(2.0, 16)], "gamma")]
+    path = write(tmp_path, "c/w.jsonl", *plays_[:2])
+    write(tmp_path, "c/x.json", raw=json.dumps(plays_[2]))
+
+    def shape(graph):
+        return [(n.request_id, n.play_id, n.session_id, n.input_length, n.max_output_tokens,
+                 list(n.hash_ids), n.not_before_ms, n.source_play_ordinal, n.where,
+                 [(d.request_id, d.trigger, d.delay_ms, d.relation) for d in n.dependencies])
+                for n in graph.nodes]
+
+    expected = shape(load(path.parent))
+    monkeypatch.setattr(weka, "KEEP_PLAYS", keep)
+    assert shape(load(path.parent)) == expected

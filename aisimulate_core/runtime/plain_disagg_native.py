@@ -5,16 +5,19 @@ synthetic sessions (one-turn, timed or in a closed loop, or several turns each) 
 sessions (by timestamps or in a closed loop) placed by round robin or the C kv_router
 (without a pending queue or KV event lag: kv_router.c, each pool's router with its overrides,
 its engine-index overlaps read from the prefill ranks) in each pool on C role ranks of one
-rank per worker, with the built-in timing models, and its per-request
-records are kept (not streamed) or not asked for, every step of runtime/disaggregated.py's
+rank per worker, with the built-in timing models, every step of runtime/disaggregated.py's
 loop (arrivals, the prefill copies' passes, held sources, reservations with their retries,
 transfers, activations and releases, the decode workers' extended runs with their cuts and
 the absorbed transfers, terminals and the next turns they make ready, the summary's
 per-request values) runs in C; Python fills the collector and the visited times from the
-arrays C gathered, and makes the records (records.make_disagg_record's) from the rows C
-gathered (``_Records``). ``eligible`` says whether a run is such a run; anything else runs
-the Python loop, which is this loop's twin and specification (tests/test_plain_disagg_native.py
-compares their reports and records on random configurations).
+arrays C gathered, and makes the per-request records (kept or streamed:
+records.make_disagg_record's) from the rows C gathered (``_Records``). A ``schedule`` of
+targets that keeps a worker in each pool runs in it too: the loop pauses where the Python
+loop calls runtime/cluster.py (``_Scaling``), which changes the pools as it does there, and
+the loop goes on with the workers it added, drained or removed. ``eligible`` says whether a
+run is such a run; anything else runs the Python loop, which is this loop's twin and
+specification (tests/test_plain_disagg_native.py and test_plain_disagg_native_cluster.py
+compare their reports and records on random configurations).
 
 ``AISIMULATE_PLAIN_LOOP=python`` keeps every run on the Python loop (as for plain_native).
 """

@@ -90,6 +90,8 @@ def _apply_defaults(payload: Payload) -> Payload:
         traffic = attrs.evolve(traffic, turns_per_session=4)
     elif isinstance(traffic, TraceTraffic) and traffic.trace_block_size is None and traffic.trace_format not in EMBEDDED_BLOCK_SIZE_FORMATS:
         traffic = attrs.evolve(traffic, trace_block_size=DEFAULT_TRACE_BLOCK_SIZE)
+    else:
+        return payload   # nothing to default (evolve would copy it and validate it again)
     return attrs.evolve(payload, traffic=traffic)
 
 
@@ -123,7 +125,10 @@ def load_payload(data: str | bytes | bytearray | dict[str, Any], *, check_suppor
     raise_problems(problems)
 
     spec = payload.spec
-    ordered = tuple(sorted(spec.requests, key=lambda r: r.arrival_time_ms))
+    requests = spec.requests
+    if not requests and type(requests) is tuple:
+        return payload   # (a traffic payload's): nothing to order
+    ordered = tuple(sorted(requests, key=lambda r: r.arrival_time_ms))
     return attrs.evolve(payload, spec=attrs.evolve(spec, requests=ordered))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,17 @@ pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() !
                                 reason="the C loop runs on the C backend")
 
 CASES = 250
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _case(name):
+    """A case of ../shared/bench/cluster/, its trace path made absolute (the payloads name
+    it from the project root)."""
+    payload = json.loads((ROOT.parent / "shared" / "bench" / "cluster" / f"{name}.json")
+                         .read_text())
+    traffic = payload["traffic"]
+    traffic["trace_path"] = str(ROOT / traffic["trace_path"])
+    return payload
 
 
 def _scaled(rng, payload):
@@ -122,8 +134,7 @@ def test_a_scaled_run_leaves_the_simulation_as_the_python_loop_does(monkeypatch,
 def test_the_s1_case_runs_in_c(monkeypatch, counted):
     # scheduled scaling of the cluster bench: 2 -> 4 (startup 35 ms) -> 3 (a starting worker
     # cancelled) -> 1 (two busy workers drain) -> 2 (new id 4), records kept
-    with open("../shared/bench/cluster/s1_schedule_scaling_agg_rr.json") as handle:
-        payload = json.load(handle)
+    payload = _case("s1_schedule_scaling_agg_rr")
     fast, slow = _both(monkeypatch, payload, on_record=False)
     assert fast == slow and counted.calls == 1
     report = fast[0]
@@ -193,8 +204,7 @@ def test_the_kv_router_cases_run_in_c(monkeypatch, counted):
     # (k5: its pending queue, KV event lag and scaling; telemetry aside)
     for name in ("k1_kv_router_agg_2w", "k3_kv_router_dp2_chunked",
                  "k5_kv_router_queue_scaling"):
-        with open(f"../shared/bench/cluster/{name}.json") as handle:
-            payload = json.load(handle)
+        payload = _case(name)
         before = counted.calls
         fast, slow = _both(monkeypatch, payload, on_record=False)
         assert fast == slow and counted.calls == before + 1

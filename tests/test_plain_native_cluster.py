@@ -240,3 +240,33 @@ def test_a_kv_routed_run_leaves_the_router_as_the_python_loop_does(monkeypatch, 
         monkeypatch.setattr(plain_native, "ENABLED", False)
         assert fast == _router_state(payload), (case, payload)
     assert counted.calls >= 40
+
+
+class _TickForever:
+    """A scaling policy that keeps one worker and ticks every ms, reading nothing."""
+
+    reads_snapshot = False
+    reads_pass_metrics = False
+
+    def initial_tick_ms(self):
+        return 0.0
+
+    def on_tick(self, snapshot):
+        return {"target_prefill": None, "target_decode": 1,
+                "next_tick_ms": snapshot["now_ms"] + 1.0}
+
+
+def test_ticks_on_a_stuck_run_stop_it_with_the_python_loops_error(monkeypatch, counted):
+    # a head above the token budget never starts; the policy ticks on until the stall limit
+    from aisimulate_core import run_replay
+    from test_plain_native import _STALL
+    payload = json.loads(json.dumps(_STALL))
+    payload["spec"]["topology"]["workers"]["initial_workers"] = 1
+    errors = []
+    for enabled in (True, False):
+        monkeypatch.setattr(plain_native, "ENABLED", enabled)
+        with pytest.raises(AisimError) as caught:
+            run_replay(json.dumps(payload), scaling_policy=_TickForever())
+        errors.append(f"{type(caught.value).__name__}: {caught.value}")
+    assert counted.calls == 1
+    assert errors[0] == errors[1] and "can never be scheduled" in errors[0]

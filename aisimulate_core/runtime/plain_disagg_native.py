@@ -542,7 +542,7 @@ class _Records:
         settled, routes, schedulers, later = self.settled, self.routes, self.schedulers, \
             self.later
         sessions, synthetic, status_of = self.sessions, self.synthetic, self._STATUS
-        stream = self.stream
+        stream, kv_routes, unreleased = self.stream, self.kv_routes, self.unreleased
         for i in range(first, end):
             (uuid, prompt_len, max_output, count, max_reused, first_reused, state, pkey,
              session, turn, n_admissions, admit_reused, flags, dkey, stages, p_overlap,
@@ -566,25 +566,21 @@ class _Records:
                 session_id, turn_index = f"session_{session}", turn
             else:
                 session_id = turn_index = None
-            kv_routes = self.kv_routes
             routing = [routes[pkey] if kv_routes[pkey] is None
                        else _kv_route(kv_routes[pkey], p_overlap, p_best)]
             if dkey >= 0:
                 routing.append(routes[dkey] if kv_routes[dkey] is None
                                else _kv_route(kv_routes[dkey], d_overlap, d_best))
+            # (one positional call: the handoff's times follow the routing in field order)
             record = RequestRecord(
                 uuid, None, session_id, turn_index, None, None, arrival, None, terminal,
                 status_of[state], prompt_len, max_output, count, first, second, last,
                 max_reused, None if first_reused < 0 else first_reused, admissions,
                 schedulers[pkey], schedulers[dkey] if stages & 16 else None, routing,
-                agentic=None)
-            record.source_held_ms = held if stages & 1 else None
-            record.destination_reserved_ms = reserved if stages & 2 else None
-            record.destination_activated_ms = activated if stages & 4 else None
-            if stages & 8:
-                record.source_released_ms = released
-            elif stages & 17 == 17:   # held and accepted: released later, or never (a cutoff)
-                self.unreleased[uuid] = record
+                None, held if stages & 1 else None, reserved if stages & 2 else None,
+                activated if stages & 4 else None, None, released if stages & 8 else None)
+            if stages & 25 == 17:   # held, accepted, not released: later, or never (a cutoff)
+                unreleased[uuid] = record
             if i < rest_from:
                 settled(record)
             else:

@@ -774,7 +774,23 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
         else:
             placed = None
             break
-    if placed is None:
+    if placed is None and len(routing) == 1 and type(routing[0]) is dict:
+        # one placement's route keys (the kv_router's usual record): _route and the two
+        # _route_overlap walks, inline
+        route = routing[0]
+        pool = route.get("pool")
+        entry = _route_entry(pool, rec.prefill_worker_idx if pool == "prefill"
+                             else rec.decode_worker_idx, None, None)
+        for key, value in route.items():
+            if key in entry:   # keys the reference does not know are left out
+                entry[key] = value
+        routes = [entry]
+        pool = entry["pool"]
+        if prefill_overlap is None and pool == "prefill":
+            prefill_overlap = entry["reported_overlap_tokens"]
+        if decode_overlap is None and pool == "decode":
+            decode_overlap = entry["reported_overlap_tokens"]
+    elif placed is None:
         routes = [_route(rec, route) for route in routing]
         if prefill_overlap is None:
             prefill_overlap = _route_overlap(routes, "prefill")

@@ -710,3 +710,19 @@ def test_the_record_streams_order_is_record_order():
         stream.settled(r)
     assert [entry[0] for entry in stream.later] == [_record_order(r) for r in records]
     assert [entry[2] for entry in stream.later] == records
+
+
+@pytest.mark.parametrize("pool", ["agg", "prefill", "decode"])
+def test_a_lone_route_of_keys_gives_the_general_paths_record(pool):
+    """One route given as keys (the kv_router's record) is made inline; two routes take the
+    general path: the lone route's entry and overlaps are those the general path gives."""
+    route = {"pool": pool, "logical_worker_id": 1, "scheduler_id": 1, "dp_rank": 0,
+             "reported_overlap_tokens": 32, "selected_overlap_blocks": 2,
+             "best_available_overlap_blocks": 3, "overlap_regret_blocks": 1, "unknown": 5}
+    other = {"pool": "elsewhere", "reported_overlap_tokens": 7}
+    one = per_request_record(rec(3, tokens=[1.0, 2.0], routing=[route]))
+    two = per_request_record(rec(3, tokens=[1.0, 2.0], routing=[route, other]))
+    assert two["routing_history"][0] == one["routing_history"][0]
+    assert "unknown" not in one["routing_history"][0]
+    for key in ("prefill_route_overlap_tokens", "decode_route_overlap_tokens"):
+        assert one[key] == two[key] == (32 if key.startswith(pool) else None)

@@ -370,21 +370,8 @@ def _config(sim):
 
 
 def _trace_config(config, driver, keep):
-    """A trace's sessions into ``config`` (plain_native._config's trace arrays)."""
-    ffi = native.ffi
-    arrays, longest = plain_native._prepared(driver)
-    keep.update(arrays)
-    config.arrivals = plain_native._TRACE
-    config.sessions = len(driver.sessions)
-    if driver.max_sessions is not None:
-        config.trace_closed = 1
-        config.max_sessions = driver.max_sessions
-    for name, values in arrays.items():
-        kind = {"q": "int64_t[]", "d": "double[]", "I": "uint32_t[]"}[values.typecode]
-        buffer = keep[name + "_c"] = ffi.from_buffer(kind, values) if values else \
-            ffi.new(kind, 1)
-        setattr(config, name, buffer)
-    config.max_input = longest
+    """A trace's sessions into ``config`` (plain_native.trace_config)."""
+    plain_native.trace_config(config, driver, keep)
     # (isl and osl stand for no turn's; every turn asks for a token, _output_reason)
     config.isl, config.osl, config.trace_block = 1, 1, driver.block_size
 

@@ -379,7 +379,7 @@ def _trace_config(config, driver, keep):
 def _take_state(sim, loop, view):
     """What the report reads after a run: the counters, the visited times, each rank's pass
     history, the driver's and the round robins' positions."""
-    ffi, lib = native.ffi, native.lib
+    lib = native.lib
     sim.now_ms = view.now_ms
     sim.arrived = view.arrived
     sim.completed = view.completed
@@ -389,53 +389,13 @@ def _take_state(sim, loop, view):
     for router, cursor in zip(sim.routers, (view.rr_prefill_cursor, view.rr_decode_cursor)):
         if router._native is None:
             router.policy.policy._cursor = cursor
-    _take_driver_state(sim.driver, loop, view)
+    plain_native.take_driver_state(sim.driver, loop, view, lib.aisim_pd_ready)
     sim._visited = native.c_array("d", view.visited, view.n_visited)
-    out, n = ffi.new("double **"), ffi.new("size_t *")
-    pairs = ffi.new("int64_t **")
-    for w, worker in enumerate(sim.workers):
-        rank = worker.ranks[0]
-        native.check_status(lib.aisim_pd_pass_ends(loop, w, out, n), "aisim_pd_pass_ends")
-        rank.pass_ends = native.c_array("d", out[0], n[0])
-        native.check_status(lib.aisim_pd_breaks(loop, w, pairs, n), "aisim_pd_breaks")
-        breaks = rank.break_gaps
-        if n[0]:
-            values = ffi.unpack(pairs[0], 2 * n[0])
-            for i in range(0, len(values), 2):
-                key = (values[i], values[i + 1])
-                breaks[key] = breaks.get(key, 0) + 1
+    plain_native.take_pass_history(loop, [w.ranks[0] for w in sim.workers],
+                                   lib.aisim_pd_pass_ends, lib.aisim_pd_breaks)
     for worker in sim.decode_workers:
         worker.ranks[0].activation_runs = 0
     sim.decode_workers[0].ranks[0].activation_runs = view.extensions
-
-
-def _take_driver_state(driver, loop, view):
-    """The driver's positions as the Python loop leaves them (plain_native._take_state's)."""
-    ffi, lib = native.ffi, native.lib
-    sessions = type(driver) is SessionDriver
-    if not sessions and driver._shape.grouped:
-        driver._drawn = view.made   # (C drew the group of each request it made)
-    if not sessions and driver.max_sessions is None:
-        driver._made = view.made
-        driver._next_ms = view.next_arrival_ms
-        return
-    n = lib.aisim_pd_ready(loop, ffi.NULL, ffi.NULL, 0)
-    keys, ready = ffi.new("int64_t[]", n), ffi.new("double[]", n)
-    native.check_status(lib.aisim_pd_ready(loop, keys, ready, n), "aisim_pd_ready")
-    if not sessions:   # a closed loop's ready sessions, in ready order
-        driver._heap = [(ready[i], keys[i], 0) for i in range(n)]
-        driver._active = view.active
-        driver._next_pending = view.next_pending
-        return
-    driver._heap = [(ready[i], keys[i] >> 32, keys[i] & 0xFFFFFFFF) for i in range(n)]
-    if type(driver.sessions) is SyntheticSessions:
-        driver.sessions._made = view.sessions_made
-    if driver.max_sessions is None:
-        for _ in range(view.next_start - 1):   # (__init__ took the first start)
-            next(driver._starts, None)
-    else:
-        driver._active = view.active
-        driver._next_pending = view.next_pending
 
 
 class _Records:

@@ -599,21 +599,7 @@ def _take_state(sim, loop, view):
     round_robin = _kv_router(sim) is None
     if round_robin:
         policy._cursor = view.rr_cursor
-    driver = sim.driver
-    if type(driver) is not SessionDriver and driver._shape.grouped:
-        driver._drawn = view.made   # (C drew the group of each request it made)
-    if type(driver) is SessionDriver:
-        _take_trace_state(driver, loop, view)
-    elif driver.max_sessions is None:
-        driver._made = view.made
-        driver._next_ms = view.next_arrival_ms
-    else:
-        n = lib.aisim_plain_ready(loop, ffi.NULL, ffi.NULL, 0)
-        index, ready = ffi.new("int64_t[]", n), ffi.new("double[]", n)
-        native.check_status(lib.aisim_plain_ready(loop, index, ready, n), "aisim_plain_ready")
-        driver._heap = [(ready[i], index[i], 0) for i in range(n)]   # in heap order already
-        driver._active = view.active
-        driver._next_pending = view.next_pending
+    take_driver_state(sim.driver, loop, view, lib.aisim_plain_ready)
     sim._dirty.clear()
     from .simulation import PASS_DONE
     n = lib.aisim_plain_events(loop, ffi.NULL, ffi.NULL, 0)
@@ -630,28 +616,60 @@ def _take_state(sim, loop, view):
         worker.busy, worker.generation, worker.pass_end_ms = bool(busy[0]), generation[0], end[0]
         if worker.worker_id in cursors:   # (a removed worker's cursor went with it)
             cursors[worker.worker_id] = cursor[0]
+    # (worker by worker, as C numbers them)
+    take_pass_history(loop, ranks, lib.aisim_plain_pass_ends, lib.aisim_plain_breaks)
+
+
+def take_pass_history(loop, ranks, pass_ends, breaks):
+    """Each of ``ranks``' pass ends and break gaps as the Python loop leaves them, read with
+    the loop's ``pass_ends`` and ``breaks`` calls (rank i is the loop's i-th; both loops)."""
+    ffi = native.ffi
     out, n = ffi.new("double **"), ffi.new("size_t *")
     pairs = ffi.new("int64_t **")
-    for w, rank in enumerate(ranks):   # (worker by worker, as C numbers them)
-        native.check_status(lib.aisim_plain_pass_ends(loop, w, out, n), "aisim_plain_pass_ends")
+    for w, rank in enumerate(ranks):
+        native.check_status(pass_ends(loop, w, out, n), pass_ends.__name__)
         rank.pass_ends = native.c_array("d", out[0], n[0])
-        native.check_status(lib.aisim_plain_breaks(loop, w, pairs, n), "aisim_plain_breaks")
-        breaks = rank.break_gaps
+        native.check_status(breaks(loop, w, pairs, n), breaks.__name__)
+        gaps = rank.break_gaps
         if n[0]:
             values = ffi.unpack(pairs[0], 2 * n[0])
             for i in range(0, len(values), 2):
                 key = (values[i], values[i + 1])
-                breaks[key] = breaks.get(key, 0) + 1
+                gaps[key] = gaps.get(key, 0) + 1
 
 
-def _take_trace_state(driver, loop, view):
+def take_driver_state(driver, loop, view, ready):
+    """The driver's positions as the Python loop leaves them; ``ready`` is the loop's call
+    for its ready sessions (aisim_plain_ready, aisim_pd_ready: both loops)."""
+    if type(driver) is SessionDriver:
+        _take_trace_state(driver, loop, view, ready)
+        return
+    if driver._shape.grouped:
+        driver._drawn = view.made   # (C drew the group of each request it made)
+    if driver.max_sessions is None:
+        driver._made = view.made
+        driver._next_ms = view.next_arrival_ms
+        return
+    keys, ready_ms, n = _ready(loop, ready)
+    driver._heap = [(ready_ms[i], keys[i], 0) for i in range(n)]   # in heap order already
+    driver._active = view.active
+    driver._next_pending = view.next_pending
+
+
+def _ready(loop, ready):
+    """The loop's ready sessions (keys, ready times, count) in heap order, by its ``ready``."""
+    ffi = native.ffi
+    n = ready(loop, ffi.NULL, ffi.NULL, 0)
+    keys, ready_ms = ffi.new("int64_t[]", n), ffi.new("double[]", n)
+    native.check_status(ready(loop, keys, ready_ms, n), ready.__name__)
+    return keys, ready_ms, n
+
+
+def _take_trace_state(driver, loop, view, ready):
     """The session driver's heap, starts and closed-loop counts as the Python loop leaves
-    them."""
-    ffi, lib = native.ffi, native.lib
-    n = lib.aisim_plain_ready(loop, ffi.NULL, ffi.NULL, 0)
-    keys, ready = ffi.new("int64_t[]", n), ffi.new("double[]", n)
-    native.check_status(lib.aisim_plain_ready(loop, keys, ready, n), "aisim_plain_ready")
-    driver._heap = [(ready[i], keys[i] >> 32, keys[i] & 0xFFFFFFFF) for i in range(n)]
+    them (``ready``: the loop's ready call)."""
+    keys, ready_ms, n = _ready(loop, ready)
+    driver._heap = [(ready_ms[i], keys[i] >> 32, keys[i] & 0xFFFFFFFF) for i in range(n)]
     if type(driver.sessions) is SyntheticSessions:
         # (the sessions still running at a cutoff are not made again: nothing reads them)
         driver.sessions._made = view.sessions_made

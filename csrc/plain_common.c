@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "plain_common.h"
+#include "decode_run.cdef.h"
+#include "vllm_rank.cdef.h"
 #include "plain_loop.cdef.h"
 
 /* ------------------------------------------------------------ sessions (one_turn.py) */
@@ -380,6 +382,21 @@ int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reu
     return AISIM_OK;
 }
 
+int plain_schedule_events(plain_requests *q, const plain_history *hist,
+                          const int64_t *events, size_t n, double now_ms, int pool)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        const int64_t *f = events + AISIM_VLLM_EVENT_WIDTH * i;
+        int64_t uuid = hist->slot_uuid[f[1]];
+        if (f[0] == AISIM_VLLM_ADMITTED)
+            PLAIN_TRY(plain_admitted_in(q, uuid, now_ms, f[2], f[3] != 0, pool));
+        else
+            plain_entry_of(q, uuid)->generated = f[4];
+    }
+    return AISIM_OK;
+}
+
 int plain_released(plain_requests *q, int64_t uuid, double arrival_ms, double at_ms)
 {
     plain_records *r = &q->records;
@@ -411,6 +428,22 @@ void plain_records_clear(plain_records *r)
     r->n_adm = 0;
     r->n_late = 0;
     r->first_ms = NAN;
+}
+
+int plain_records_out(const plain_records *r, const int64_t **ints, const double **doubles,
+                      size_t *n, const int64_t **adm_ints, const double **adm_at,
+                      size_t *n_adm, size_t *rest_from)
+{
+    if (!ints || !doubles || !n || !adm_ints || !adm_at || !n_adm || !rest_from)
+        return AISIM_EINVAL;
+    *ints = r->ints;
+    *doubles = r->doubles;
+    *n = r->n;
+    *adm_ints = r->adm_ints;
+    *adm_at = r->adm_at;
+    *n_adm = r->n_adm;
+    *rest_from = r->rest_from < r->n ? r->rest_from : r->n;
+    return AISIM_OK;
 }
 
 static void records_free(plain_records *r)

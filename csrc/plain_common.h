@@ -218,6 +218,11 @@ int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reu
  * on its entry, or (records kept, its request settled already) into records' late list. */
 int plain_released(plain_requests *q, int64_t uuid, double arrival_ms, double at_ms);
 void plain_records_clear(plain_records *r);
+/* The rows gathered in r as aisim_plain_records hands them out (the cdef's columns);
+ * AISIM_EINVAL on a NULL out pointer. */
+int plain_records_out(const plain_records *r, const int64_t **ints, const double **doubles,
+                      size_t *n, const int64_t **adm_ints, const double **adm_at,
+                      size_t *n_adm, size_t *rest_from);
 /* Collector's arrival order: entries settle as soon as every earlier uuid has. */
 int plain_settle_ready(plain_requests *q);
 /* _ArrivalOrder.flush at the report: the terminals behind a request still in flight. */
@@ -245,6 +250,11 @@ typedef struct plain_history {
 
 void plain_history_free(plain_history *h);
 int plain_history_take_slot(plain_history *h, int32_t slot, int64_t uuid);
+/* NativeVllmRank._schedule_events over a rank's n events (vllm_rank.cdef.h's
+ * AISIM_VLLM_EVENT_WIDTH values each; the slots' uuids in hist): admissions in pool `pool`
+ * (plain_admitted_in's), and preemptions' generated counts on their entries. */
+int plain_schedule_events(plain_requests *q, const plain_history *hist,
+                          const int64_t *events, size_t n, double now_ms, int pool);
 /* the pass ends ends[0..n) completed */
 int plain_history_passes(plain_history *h, const double *ends, size_t n);
 /* the breaks between the b stretches st[0..2b) of a finished request */

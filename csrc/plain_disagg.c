@@ -324,17 +324,8 @@ static int finish(aisim_pd *p, int64_t uuid, double end_ms, int state)
  * copy's) */
 static int schedule_events(aisim_pd *p, pd_worker *w, double now_ms)
 {
-    const aisim_vllm_view *v = w->view;
-    size_t i;
-    for (i = 0; i < v->n_events; i++) {
-        const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
-        int64_t uuid = w->hist.slot_uuid[f[1]];
-        if (f[0] == AISIM_VLLM_ADMITTED)
-            TRY(plain_admitted_in(&p->req, uuid, now_ms, f[2], f[3] != 0, w->decode));
-        else
-            plain_entry_of(&p->req, uuid)->generated = f[4];
-    }
-    return AISIM_OK;
+    return plain_schedule_events(&p->req, &w->hist, w->view->events, w->view->n_events,
+                                 now_ms, w->decode);
 }
 
 /* ------------------------------------------------------------ a worker's pass */
@@ -1480,22 +1471,14 @@ int aisim_pd_records(const aisim_pd *p, const int64_t **ints, const double **dou
                      const int64_t **late_row, size_t *n_late, size_t *rest_from)
 {
     const plain_records *r;
-    if (!p || !ints || !doubles || !n || !adm_ints || !adm_at || !n_adm || !late_uuid ||
-        !late_at || !late_row || !n_late || !rest_from)
+    if (!p || !late_uuid || !late_at || !late_row || !n_late)
         return AISIM_EINVAL;
     r = &p->req.records;
-    *ints = r->ints;
-    *doubles = r->doubles;
-    *n = r->n;
-    *adm_ints = r->adm_ints;
-    *adm_at = r->adm_at;
-    *n_adm = r->n_adm;
     *late_uuid = r->late_uuid;
     *late_at = r->late_at;
     *late_row = r->late_row;
     *n_late = r->n_late;
-    *rest_from = r->rest_from < r->n ? r->rest_from : r->n;
-    return AISIM_OK;
+    return plain_records_out(r, ints, doubles, n, adm_ints, adm_at, n_adm, rest_from);
 }
 
 int aisim_pd_clear_records(aisim_pd *p)

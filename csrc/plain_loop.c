@@ -206,17 +206,8 @@ static int submit(aisim_plain *p, rank_state *w, int64_t index, int32_t turn, in
 /* NativeVllmRank._schedule_events: admissions and preemptions. */
 static int schedule_events(aisim_plain *p, rank_state *w, double now_ms)
 {
-    const aisim_vllm_view *v = w->view;
-    size_t i;
-    for (i = 0; i < v->n_events; i++) {
-        const int64_t *f = v->events + AISIM_VLLM_EVENT_WIDTH * i;
-        int64_t uuid = w->hist.slot_uuid[f[1]];
-        if (f[0] == AISIM_VLLM_ADMITTED)
-            TRY(plain_admitted(&p->req, uuid, now_ms, f[2], f[3] != 0));
-        else
-            plain_entry_of(&p->req, uuid)->generated = f[4];
-    }
-    return AISIM_OK;
+    return plain_schedule_events(&p->req, &w->hist, w->view->events, w->view->n_events,
+                                 now_ms, 0);
 }
 
 /* NativeVllmRank.schedule, then (a lone rank: extend) its extend. *formed 0 when the rank
@@ -1150,18 +1141,10 @@ int aisim_plain_records(const aisim_plain *p, const int64_t **ints, const double
                         size_t *n, const int64_t **adm_ints, const double **adm_at,
                         size_t *n_adm, size_t *rest_from)
 {
-    const plain_records *r;
-    if (!p || !ints || !doubles || !n || !adm_ints || !adm_at || !n_adm || !rest_from)
+    if (!p)
         return AISIM_EINVAL;
-    r = &p->req.records;
-    *ints = r->ints;
-    *doubles = r->doubles;
-    *n = r->n;
-    *adm_ints = r->adm_ints;
-    *adm_at = r->adm_at;
-    *n_adm = r->n_adm;
-    *rest_from = r->rest_from < r->n ? r->rest_from : r->n;
-    return AISIM_OK;
+    return plain_records_out(&p->req.records, ints, doubles, n, adm_ints, adm_at, n_adm,
+                             rest_from);
 }
 
 int aisim_plain_clear_records(aisim_plain *p)

@@ -4,7 +4,9 @@ Each payload runs in a fresh process per side; the time is the in-process replay
 text to report), median of --repeat runs (at least SMALL_REPEAT for a workload under SMALL_S,
 ours and the reference's taking turns), so interpreter start-up is left out on both sides. The
 reference runs only when its virtual environment exists (../ref-venv, see
-../shared/tools/README.md). Ratios are our time over the reference's measured in this same run;
+../shared/tools/README.md), through peer_run.py with the reading of its result (its summary and
+per-request records, made into Python objects only when read) added to its time, as our timed
+call makes its report (bench/ref_timed.py). Ratios are our time over the reference's measured in this same run;
 absolute times drift on shared machines, ratios much less.
 
     python bench/run.py [--repeat N] [--only NAME ...]
@@ -23,7 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 REF_PYTHON = ROOT.parent / "ref-venv" / "bin" / "python"
-PEER_RUN = SHARED / "tools" / "peer_run.py"
+# peer_run under a wrapper that also times the reading of the reference's result (its records
+# are made into Python objects only when read, after peer_run's clock stops; see ref_timed.py)
+REF_TIMED = ROOT / "bench" / "ref_timed.py"
 
 # One-time costs of a Python process are paid before the clock starts, as the reference's
 # compiled core pays its own at load: plugin discovery (entry points, plugin imports) and the
@@ -145,7 +149,7 @@ def run_reference(path):
     # both sides do the payload's work: where it asks for per-request records, the reference
     # is asked for them too (peer_run leaves them out unless told)
     records = ["--per-request"] if keeps_records(path) else []
-    proc = subprocess.run([str(REF_PYTHON), str(PEER_RUN), str(path), *records], cwd=ROOT,
+    proc = subprocess.run([str(REF_PYTHON), str(REF_TIMED), str(path), *records], cwd=ROOT,
                           env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         return None, (proc.stderr.strip().splitlines() or ["failed"])[-1]

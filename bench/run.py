@@ -154,7 +154,9 @@ def run_reference(path):
     if proc.returncode != 0:
         return None, (proc.stderr.strip().splitlines() or ["failed"])[-1]
     summary = json.loads(proc.stdout)
-    return {"wall_s": summary["outer_wall_s"], "completed": summary["completed_requests"],
+    return {"wall_s": summary["outer_wall_s"],
+            "call_s": summary["outer_wall_s"] - summary["result_read_s"],
+            "completed": summary["completed_requests"],
             "mean_ttft_ms": summary["mean_ttft_ms"],
             "mean_e2e_latency_ms": summary["mean_e2e_latency_ms"]}, None
 
@@ -187,7 +189,9 @@ def interleaved_runs(runners, path, repeat):
             results.append(None)
             continue
         best = dict(runs[0])
-        best["wall_s"] = statistics.median(r["wall_s"] for r in runs)
+        for key in ("wall_s", "call_s"):
+            if key in best:
+                best[key] = statistics.median(r[key] for r in runs)
         results.append(best)
     return results, errors
 
@@ -227,7 +231,10 @@ def main(argv=None):
         print(f"reference not installed ({REF_PYTHON}); showing our times only. "
               "Install it as ../shared/tools/README.md says to get ratios.\n")
     rows = []
-    header = f"{'workload':34s} {'ours (s)':>9s} {'ref (s)':>9s} {'ratio':>7s}  result"
+    # "call only": the ratio against the reference's replay call alone (peer_run's own clock,
+    # without reading its result), for comparison with earlier tables
+    header = (f"{'workload':34s} {'ours (s)':>9s} {'ref (s)':>9s} {'ratio':>7s} "
+              f"{'call only':>9s}  result")
     print(header)
     print("-" * len(header))
     for name, path, on_reference in workloads():
@@ -247,7 +254,7 @@ def main(argv=None):
             note = "no reference run (needs the reference's AIC support)"
         results, errors = interleaved_runs(runners, path, repeat)
         if errors[0]:
-            print(f"{name:34s} {'-':>9s} {'-':>9s} {'-':>7s}  ours failed: {errors[0]}")
+            print(f"{name:34s} {'-':>9s} {'-':>9s} {'-':>7s} {'-':>9s}  ours failed: {errors[0]}")
             continue
         ours = results[0]
         if len(runners) > 1:
@@ -260,9 +267,11 @@ def main(argv=None):
             result = same_result(ours, ref, kv_routed(path))
             note = note or (f"{result} completed/mean TTFT/mean E2E" if result in ("same", "differs")
                             else result)
-            print(f"{name:34s} {_seconds(ours['wall_s'])} {_seconds(ref['wall_s'])} {ratio:7.2f}  {note}")
+            call_only = ours["wall_s"] / ref["call_s"]
+            print(f"{name:34s} {_seconds(ours['wall_s'])} {_seconds(ref['wall_s'])} {ratio:7.2f} "
+                  f"{call_only:9.2f}  {note}")
         else:
-            print(f"{name:34s} {_seconds(ours['wall_s'])} {'-':>9s} {'-':>7s}  {note}")
+            print(f"{name:34s} {_seconds(ours['wall_s'])} {'-':>9s} {'-':>7s} {'-':>9s}  {note}")
         rows.append(name)
     return 0
 

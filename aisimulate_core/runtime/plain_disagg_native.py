@@ -30,8 +30,6 @@ from collections import deque
 
 from .. import native
 from ..engine.decode_run import _native_kind
-from ..engine.rank_base import RankBase
-from ..engine.timing import FixedTiming, PolynomialTiming, StepTimer
 from ..engine.vllm_native_roles import NativeVllmDecodeRank, NativeVllmPrefillRank
 from array import array
 
@@ -148,13 +146,9 @@ def _pool_reason(sim, workers, router, cls, deliver):
     reason = _workers_reason(sim, workers, router, cls, first)
     if reason is not None:
         return reason
-    timer = first.timer
-    if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
-        return "a timing model other than fixed or polynomial"
-    if not plain_native._times_in_range(timer, first.max_seqs * _longest(sim)):
-        return "pass times the C loop cannot round as Python does"
-    if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
-        return "sizes beyond the C loop's exact range"
+    reason = plain_native.engine_reason(first, sim.driver)
+    if reason is not None:
+        return reason
     if router.deliver != deliver or router.queued or router.parked or router._released:
         return "placement under way"
     if [w.worker_id for w in router.active] != [w.worker_id for w in workers]:
@@ -185,16 +179,12 @@ def _workers_reason(sim, workers, router, cls, first):
     watches = router.observes_engine
     for w in workers:
         rank = w.ranks[0]
-        if type(rank) is not cls or not _observed(rank, router, watches) \
-                or rank.capture_gauges or rank.fpm_on \
-                or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
-                or rank.has_work() or rank.holds_kv() or rank.timer is not first.timer \
-                or rank.cb is not sim.events or rank.mtp_nextn is not None:
+        if type(rank) is not cls or not _observed(rank, router, watches) or rank.holds_kv() \
+                or rank.mtp_nextn is not None:
             return "a rank the loop cannot drive"
-        if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
-                != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
-                    first.no_evict):
-            return "ranks of different engines"
+        reason = plain_native.rank_reason(sim, rank, first)
+        if reason is not None:
+            return reason
     return None
 
 
@@ -237,15 +227,7 @@ def _deployment_reason(sim):
         return "a handoff latency the C loop cannot add as Python does"
     if _longest(sim) >= 1 << 53:
         return "lengths"
-    sla = sim.collector._totals.sla
-    if sla is not None:
-        for value in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms):
-            if value is not None and (isinstance(value, bool)
-                                      or not isinstance(value, (int, float))
-                                      or (isinstance(value, int)
-                                          and abs(value) >= plain_native._SLA_EXACT)):
-                return "an SLA bound the C loop cannot compare as Python does"
-    return None
+    return plain_native.sla_reason(sim.collector._totals.sla)
 
 
 def _longest(sim):
@@ -414,13 +396,7 @@ class _Records:
         driver = sim.driver
         self.schedulers, self.routes, self.kv_routes = [], [], []
         self.add_workers(sim, sim.workers)
-        if type(driver) is SessionDriver and type(driver.sessions) is SyntheticSessions:
-            self.sessions, self.synthetic = None, driver.session_metadata
-        elif type(driver) is SessionDriver:
-            self.sessions = driver.sessions if driver.session_metadata else None
-            self.synthetic = False
-        else:
-            self.sessions, self.synthetic = None, driver._named
+        self.sessions, self.synthetic = plain_native.record_sessions(driver)
         self.later = {}      # uuid -> its admissions after the first, not settled yet
         self.unreleased = {}  # uuid -> a record whose source is released later
         self.stream = sim.collector._stream
@@ -530,11 +506,8 @@ class _Records:
                 unreleased[uuid] = record
             if i < rest_from:
                 settled(record)
-            else:
-                running = stream.running
-                stream.running = False
-                settled(record)
-                stream.running = running
+            else:   # (behind a request still in flight)
+                plain_native.settle_behind(stream, record)
 
 
 class _Scaling:

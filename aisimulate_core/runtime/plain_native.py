@@ -281,13 +281,9 @@ def _deployment_reason(sim):
     reason = _ranks_reason(sim, ranks, first)
     if reason is not None:
         return reason
-    timer = first.timer
-    if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
-        return "a timing model other than fixed or polynomial"
-    if not _times_in_range(timer, first.max_seqs * _longest_prompt(sim.driver)):
-        return "pass times the C loop cannot round as Python does"
-    if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
-        return "sizes beyond the C loop's exact range"
+    reason = engine_reason(first, sim.driver)
+    if reason is not None:
+        return reason
     router = sim.router
     if router.deliver != sim._deliver or router.queued or router.parked or router._released:
         return "a router holding requests"
@@ -306,7 +302,25 @@ def _deployment_reason(sim):
         if any(v.worker_id not in ids or v.dp_size != dp for v in policy._workers) or any(
                 not 0 <= policy._rank_cursors.get(w.worker_id, 0) < dp for w in workers):
             return "round robin over other workers"
-    sla = sim.collector._totals.sla
+    return sla_reason(sim.collector._totals.sla)
+
+
+def engine_reason(first, driver):
+    """Why a plain loop cannot time or size the passes of rank ``first``'s engine serving
+    ``driver``'s prompts (None: it can; both loops)."""
+    timer = first.timer
+    if type(timer) is not StepTimer or type(timer.model) not in (FixedTiming, PolynomialTiming):
+        return "a timing model other than fixed or polynomial"
+    if not _times_in_range(timer, first.max_seqs * _longest_prompt(driver)):
+        return "pass times the C loop cannot round as Python does"
+    if first.num_blocks * first.block_size >= 1 << 50 or first.max_batched > 1 << 30:
+        return "sizes beyond the C loop's exact range"
+    return None
+
+
+def sla_reason(sla):
+    """Why a plain loop cannot compare against the bounds of ``sla`` as Python does (None:
+    it can, or there is none; both loops)."""
     if sla is not None:
         for value in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms):
             if value is not None and (isinstance(value, bool)
@@ -359,15 +373,25 @@ def _ranks_reason(sim, ranks, first):
     """Why the loop cannot drive ``ranks`` beside ``first`` (None: it can)."""
     for rank in ranks:
         if type(rank) is not NativeVllmRank or rank.role != "aggregated" \
-                or _observer_reason(sim, rank) is not None or rank.capture_gauges or rank.fpm_on \
-                or type(rank).truncate is not RankBase.truncate or rank.pass_ends \
-                or rank.has_work() or rank.timer is not first.timer \
-                or rank.cb is not sim.events:
+                or _observer_reason(sim, rank) is not None:
             return "a rank the loop cannot drive"
-        if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
-                != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
-                    first.no_evict):
-            return "ranks of different engines"
+        reason = rank_reason(sim, rank, first)
+        if reason is not None:
+            return reason
+    return None
+
+
+def rank_reason(sim, rank, first):
+    """Why a plain loop cannot drive ``rank`` (of a kind it drives) beside ``first``: what
+    both loops ask of a rank (None: it can)."""
+    if rank.capture_gauges or rank.fpm_on or type(rank).truncate is not RankBase.truncate \
+            or rank.pass_ends or rank.has_work() or rank.timer is not first.timer \
+            or rank.cb is not sim.events:
+        return "a rank the loop cannot drive"
+    if (rank.block_size, rank.num_blocks, rank.max_model_len, rank.caching, rank.no_evict) \
+            != (first.block_size, first.num_blocks, first.max_model_len, first.caching,
+                first.no_evict):
+        return "ranks of different engines"
     return None
 
 
@@ -681,6 +705,25 @@ def _take_trace_state(driver, loop, view, ready):
         driver._next_pending = view.next_pending
 
 
+def record_sessions(driver):
+    """How records name their sessions: (the trace's sessions by index, or None; whether
+    they are named session_<index>) (both loops' _Records)."""
+    if type(driver) is SessionDriver and type(driver.sessions) is SyntheticSessions:
+        return None, driver.session_metadata
+    if type(driver) is SessionDriver:
+        return (driver.sessions if driver.session_metadata else None), False
+    return None, driver._named
+
+
+def settle_behind(stream, record):
+    """``record`` settled behind a request still in flight: as after the stream closed
+    (both loops' _Records)."""
+    running = stream.running
+    stream.running = False
+    stream.settled(record)
+    stream.running = running
+
+
 class _Records:
     """Per-request records from the rows C gathered (aisim_plain_records): each the
     ``RequestRecord`` runtime/records.py make_record makes of the request, handed to the
@@ -693,15 +736,7 @@ class _Records:
         # (pool, worker id, dp rank, scheduler id) of each rank, and its scheduler id
         self.routes = []
         self.add_routes(sim.workers)
-        if type(driver) is SessionDriver and type(driver.sessions) is SyntheticSessions:
-            self.sessions = None
-            self.synthetic = driver.session_metadata
-        elif type(driver) is SessionDriver:
-            self.sessions = driver.sessions if driver.session_metadata else None
-            self.synthetic = False
-        else:
-            self.sessions = None
-            self.synthetic = driver._named
+        self.sessions, self.synthetic = record_sessions(driver)
         self.later = {}   # uuid -> the admissions after its first, not settled yet
         # kv_router placements: each route with its overlaps (Router._place_native's)
         self.block_size = sim.router.block_size if _kv_router(sim) is not None else None
@@ -809,11 +844,8 @@ class _Records:
                 admissions, None, scheduler, [route], agentic=None)
             if i < rest_from:
                 settled(record)
-            else:   # settled behind a request still in flight: as after the stream closed
-                running = stream.running
-                stream.running = False
-                settled(record)
-                stream.running = running
+            else:
+                settle_behind(stream, record)
 
 
 class _Released:

@@ -24,7 +24,7 @@ from aisimulate_core import AisimError, run_replay
 from aisimulate_core import native
 from aisimulate_core.runtime import plain_disagg_native, plain_native
 from report_invariants import comparable
-from test_plain_native import _trace_rows
+from test_plain_native import _Count, _sessions, _trace
 
 pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
                                 reason="the C loop runs on the C backend")
@@ -109,47 +109,11 @@ def _report(payload, on_record=None):
     return comparable(json.loads(report.to_json()))
 
 
-class _Count:
-    """How many runs went through the C loop (plain_disagg_native.run, called for real)."""
-
-    def __init__(self, run):
-        self.run = run
-        self.calls = 0
-
-    def __call__(self, sim, limit):
-        self.calls += 1
-        return self.run(sim, limit)
-
-
 @pytest.fixture
 def counted(monkeypatch):
     counter = _Count(plain_disagg_native.run)
     monkeypatch.setattr(plain_disagg_native, "run", counter)
     return counter
-
-
-def _sessions(rng, payload):
-    """``payload`` with synthetic sessions of several turns instead of one."""
-    traffic = payload["traffic"]
-    traffic["source_type"] = "synthetic-session"
-    traffic["turns_per_session"] = rng.randint(1, 4)
-    traffic["request_count"] = max(1, traffic["request_count"] // 2)
-    if rng.random() < 0.6:
-        traffic["inter_turn_delay_ms"] = rng.choice([0.0, 2.5, 40.0])
-    return payload
-
-
-def _trace(rng, payload, path):
-    """``payload`` replaying a random Mooncake trace (test_plain_native's rows) from ``path``."""
-    traffic = payload["traffic"]
-    block = rng.choice([2, 4, 8, 16])
-    rows = _trace_rows(rng, traffic["isl"], traffic["osl"], block)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    payload["traffic"] = {"source_type": "trace", "trace_path": str(path),
-                          "trace_format": "mooncake", "trace_block_size": block}
-    if rng.random() < 0.3:
-        payload["traffic"]["replay_concurrency"] = rng.randint(1, 6)
-    return payload
 
 
 def _random_payload(rng, tmp_path, case):

@@ -131,18 +131,34 @@ def _trace_rows(rng, isl, osl, block):
 
 def _trace_payload(rng, directory, case):
     """A random deployment (as _payload's) replaying a random Mooncake trace."""
-    payload = _payload(rng)
+    return _trace(rng, _payload(rng), directory / f"trace_{case}.jsonl", speedup=True)
+
+
+def _trace(rng, payload, path, speedup=False):
+    """``payload`` replaying a random Mooncake trace (_trace_rows) from ``path``, by
+    timestamps (sped up at random, when ``speedup``) or in a closed loop (both loops' tests)."""
     traffic = payload["traffic"]
     block = rng.choice([2, 4, 8, 16])
     rows = _trace_rows(rng, traffic["isl"], traffic["osl"], block)
-    path = directory / f"trace_{case}.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     payload["traffic"] = {"source_type": "trace", "trace_path": str(path),
                           "trace_format": "mooncake", "trace_block_size": block}
     if rng.random() < 0.3:
         payload["traffic"]["replay_concurrency"] = rng.randint(1, 6)
-    elif rng.random() < 0.2:   # (the reference refuses a speed-up in a closed loop)
+    elif speedup and rng.random() < 0.2:   # (the reference refuses a speed-up in a closed loop)
         payload["traffic"]["arrival_speedup_ratio"] = rng.choice([0.5, 2.0, 3.0])
+    return payload
+
+
+def _sessions(rng, payload):
+    """``payload`` with synthetic sessions of several turns instead of one (both loops'
+    tests)."""
+    traffic = payload["traffic"]
+    traffic["source_type"] = "synthetic-session"
+    traffic["turns_per_session"] = rng.randint(1, 4)
+    traffic["request_count"] = max(1, traffic["request_count"] // 2)
+    if rng.random() < 0.6:
+        traffic["inter_turn_delay_ms"] = rng.choice([0.0, 2.5, 40.0])
     return payload
 
 
@@ -157,7 +173,8 @@ def _report(payload, progress=None, on_record=None):
 
 
 class _Count:
-    """How many runs went through the C loop (plain_native.run, called for real)."""
+    """How many runs went through a C loop (its module's run, called for real; both loops'
+    tests)."""
 
     def __init__(self, run):
         self.run = run
@@ -236,13 +253,7 @@ def test_random_synthetic_session_runs_match_the_python_loop(monkeypatch, counte
     ran = 0
     cases = 120
     for case in range(cases):
-        payload = _payload(rng)
-        traffic = payload["traffic"]
-        traffic["source_type"] = "synthetic-session"
-        traffic["turns_per_session"] = rng.randint(1, 4)
-        traffic["request_count"] = max(1, traffic["request_count"] // 2)
-        if rng.random() < 0.6:
-            traffic["inter_turn_delay_ms"] = rng.choice([0.0, 2.5, 40.0])
+        payload = _sessions(rng, _payload(rng))
         draw = rng.random()
         payload["spec"]["record_per_request"] = draw < 0.3
         ran += _both_ways(monkeypatch, counted, payload, on_record=0.3 <= draw < 0.45)

@@ -397,6 +397,27 @@ int plain_schedule_events(plain_requests *q, const plain_history *hist,
     return AISIM_OK;
 }
 
+int plain_pass_end(const aisim_vllm_view *v, int32_t kind, double fixed_ms, double ratio,
+                   int prefills, int decodes, double now_ms, double *end)
+{
+    double prefill = 0.0, decode = 0.0;
+    if (prefills && v->pf_count) {
+        int64_t count = v->pf_count;
+        int status = aisim_prefill_timing_eval(kind, fixed_ms, ratio, count, v->pf_isl / count,
+                                               v->pf_prefix / count, &prefill);
+        if (status == AISIM_DECODE_MISS)
+            return AISIM_PLAIN_TIMING;
+        PLAIN_TRY(status);
+    }
+    if (decodes && v->dec_batch) {
+        if (!v->decode_known)
+            return AISIM_PLAIN_TIMING;
+        decode = v->decode_ms;
+    }
+    *end = (now_ms + prefill) + decode;
+    return AISIM_OK;
+}
+
 int plain_released(plain_requests *q, int64_t uuid, double arrival_ms, double at_ms)
 {
     plain_records *r = &q->records;

@@ -255,6 +255,13 @@ int plain_history_take_slot(plain_history *h, int32_t slot, int64_t uuid);
  * (plain_admitted_in's), and preemptions' generated counts on their entries. */
 int plain_schedule_events(plain_requests *q, const plain_history *hist,
                           const int64_t *events, size_t n, double now_ms, int pool);
+/* StepTimer's end of the pass a rank just formed (its view, vllm_rank.cdef.h's
+ * aisim_vllm_view) from now_ms: its prefill chunks' time by the prefill model (kind, fixed
+ * time, ratio: aisim_prefill_timing_eval's), when `prefills`, then its decode batch's, when
+ * `decodes`; AISIM_PLAIN_TIMING when a time is one the C path cannot give. */
+struct aisim_vllm_view;
+int plain_pass_end(const struct aisim_vllm_view *v, int32_t kind, double fixed_ms,
+                   double ratio, int prefills, int decodes, double now_ms, double *end);
 /* the pass ends ends[0..n) completed */
 int plain_history_passes(plain_history *h, const double *ends, size_t n);
 /* the breaks between the b stretches st[0..2b) of a finished request */

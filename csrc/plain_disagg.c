@@ -338,28 +338,19 @@ static int start_pass(aisim_pd *p, pd_worker *w, double now_ms, double horizon_m
 {
     const aisim_pd_config *c = &p->cfg;
     const aisim_vllm_view *v = w->view;
-    double prefill = 0.0, decode = 0.0, end;
+    double end;
+    int status;
     *formed = 0;
     if (!v->n_running && !v->n_waiting)
         return AISIM_OK;
     TRY(aisim_vllm_schedule(w->rank, now_ms));
     if (v->n_events)
         TRY(schedule_events(p, w, now_ms));
-    if (!w->decode && v->pf_count) {
-        int64_t count = v->pf_count;
-        int status = aisim_prefill_timing_eval(c->prefill_kind, c->prefill_fixed_ms,
-                                               c->prefill_ratio, count, v->pf_isl / count,
-                                               v->pf_prefix / count, &prefill);
-        if (status == AISIM_DECODE_MISS)
-            return AISIM_PD_TIMING;
-        TRY(status);
-    }
-    if (w->decode && v->dec_batch) {
-        if (!v->decode_known)
-            return AISIM_PD_TIMING;
-        decode = v->decode_ms;
-    }
-    end = (now_ms + prefill) + decode;
+    status = plain_pass_end(v, c->prefill_kind, c->prefill_fixed_ms, c->prefill_ratio,
+                            !w->decode, w->decode, now_ms, &end);
+    if (status == AISIM_PLAIN_TIMING)
+        return AISIM_PD_TIMING;
+    TRY(status);
     w->ends[0] = end;
     w->n_ends = 1;
     /* NativeVllmDecodeRank.extend, then NativeVllmRank.extend */
@@ -370,8 +361,8 @@ static int start_pass(aisim_pd *p, pd_worker *w, double now_ms, double horizon_m
             TRY(open);
         }
         if (v->plain_decode && v->n_dec != 0 && end < horizon_ms) {
-            int status = aisim_vllm_extend(w->rank, end, horizon_ms, extension_cutoff(p),
-                                           MAX_PASSES, w->ends, MAX_PASSES, &p->run, 0);
+            status = aisim_vllm_extend(w->rank, end, horizon_ms, extension_cutoff(p),
+                                       MAX_PASSES, w->ends, MAX_PASSES, &p->run, 0);
             if (status == AISIM_DECODE_MISS || status == AISIM_VLLM_EXTEND_IN_PYTHON)
                 return AISIM_PD_TIMING;
             TRY(status);

@@ -217,7 +217,8 @@ static int schedule_rank(aisim_plain *p, rank_state *w, double now_ms, double ho
 {
     const aisim_plain_config *c = &p->cfg;
     const aisim_vllm_view *v = w->view;
-    double prefill = 0.0, decode = 0.0, end;
+    double end;
+    int status;
     *formed = 0;
     if (!v->n_running && !v->n_waiting)
         return AISIM_OK;
@@ -229,27 +230,16 @@ static int schedule_rank(aisim_plain *p, rank_state *w, double now_ms, double ho
     TRY(aisim_vllm_schedule(w->rank, now_ms));
     if (v->n_events)
         TRY(schedule_events(p, w, now_ms));
-    if (v->pf_count) {
-        int64_t count = v->pf_count;
-        int status = aisim_prefill_timing_eval(c->prefill_kind, c->prefill_fixed_ms,
-                                               c->prefill_ratio, count, v->pf_isl / count,
-                                               v->pf_prefix / count, &prefill);
-        if (status == AISIM_DECODE_MISS)
-            return AISIM_PLAIN_TIMING;
-        TRY(status);
-    }
-    if (v->dec_batch) {
-        if (!v->decode_known)
-            return AISIM_PLAIN_TIMING;
-        decode = v->decode_ms;
-    }
-    end = (now_ms + prefill) + decode;
+    status = plain_pass_end(v, c->prefill_kind, c->prefill_fixed_ms, c->prefill_ratio, 1, 1,
+                            now_ms, &end);
+    if (status != AISIM_OK)
+        return status;
     w->ends[0] = end;
     w->n_ends = 1;
     /* NativeVllmRank.extend */
     if (extend && v->plain_decode && v->n_dec != 0 && end < horizon_ms) {
-        int status = aisim_vllm_extend(w->rank, end, horizon_ms, p->ext_cutoff, MAX_PASSES,
-                                       w->ends, MAX_PASSES, &p->run, 0);
+        status = aisim_vllm_extend(w->rank, end, horizon_ms, p->ext_cutoff, MAX_PASSES,
+                                   w->ends, MAX_PASSES, &p->run, 0);
         if (status == AISIM_DECODE_MISS || status == AISIM_VLLM_EXTEND_IN_PYTHON)
             return AISIM_PLAIN_TIMING;
         TRY(status);

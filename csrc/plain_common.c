@@ -382,6 +382,16 @@ int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reu
     return AISIM_OK;
 }
 
+size_t plain_turn_lengths(uint32_t *lengths, size_t *n_last, int64_t len, int64_t block)
+{
+    int64_t runs = (len + block - 1) / block;
+    if (*n_last < SIZE_MAX)
+        lengths[*n_last] = (uint32_t)block;
+    lengths[runs - 1] = (uint32_t)(len - (runs - 1) * block);
+    *n_last = (size_t)(runs - 1);
+    return (size_t)runs;
+}
+
 int plain_schedule_events(plain_requests *q, const plain_history *hist,
                           const int64_t *events, size_t n, double now_ms, int pool)
 {

@@ -231,6 +231,12 @@ int plain_settle_rest(plain_requests *q);
 int plain_sample_stats(plain_requests *q, int32_t which, double *out);
 void plain_drop_samples(plain_requests *q, int32_t which);
 
+/* A trace turn's prompt of len tokens as runs of `block` tokens (Prompt.from_hash_ids):
+ * their lengths into lengths (block each, the last cut at len), after the run cut last,
+ * *n_last (SIZE_MAX: none), is made whole again; *n_last becomes this turn's cut. The count
+ * of runs (len >= 1; lengths holds them: the loops size it by the longest turn). */
+size_t plain_turn_lengths(uint32_t *lengths, size_t *n_last, int64_t len, int64_t block);
+
 /* ------------------------------------------------------------ heaps and pass histories */
 
 int plain_heap_push(plain_heap *h, double time, int64_t key, int64_t value);

@@ -135,13 +135,8 @@ static const uint32_t *turn_runs(aisim_plain *p, int64_t k, const uint32_t **len
                                  size_t *n)
 {
     const aisim_plain_config *c = &p->cfg;
-    int64_t len = c->turn_input[k], runs = (len + c->trace_block - 1) / c->trace_block;
-    if (p->n_last < SIZE_MAX)
-        p->lengths[p->n_last] = (uint32_t)c->trace_block;
-    p->lengths[runs - 1] = (uint32_t)(len - (runs - 1) * c->trace_block);
-    p->n_last = (size_t)(runs - 1);
+    *n = plain_turn_lengths(p->lengths, &p->n_last, c->turn_input[k], c->trace_block);
     *lengths = p->lengths;
-    *n = (size_t)runs;
     return c->ids + c->ids_off[k];
 }
 

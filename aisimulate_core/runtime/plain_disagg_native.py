@@ -362,12 +362,7 @@ def _take_state(sim, loop, view):
     """What the report reads after a run: the counters, the visited times, each rank's pass
     history, the driver's and the round robins' positions."""
     lib = native.lib
-    sim.now_ms = view.now_ms
-    sim.arrived = view.arrived
-    sim.completed = view.completed
-    sim.in_flight = view.in_flight
-    sim._next_uuid = view.arrived + 1
-    sim.collector.on_arrival(view.arrived)
+    plain_native.take_counters(sim, view)
     for router, cursor in zip(sim.routers, (view.rr_prefill_cursor, view.rr_decode_cursor)):
         if router._native is None:
             router.policy.policy._cursor = cursor

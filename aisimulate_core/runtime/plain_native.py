@@ -614,12 +614,7 @@ def _take_state(sim, loop, view):
     ffi, lib = native.ffi, native.lib
     ranks = [rank for w in sim.workers for rank in w.ranks]
     policy = sim.router.policy.policy
-    sim.now_ms = view.now_ms
-    sim.arrived = view.arrived
-    sim.completed = view.completed
-    sim.in_flight = view.in_flight
-    sim._next_uuid = view.arrived + 1
-    sim.collector.on_arrival(view.arrived)
+    take_counters(sim, view)
     round_robin = _kv_router(sim) is None
     if round_robin:
         policy._cursor = view.rr_cursor
@@ -642,6 +637,17 @@ def _take_state(sim, loop, view):
             cursors[worker.worker_id] = cursor[0]
     # (worker by worker, as C numbers them)
     take_pass_history(loop, ranks, lib.aisim_plain_pass_ends, lib.aisim_plain_breaks)
+
+
+def take_counters(sim, view):
+    """The run's clock, arrival, completion and in-flight counts as the Python loop leaves
+    them, and the collector's arrivals (both loops)."""
+    sim.now_ms = view.now_ms
+    sim.arrived = view.arrived
+    sim.completed = view.completed
+    sim.in_flight = view.in_flight
+    sim._next_uuid = view.arrived + 1
+    sim.collector.on_arrival(view.arrived)
 
 
 def take_pass_history(loop, ranks, pass_ends, breaks):

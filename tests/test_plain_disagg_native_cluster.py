@@ -19,19 +19,13 @@ import pytest
 
 from aisimulate_core import native
 from aisimulate_core.runtime import plain_disagg_native
-from test_plain_disagg_native import _BENCH, _Count, _kv_router, _random_payload, both_ways
+from test_plain_disagg_native import (  # noqa: F401  (counted: the fixture)
+    _BENCH, _kv_router, _random_payload, both_ways, counted)
 
 pytestmark = pytest.mark.skipif(native.lib is None or native.resolve_backend() != "c",
                                 reason="the C loop runs on the C backend")
 
 CASES = 200
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    counter = _Count(plain_disagg_native.run)
-    monkeypatch.setattr(plain_disagg_native, "run", counter)
-    return counter
 
 
 def _scaled(rng, payload):

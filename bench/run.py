@@ -217,7 +217,10 @@ def kv_routed(path):
 
 
 def _seconds(value):
-    """A time in a 9-wide column: three decimals below a tenth of a second."""
+    """A time in a 9-wide column: three decimals below a tenth of a second, four below a
+    hundredth (the ms cluster cases)."""
+    if value < 0.01:
+        return f"{value:9.4f}"
     return f"{value:9.3f}" if value < 0.1 else f"{value:9.2f}"
 
 

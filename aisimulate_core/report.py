@@ -762,28 +762,16 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     placed = ()          # pools of the immediate placements (their overlap is 0)
     for route in routing:
         if type(route) is tuple and len(route) > 3 and route[3] is not None:
-            # an immediate placement that names its scheduler (_route's work, inline:
-            # _route_entry's dict)
-            routes.append({
-                "pool": route[0], "outcome": "immediate", "queue_entered_at_ms": None,
-                "released_at_ms": None, "queue_wait_ms": 0.0, "logical_worker_id": route[1],
-                "scheduler_id": route[3], "dp_rank": route[2], "reported_overlap_tokens": 0,
-                "selected_overlap_blocks": None, "best_available_overlap_blocks": None,
-                "overlap_regret_blocks": None, "placement_replica_id": None})
+            # an immediate placement that names its scheduler (_route's work, inline)
+            routes.append(_route_entry(route[0], route[3], route[1], route[2]))
             placed += (route[0],)
         else:
             placed = None
             break
     if placed is None and len(routing) == 1 and type(routing[0]) is dict:
-        # one placement's route keys (the kv_router's usual record): _route and the two
-        # _route_overlap walks, inline
-        route = routing[0]
-        pool = route.get("pool")
-        entry = _route_entry(pool, rec.prefill_worker_idx if pool == "prefill"
-                             else rec.decode_worker_idx, None, None)
-        for key, value in route.items():
-            if key in entry:   # keys the reference does not know are left out
-                entry[key] = value
+        # one placement's route keys (the kv_router's usual record): the two _route_overlap
+        # walks, inline
+        entry = _route(rec, routing[0])
         routes = [entry]
         pool = entry["pool"]
         if prefill_overlap is None and pool == "prefill":

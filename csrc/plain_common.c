@@ -348,12 +348,6 @@ static int push_sample(plain_requests *q, int which, double value)
     return AISIM_OK;
 }
 
-int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
-                   int readmit)
-{
-    return plain_admitted_in(q, uuid, at_ms, reused, readmit, 0);
-}
-
 int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
                       int readmit, int pool)
 {

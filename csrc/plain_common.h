@@ -206,12 +206,10 @@ void plain_fill_summary(aisim_plain_summary *out, const plain_requests *q);
 plain_entry *plain_entry_of(plain_requests *q, int64_t uuid);
 /* the entry of uuid next_uuid (not taken: the caller advances next_uuid) */
 int plain_new_entry(plain_requests *q, plain_entry **out);
-/* NativeVllmRank._schedule_events of an admission at at_ms: reused tokens, readmission. */
-int plain_admitted(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
-                   int readmit);
-/* plain_admitted of an admission in pool `pool` (0 aggregated or prefill, 1 decode: it
- * leaves the first admission's reuse, which is the prefill copy's); a later admission's
- * readmission column holds readmit | pool << 1. */
+/* NativeVllmRank._schedule_events of an admission at at_ms (reused tokens, readmission) in
+ * pool `pool` (0 aggregated or prefill, 1 decode: it leaves the first admission's reuse,
+ * which is the prefill copy's); a later admission's readmission column holds
+ * readmit | pool << 1. */
 int plain_admitted_in(plain_requests *q, int64_t uuid, double at_ms, int64_t reused,
                       int readmit, int pool);
 /* A disaggregated source of the request of uuid (arrived at arrival_ms) released at at_ms:

@@ -102,7 +102,7 @@ struct aisim_pd {
     size_t q_head, q_len, q_cap;
     double *visited;
     size_t n_visited, visited_cap;
-    int no_extend, late, late_terminals;
+    int no_extend, late;    /* late: a zero-time pass completes (terminals to late_list) */
     double until;
     aisim_decode_run run;
     aisim_pd_view view;
@@ -307,7 +307,6 @@ static int finish(aisim_pd *p, int64_t uuid, double end_ms, int state)
     if (!p->late)
         return plain_sessions_terminal(&p->sess, session, turn, end_ms);
     /* a zero-time pass's terminal: the driver hears it after the round's arrivals */
-    p->late = 2;
     TRY(aisim_grow((void **)&p->late_list, &p->late_cap, p->n_late + 1, sizeof *p->late_list));
     p->late_list[p->n_late].session = session;
     p->late_list[p->n_late].turn = turn;
@@ -571,8 +570,6 @@ static int start(aisim_pd *p, int32_t key, double t, int *out)
     effect = w->view->pass_effect || w->view->chunked_pass;
     p->late = 1;
     TRY(complete(p, key, t, 1, &produced));
-    if (p->late == 2)
-        p->late_terminals = 1;
     p->late = 0;
     *out = produced || effect;
     return AISIM_OK;
@@ -1061,13 +1058,12 @@ static int rounds(aisim_pd *p)
             TRY(release_arrivals(p, t, &did));
             p->changed |= did;
         }
-        if (p->late_terminals) {
+        if (p->n_late) {      /* the zero-time passes' terminals, after the arrivals */
             size_t i;
             for (i = 0; i < p->n_late; i++)
                 TRY(plain_sessions_terminal(&p->sess, p->late_list[i].session,
                                             p->late_list[i].turn, p->late_list[i].end_ms));
             p->n_late = 0;
-            p->late_terminals = 0;
             p->changed = 1;
         }
         p->phase = 0;

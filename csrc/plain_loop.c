@@ -541,10 +541,7 @@ static int place(aisim_plain *p, plain_entry *e, int64_t uuid, int64_t worker_id
     if (worker_id < 0 || (size_t)worker_id >= c->n_workers || dp_rank < 0 ||
         (size_t)dp_rank >= c->dp_size)
         return AISIM_ECORRUPT;   /* (candidates are workers of the loop, id = index) */
-    if (isnan(released_ms))
-        TRY(note_route(p, uuid, overlap, best, NAN, NAN));
-    else
-        TRY(note_route(p, uuid, overlap, best, NAN, released_ms));
+    TRY(note_route(p, uuid, overlap, best, NAN, released_ms));
     return deliver_to(p, e, uuid, (int32_t)worker_id, dp_rank, now_ms);
 }
 

@@ -803,7 +803,9 @@ class _Records:
 
     def _overlaps(self):
         """Each request's (selected, best) overlap blocks and (queued, released) times by
-        uuid - 1 (None: round robin)."""
+        uuid - 1 (None: round robin): C's own arrays, indexed in place (they cover the whole
+        run, so copying them at every batch of records would cost the run's length each time;
+        no C call runs while a batch settles)."""
         if self.block_size is None:
             return None
         ffi = native.ffi
@@ -812,7 +814,7 @@ class _Records:
                             "aisim_plain_overlaps")
         if not n[0]:
             return [], []
-        return ffi.unpack(out[0], 2 * n[0]), ffi.unpack(times[0], 2 * n[0])
+        return out[0], times[0]
 
     def _settle(self, ints, doubles, n, rest_from, overlaps):
         stream = self.stream

@@ -323,6 +323,11 @@ class Collector:
         them, go in without a copy."""
         self._gaps.add(gaps_ms, counts)
 
+    def add_pass_gaps(self, pass_ends, diff, breaks=None) -> None:
+        """A rank's token gaps from its pass history (``RankBase.add_gaps_to``): the gaps
+        ``TokenGaps.add_passes`` reads, added as ``add_itl_gaps`` adds them."""
+        self._gaps.add_passes(pass_ends, diff, breaks)
+
     def _token_distributions(self) -> tuple[DistributionStats, DistributionStats]:
         """The ITL and per-user rate (1000 / gap) figures, from one summary call (the sketch's
         quantiles read off the summary's sorted keys: ``stats.summary_stats``)."""

@@ -125,3 +125,9 @@ class RankBase:
         gaps = TokenGaps(backend)
         gaps.add_passes(self.pass_ends, self.itl_diff, self.break_gaps)
         return gaps.gaps()
+
+    def add_gaps_to(self, collector):
+        """Its token gaps into the report's (``Collector.add_pass_gaps``): what ``itl_gaps``
+        gives, without a histogram of its own (the same entries in the same first-seen order,
+        so the same summary)."""
+        collector.add_pass_gaps(self.pass_ends, self.itl_diff, self.break_gaps)

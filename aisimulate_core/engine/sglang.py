@@ -370,6 +370,10 @@ class SglangRank(SglangClusterHooks, SglangMtpSteps, SglangKv, RankBase):
         self.running.fold_spans(self.itl_diff, self.break_gaps)
         return super().itl_gaps(backend)
 
+    def add_gaps_to(self, collector):
+        self.running.fold_spans(self.itl_diff, self.break_gaps)
+        super().add_gaps_to(collector)
+
     def _run_cut(self):
         # the run now ends before the pass in which members finish
         self._ends_finishing = False

@@ -532,3 +532,4 @@ class NativeSglangRank:
         return self._break_gaps
 
     itl_gaps = RankBase.itl_gaps
+    add_gaps_to = RankBase.add_gaps_to

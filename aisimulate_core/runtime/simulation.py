@@ -696,9 +696,7 @@ class Simulation:
         collector = self.collector
         for worker in self.workers:
             for rank in worker.ranks:
-                values, counts = rank.itl_gaps()
-                if values:
-                    collector.add_itl_gaps(values, counts)
+                rank.add_gaps_to(collector)
         collector.set_worker_seconds(**self._worker_seconds())
         if self.cluster is not None and self.cluster.lifecycle.record:
             collector.add_extra("lifecycle_operations", self.cluster.lifecycle.operations)

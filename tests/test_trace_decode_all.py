@@ -26,8 +26,17 @@ def streamed(path, block):
     return mooncake._decode_mooncake(path, block, False)
 
 
+LONE = '{{"timestamp": {t}, "input_length": 5, "output_length": 2, "hash_ids": [{h}, 9]{x}}}'
+
+
 @pytest.mark.parametrize("text", [
     rows(ROW.format(s="a", t=1, h=7), ROW.format(s="b", t=2, h=8)) + "\n",
+    # rows of one turn each (mooncake._lone_turns), with and without priorities and a class
+    rows(LONE.format(t=1, h=7, x=""), LONE.format(t=2, h=8, x=""), LONE.format(t=2, h=7, x="")),
+    rows(LONE.format(t=1, h=7, x=', "priority": 50'), LONE.format(t=2, h=8, x=""),
+         LONE.format(t=3, h=7, x=', "strict_priority": 1, "priority": -3'),
+         LONE.format(t=4, h=6, x=', "policy_class": "batch", "priority": 0'),
+         LONE.format(t=5, h=6, x=', "strict_priority": 0, "delay": 0')),
     rows(ROW.format(s="a", t=1, h=7), ROW.format(s="a", t=5, h=8)),          # no last newline
     rows(ROW.format(s="a", t=1, h=7), ROW.format(s="b", t=2, h=8)) + "\r\n",
 ])
@@ -71,3 +80,20 @@ def test_a_bad_row_is_named_by_its_line(tmp_path):
     with pytest.raises(TraceError) as info:
         mooncake.load_mooncake(str(path), 4)
     assert str(info.value).startswith(f"{path}:2: input_length: expected `int` >= 0")
+
+
+def test_rows_of_one_turn_with_priorities_take_the_one_turn_builder(tmp_path):
+    """mooncake._lone_turns takes rows with priorities and a policy class (the kv_router's
+    queue cases have them) and makes the builder's turns of them."""
+    text = rows(LONE.format(t=1, h=7, x=', "priority": 50'),
+                LONE.format(t=3, h=8, x=', "strict_priority": 1'),
+                LONE.format(t=4, h=6, x=', "policy_class": "batch"'), LONE.format(t=5, h=7, x=""))
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    data = path.read_bytes()
+    lone = mooncake._lone_turns(str(path), 4, decode_all(data, mooncake.MooncakeRow))
+    assert lone is not None
+    assert shape(lone) == shape(streamed(str(path), 4))
+    assert [(t.priority, t.strict_priority, t.policy_class)
+            for s in lone.sessions for t in s.turns] == \
+        [(50, 0, None), (0, 1, None), (0, 0, "batch"), (0, 0, None)]

@@ -206,8 +206,9 @@ def _decode_mooncake(path, block_size, accumulate_deltas, data=None):
 
 def _lone_turns(path, block_size, rows):
     """The Trace ``MooncakeBuilder`` makes of rows that are each a session of one turn (no
-    session id, alias or optional field, explicit lengths within the hash ids' capacity), or
-    None when a row is not one (the builder then reads them all, and words any error).
+    session id, alias or authored outputs, explicit lengths within the hash ids' capacity;
+    priorities and a policy class may be given), or None when a row is not one (the builder
+    then reads them all, and words any error).
 
     The hash ids are interned for the whole file at once, as the builder's row-by-row
     interning numbers them: dense ids in first-seen order over the rows in file order."""
@@ -217,8 +218,7 @@ def _lone_turns(path, block_size, rows):
                 or input_length > len(hash_ids) * block_size or row.session_id is not None
                 or row.input_tokens is not None or row.output_tokens is not None
                 or row.created_time is not None or row.delay_ms is not None
-                or row.output_token_ids is not None or row.priority or row.strict_priority
-                or row.policy_class is not None):
+                or row.output_token_ids is not None):
             return None
     first_seen = dict.fromkeys(chain.from_iterable(row.hash_ids for row in rows))
     if first_seen and max(first_seen) > U64_MAX:
@@ -230,6 +230,11 @@ def _lone_turns(path, block_size, rows):
         delay = row.delay
         turn = Turn(row.input_length, row.output_length, array("I", map(dense, row.hash_ids)),
                     0.0 if delay is None else delay, where=where)
+        if row.priority or row.strict_priority or row.policy_class is not None:
+            # (the builder's turn with optional fields: absent priorities are 0)
+            turn.priority = row.priority or 0
+            turn.strict_priority = row.strict_priority or 0
+            turn.policy_class = row.policy_class
         sessions.append(Session(f"request_{number}", row.timestamp, [turn], where=where))
     return Trace(model_block_size(block_size), sessions)
 

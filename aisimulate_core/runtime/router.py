@@ -34,7 +34,7 @@ class Router:
                  "wants_terminal",
                  "_views", "_label", "_batch", "_order", "_active_ids", "parked", "_unpinned",
                  "_native", "_native_direct", "_kvr", "_kvr_prefill", "_kvr_terminal",
-                 "wants_order", "native_release")
+                 "wants_order", "native_release", "_worker_views")
 
     def __init__(self, kind, provider, config, workers, *, block_size, max_num_batched_tokens,
                  deliver=None):
@@ -54,6 +54,7 @@ class Router:
         self._batch = None           # a pass's signals, while its rank completes
         self._order = None
         self._views = {}             # rank -> SchedulerView
+        self._worker_views = {}      # worker id -> its WorkerView (frozen: made once)
         self._label = provider.label()
         self.view = PoolView(kind, block_size=block_size,
                              max_num_batched_tokens=max_num_batched_tokens,
@@ -104,11 +105,18 @@ class Router:
             self._views[rank] = view
         return view
 
+    def worker_view(self, worker):
+        """The ``WorkerView`` of one of the pool's workers (the same object every time)."""
+        view = self._worker_views.get(worker.worker_id)
+        if view is None:
+            view = self._worker_views[worker.worker_id] = WorkerView(
+                worker_id=worker.worker_id, dp_size=len(worker.ranks))
+        return view
+
     def _refresh_view(self):
         self._active_ids = {w.worker_id: w for w in self.active}
         view = self.view
-        view.workers = tuple(WorkerView(worker_id=w.worker_id, dp_size=len(w.ranks))
-                             for w in self.active)
+        view.workers = tuple(self.worker_view(w) for w in self.active)
         view.schedulers = tuple(self.scheduler_view(rank) for w in self.active for rank in w.ranks)
 
     # ------------------------------------------------------------------ placement
@@ -293,7 +301,7 @@ class Router:
         self.active.append(worker)
         self.active.sort(key=lambda w: w.worker_id)
         self._refresh_view()
-        self.policy.notify("on_worker_ready", _worker_view(worker), now_ms)
+        self.policy.notify("on_worker_ready", self.worker_view(worker), now_ms)
 
     def unpark(self, now_ms):
         """After a change of the pool's workers: place the requests it held while empty, in
@@ -313,7 +321,7 @@ class Router:
         if worker in self.active:
             self.active.remove(worker)
             self._refresh_view()
-        self.policy.notify("on_worker_draining", _worker_view(worker), now_ms)
+        self.policy.notify("on_worker_draining", self.worker_view(worker), now_ms)
 
     def worker_removed(self, worker, now_ms):
         if worker in self.active:
@@ -322,7 +330,9 @@ class Router:
         self.by_id.pop(worker.worker_id, None)
         for rank in worker.ranks:
             self._views.pop(rank, None)
-        self.policy.notify("on_worker_removed", _worker_view(worker), now_ms)
+        view = self.worker_view(worker)
+        del self._worker_views[worker.worker_id]
+        self.policy.notify("on_worker_removed", view, now_ms)
 
 
 def route_entry(pool, worker_id, rank, detail, block_size, queued_ms, now_ms):
@@ -346,10 +356,6 @@ def route_entry(pool, worker_id, rank, detail, block_size, queued_ms, now_ms):
 
 def _is_integer(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _worker_view(worker):
-    return WorkerView(worker_id=worker.worker_id, dp_size=len(worker.ranks))
 
 
 class _Routed(PlacementRequest):

@@ -112,7 +112,9 @@ class VllmOffloadRank(VllmRank):
         self._last_store = {}       # uuid -> (done, submitted, keys) of its latest D2H
         self._holds = []            # keys of finished requests' stores the engine waits for
         self._skipq = set()         # uuids of the waiting requests that waited for a transfer
-        self._loads = {}            # uuid -> [done, g1 tokens, host blocks, keys, finished]
+        self._loads = {}            # uuid -> [done, g1 tokens, host blocks, keys, finished,
+        #                                    blocks its request needs beyond those it holds]
+        self._load_rest = 0         # ... the sum of the last over the loads not yet admitted
         self._loading = {}          # host key -> loads reading it
         self._d2h_done = {}         # G1 block -> done time of the latest D2H reading it
         self._taken = {}            # G1 block -> D2H done time it was taken fresh before
@@ -459,7 +461,13 @@ class VllmOffloadRank(VllmRank):
         # by others cost nothing), though only the loaded blocks are reserved now
         active_hits = pool.match_counts(hashes)[1]
         length = r.prompt_len + r.generated
-        if -(-length // self.block_size) - min(active_hits, g1) > self.num_blocks - pool.active():
+        blocks = -(-length // self.block_size)
+        # the loads started before (this pass or earlier) and not yet admitted keep room for
+        # the rest of their request: a later load starts only beside it (settled on the
+        # reference: tests/test_g2_load_room.py); an admission without a load does not
+        # count it
+        room = self.num_blocks - pool.active() - self._load_rest
+        if blocks - min(active_hits, g1) > room:
             return "full"
         seq = pool.new_seq()
         marker = len(pool.fresh)
@@ -486,7 +494,11 @@ class VllmOffloadRank(VllmRank):
         loading = self._loading
         for h in hit:
             loading[h] = loading.get(h, 0) + 1
-        self._loads[r.uuid] = [done, g1 * self.block_size, len(hit), hashes, False]
+        rest = blocks - g1 - len(hit)
+        if rest < 0:
+            rest = 0
+        self._load_rest += rest
+        self._loads[r.uuid] = [done, g1 * self.block_size, len(hit), hashes, False, rest]
         # (even an instantaneous load is seen done at the next pass: at once on an idle worker)
         self._push_job(done, _H2D, (r.uuid, hit))
         self._started = True
@@ -520,7 +532,7 @@ class VllmOffloadRank(VllmRank):
         if tokens == 0 and remaining > 0:
             return None
         self.waiting.popleft()
-        del self._loads[r.uuid]
+        self._load_rest -= self._loads.pop(r.uuid)[5]
         self._skipq.discard(r.uuid)
         fresh = not r.admissions
         r.computed = cached

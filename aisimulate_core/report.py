@@ -758,6 +758,15 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
         history = [{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
                     "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False}]
         readmissions, pools = 0, {pool: [1, at_ms, reused]}
+    elif (len(admissions) == 2 and len(admissions[0]) <= 5 and len(admissions[1]) <= 5
+          and admissions[0][1] != admissions[1][1]):
+        # the usual disaggregated record: once into each pool (_admission_history's walk, inline)
+        (at_ms, pool, reused), (at2, pool2, reused2) = admissions[0][:3], admissions[1][:3]
+        history = [{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
+                    "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False},
+                   {"admission_ordinal": 1, "pool_admission_ordinal": 0, "pool": pool2,
+                    "at_ms": at2, "reused_input_tokens": reused2, "is_readmission": False}]
+        readmissions, pools = 0, {pool: [1, at_ms, reused], pool2: [1, at2, reused2]}
     else:
         history, readmissions, pools = _admission_history(rec)
     routing = rec.routing

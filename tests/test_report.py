@@ -726,3 +726,29 @@ def test_a_lone_route_of_keys_gives_the_general_paths_record(pool):
     assert "unknown" not in one["routing_history"][0]
     for key in ("prefill_route_overlap_tokens", "decode_route_overlap_tokens"):
         assert one[key] == two[key] == (32 if key.startswith(pool) else None)
+
+
+@pytest.mark.parametrize("admissions", [
+    [(1.0, "prefill", 4, False), (3.0, "decode", 7, False)],          # the usual P/D record
+    [(1.0, "decode", 2, False), (3.0, "prefill", 0, False)],
+    [(1.0, "prefill", 4, False), (3.0, "prefill", 9, True)],          # a readmission
+    [(1.0, "prefill", 4, False, 1, 3), (3.0, "decode", 7, False)],    # a tier split
+    [(1.0, "prefill", 4, False), (3.0, "decode", 7, False), (5.0, "decode", 9, True)],
+])
+def test_two_pool_admission_histories_are_the_walks(admissions):
+    """per_request_record's inline case for two admissions into two pools gives what
+    report._admission_history's walk gives (and the facts read off it)."""
+    from aisimulate_core.report import _admission_history
+
+    record = rec(1, tokens=[5.0, 6.0], admissions=admissions, prefill_worker_idx=0,
+                 routing=[("prefill", 0, 0), ("decode", 0, 0)])
+    history, readmissions, pools = _admission_history(record)
+    out = per_request_record(record)
+    assert out["admission_history"] == history
+    assert out["admission_count"] == len(history)
+    assert out["readmission_count"] == readmissions
+    assert out["prefill_admit_ms"] == (pools["prefill"][1] if "prefill" in pools else None)
+    assert out["decode_admit_ms"] == (pools["decode"][1] if "decode" in pools else None)
+    assert out["decode_reused_input_tokens"] == (pools["decode"][2] if "decode" in pools
+                                                 else None)
+    assert out["reused_input_tokens"] == pools["prefill"][2]

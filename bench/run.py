@@ -166,9 +166,10 @@ def run_reference(path):
 
 # A run this short is dominated by fixed costs and by the machine's noise: it is repeated
 # SMALL_REPEAT times (at least), ours and the reference's alternating, so that both sides see
-# the same drift.
+# the same drift. (With 9 runs a side the ms cluster cases' ratios still moved by +-20% from
+# one bench to the next on these machines; 15 narrow that at about 0.5 s a run.)
 SMALL_S = 0.05
-SMALL_REPEAT = 9
+SMALL_REPEAT = 15
 
 
 def interleaved_runs(runners, path, repeat):

@@ -505,7 +505,7 @@ class _Records:
                 plain_native.settle_behind(stream, record)
 
 
-class _Scaling:
+class _Scaling(plain_native.ScalingPause):
     """Scaling (runtime/cluster.py) while the C loop pauses where the Python loop calls it:
     the workers heard completing a pass or releasing a source while draining
     (``worker_idle``), drain settlement and workers ready after a round's completions, the
@@ -514,14 +514,11 @@ class _Scaling:
     (plain_native._Scaling's shape, over two pools.)"""
 
     def __init__(self, sim, loop, view, records):
-        self.sim, self.loop, self.view, self.records = sim, loop, view, records
-        self.cluster = sim.cluster
+        super().__init__(sim, loop, view, records)
         self.firsts = (sim.prefill_workers[0].ranks[0], sim.decode_workers[0].ranks[0])
         self.rr = [None, None]
-        self.draining = set()
         self.operations = None     # the lifecycle's operation count the loop was told of
         self.out = native.ffi.new("int64_t[]", 64)
-        self.cluster.probe = self
         self._tell()
 
     def close(self):
@@ -530,8 +527,7 @@ class _Scaling:
 
     def pause(self, tick):
         sim, view, cluster = self.sim, self.view, self.cluster
-        t = sim.now_ms = view.now_ms
-        sim.in_flight, sim.arrived, sim.completed = view.in_flight, view.arrived, view.completed
+        t = self._clock()
         self._sync_pending()
         if tick:
             cluster.tick_due(t)
@@ -609,12 +605,6 @@ class _Scaling:
             native.check_status(lib.aisim_pd_set_draining(loop, key, key in draining),
                                 "aisim_pd_set_draining")
         self.draining = draining
-
-    # what cluster._watch_stall reads of the loop while it runs in C
-    def pending(self):
-        """The next pass completion or transfer, and the next session ready."""
-        view = self.view
-        return view.next_event_ms, view.next_ready_ms
 
     def check_drained(self):
         """DisaggregatedSimulation._check_drained's error for the loop's state."""

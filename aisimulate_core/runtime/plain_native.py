@@ -865,29 +865,52 @@ class _Released:
         self.uuid = uuid
 
 
-class _Scaling:
+class ScalingPause:
+    """What both C loops' scaling pauses share (this module's ``_Scaling`` and
+    plain_disagg_native's): the simulation, the loop and its view, the records, the cluster
+    (which reads the loop through ``pending`` and ``check_drained`` while it runs in C: its
+    ``probe``) and the draining flags the loop was last told of."""
+
+    def __init__(self, sim, loop, view, records):
+        self.sim, self.loop, self.view, self.records = sim, loop, view, records
+        self.cluster = sim.cluster
+        self.draining = set()
+        self.cluster.probe = self
+
+    def _clock(self):
+        """The loop's clock and counters into the simulation, as the Python loop has them at
+        this point; returns the time."""
+        sim, view = self.sim, self.view
+        t = sim.now_ms = view.now_ms
+        sim.in_flight, sim.arrived, sim.completed = view.in_flight, view.arrived, view.completed
+        return t
+
+    # what cluster._watch_stall reads of the loop while it runs in C
+    def pending(self):
+        """The next pass completion (or transfer) and the next session ready."""
+        view = self.view
+        return view.next_event_ms, view.next_ready_ms
+
+
+class _Scaling(ScalingPause):
     """Scaling (runtime/cluster.py) while the C loop pauses where the Python loop calls it:
     worker ready and drain settlement after a step's completions, the tick after its
     arrivals; then the loop learns what changed (workers added, round robin's active list,
     draining flags, the next tick and ready)."""
 
     def __init__(self, sim, loop, view, records):
-        self.sim, self.loop, self.view, self.records = sim, loop, view, records
-        self.cluster = sim.cluster
+        super().__init__(sim, loop, view, records)
         self.pool = sim.pools["agg"]
         self.index = {w.worker_id: w.idx for w in sim.workers}
         self.first = sim.workers[0].ranks[0]
         self.rr = None
-        self.draining = set()
-        self.cluster.probe = self
         if _kv_router(sim) is not None:
             sim.router.native_release = self.release
         self._tell()
 
     def pause(self, tick):
         sim, view, cluster = self.sim, self.view, self.cluster
-        t = sim.now_ms = view.now_ms
-        sim.in_flight, sim.arrived, sim.completed = view.in_flight, view.arrived, view.completed
+        t = self._clock()
         if tick:
             cluster.tick_due(t)
         else:
@@ -962,12 +985,6 @@ class _Scaling:
                                 "aisim_plain_release")
             out.append(_Released(uuid))
         return out
-
-    # what cluster._watch_stall reads of the loop while it runs in C
-    def pending(self):
-        """The next pass completion and session ready."""
-        view = self.view
-        return view.next_event_ms, view.next_ready_ms
 
     def check_drained(self):
         """Simulation._check_drained's error for the loop's state, if requests are stuck."""

@@ -288,6 +288,18 @@ int aisim_ot_state(const aisim_offload_tier *t, uint64_t h, int64_t *pins)
     return e == NIL ? ABSENT : t->entries[e].state;
 }
 
+int64_t aisim_ot_absent(const aisim_offload_tier *t, const uint64_t *hashes, size_t n,
+                        int64_t *absent)
+{
+    if (!t || (n && (!hashes || !absent)))
+        return AISIM_EINVAL;
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (find(t, hashes[i]) == NIL)
+            absent[k++] = (int64_t)i;
+    return k;
+}
+
 int64_t aisim_ot_leading(const aisim_offload_tier *t, const uint64_t *hashes, size_t n)
 {
     if (!t || (n && !hashes))
@@ -330,11 +342,15 @@ int aisim_ot_reserve(aisim_offload_tier *t, const uint64_t *keys, size_t n,
     for (size_t i = 0; i < n; i++)
         if (find(t, keys[i]) != NIL)
             return AISIM_EINVAL;
-    for (size_t i = 0; i + 1 < n; i++)   /* repeated keys (n is a cohort: small) */
-        for (size_t j = i + 1; j < n; j++)
-            if (keys[i] == keys[j])
-                return AISIM_EINVAL;
     uint64_t *prot = NULL;
+    if (n > 1) {
+        /* repeated keys, on a sorted copy (a cohort is a prompt's new blocks: hundreds, too
+         * many to compare pairwise); the scratch it sorts in is the protect set's next */
+        int status = sorted_distinct(t, keys, n, &prot);
+        if (status)
+            return status;
+        prot = NULL;
+    }
     if (n_protect) {
         int status = sorted_distinct(t, protect, n_protect, &prot);
         if (status == AISIM_EINVAL) {   /* repeats are harmless in a protect set: dedupe */

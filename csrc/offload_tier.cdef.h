@@ -20,6 +20,10 @@ int aisim_ot_free(aisim_offload_tier *t);
 int aisim_ot_view_of(const aisim_offload_tier *t, const aisim_ot_view **out);
 /* 0 absent, 1 pending, 2 resident; the entry's pins into *pins (0 when absent) */
 int aisim_ot_state(const aisim_offload_tier *t, uint64_t h, int64_t *pins);
+/* the indices of the absent hashes, ascending, into absent[0..): returns how many
+ * (absent has room for n) */
+int64_t aisim_ot_absent(const aisim_offload_tier *t, const uint64_t *hashes, size_t n,
+                        int64_t *absent);
 /* how many leading hashes are present (pending or resident) */
 int64_t aisim_ot_leading(const aisim_offload_tier *t, const uint64_t *hashes, size_t n);
 /* each present hash becomes the most recent (resident unpinned ones move in the

@@ -80,8 +80,10 @@ def test_offload_tier_twins_agree_on_random_operations():
                 op = ("discard", batch)
             elif roll < 0.95:
                 op = ("touch", pick(rng, keys, rng.randint(0, 6)), rng.random() < 0.5)
-            else:
+            elif roll < 0.975:
                 op = ("leading", pick(rng, keys, rng.randint(0, 6)))
+            else:
+                op = ("absent", pick(rng, keys, rng.randint(0, 8)))
             name, *args = op
             got_c = outcome(lambda: getattr(c, name)(*args))
             got_py = outcome(lambda: getattr(py, name)(*args))
@@ -112,3 +114,13 @@ def test_reserve_evicts_oldest_unprotected_and_refuses_without_change():
             tier.complete([20])                          # resident, not pending
         with pytest.raises(NativeArgumentError):
             tier.reserve([40])                           # present
+
+
+def test_absent_names_the_absent_hashes_by_index():
+    for backend in ("c", "python"):
+        tier = offload_tier(4, backend=backend)
+        assert tier.absent([]) == []
+        tier.reserve([5, 7])
+        tier.complete([7])
+        assert tier.absent([1, 5, 2, 7, 3]) == [0, 2, 4]   # pending and resident are present
+        assert tier.absent([5, 7]) == []

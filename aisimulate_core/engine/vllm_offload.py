@@ -291,8 +291,7 @@ class VllmOffloadRank(VllmRank):
                 continue
             refs = self._host_keys(r)
             keys = list(refs[cursor:full])
-            states = [host.state(refs[i])[0] for i in range(cursor, full)]
-            missing = [i for i, state in enumerate(states, cursor) if state == ABSENT]
+            missing = [cursor + i for i in host.absent(keys)]   # (one call for the prompt)
             if not missing:
                 self._cursor[r.uuid] = full
                 continue

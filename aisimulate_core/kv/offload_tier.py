@@ -15,7 +15,8 @@ present where it must be absent, in the wrong state, repeated) raises NativeArgu
 changes nothing.
 
 States: ``ABSENT`` 0, ``PENDING`` 1, ``RESIDENT`` 2. Queries: ``capacity``, ``len()``,
-``pending``, ``pinned``, ``evictions``, ``state(h) -> (state, pins)``, ``leading(hashes)``
+``pending``, ``pinned``, ``evictions``, ``state(h) -> (state, pins)``, ``absent(hashes)``
+(the indices of the absent ones, ascending), ``leading(hashes)``
 (how many leading hashes are present), ``lru()``. Changes: ``touch(hashes, reverse=False)``,
 ``reserve(keys, protect=()) -> evicted list or None`` (None: not enough victims, nothing
 changed), ``complete(keys, shared=True)``, ``pin(keys)``, ``unpin(keys, shared=True)``,
@@ -69,6 +70,10 @@ class PyOffloadTier:
     def state(self, h: int) -> tuple[int, int]:
         entry = self._entries.get(h)
         return (ABSENT, 0) if entry is None else (entry[0], entry[1])
+
+    def absent(self, hashes) -> list[int]:
+        entries = self._entries
+        return [i for i, h in enumerate(hashes) if h not in entries]
 
     def leading(self, hashes) -> int:
         entries = self._entries
@@ -200,6 +205,13 @@ class COffloadTier:
     def state(self, h: int) -> tuple[int, int]:
         state = lib.aisim_ot_state(self._t, h, self._pins)
         return state, self._pins[0]
+
+    def absent(self, hashes) -> list[int]:
+        keys = _u64s(hashes)
+        out = ffi.new("int64_t[]", max(len(keys), 1))
+        n = check_status(lib.aisim_ot_absent(self._t, ffi.from_buffer("uint64_t[]", keys),
+                                             len(keys), out), "OffloadTier.absent")
+        return ffi.unpack(out, n)
 
     def leading(self, hashes) -> int:
         keys = _u64s(hashes)

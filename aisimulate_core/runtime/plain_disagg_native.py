@@ -39,7 +39,7 @@ from ..workload.one_turn import OneTurnDriver
 from ..workload.sessions import SessionDriver
 from ..workload.synthetic import SyntheticSessions
 from . import plain_native
-from .lifecycle import ACTIVE, DRAINING
+from .lifecycle import DRAINING
 from .scaling import ScheduledScaling
 from .simulation import EngineEvents
 from .worker import Worker
@@ -108,14 +108,11 @@ def _cluster_reason(sim):
     if list(pools) != ["prefill", "decode"] or pools["prefill"].router is not sim.routers[0] \
             or pools["decode"].router is not sim.routers[1]:
         return "pools other than the prefill and decode ones"
-    if cluster.starting or cluster.settling or cluster.lifecycle.draining \
-            or cluster._tick_ordinal or cluster._stalled or cluster.probe is not None:
+    if plain_native.scaling_started(cluster, [(pools["prefill"], sim.prefill_workers),
+                                              (pools["decode"], sim.decode_workers)]):
         return "scaling under way"
-    for kind, workers in (("prefill", sim.prefill_workers), ("decode", sim.decode_workers)):
+    for kind in ("prefill", "decode"):
         pool = pools[kind]
-        if len(pool.workers) != len(workers) \
-                or any(pool.life.state.get(w.worker_id) != ACTIVE for w in workers):
-            return "scaling under way"
         make = sim.make_workers.get(kind)
         if getattr(make, "__qualname__", None) != "worker_factory.<locals>.make" \
                 or getattr(pool.spawn, "__qualname__", None) \

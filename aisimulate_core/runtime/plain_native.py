@@ -109,10 +109,7 @@ def _cluster_reason(sim):
     if list(sim.pools) != ["agg"] or sim.pools["agg"].router is not sim.router:
         return "pools other than the aggregated one"
     pool = sim.pools["agg"]
-    if cluster.starting or cluster.settling or cluster.lifecycle.draining \
-            or cluster._tick_ordinal or cluster._stalled or cluster.probe is not None \
-            or len(pool.workers) != len(sim.workers) \
-            or any(pool.life.state.get(w.worker_id) != ACTIVE for w in sim.workers):
+    if scaling_started(cluster, [(pool, sim.workers)]):
         return "scaling under way"
     make, spawn = sim.make_worker, pool.spawn
     if getattr(make, "__qualname__", None) != "worker_factory.<locals>.make" \
@@ -121,6 +118,19 @@ def _cluster_reason(sim):
             or any(name in sim.__dict__ for name in _SCALING_METHODS):
         return "workers made otherwise"
     return None
+
+
+def scaling_started(cluster, pools):
+    """Whether scaling has changed the run already (both C loops take a run only before it
+    has): a worker starting, settling or draining, a tick taken, a stall counted, a probe
+    installed, or a pool of ``pools`` ((pool, its simulation workers) pairs) whose workers
+    are not all its initial, active ones."""
+    if cluster.starting or cluster.settling or cluster.lifecycle.draining \
+            or cluster._tick_ordinal or cluster._stalled or cluster.probe is not None:
+        return True
+    return any(len(pool.workers) != len(workers)
+               or any(pool.life.state.get(w.worker_id) != ACTIVE for w in workers)
+               for pool, workers in pools)
 
 
 def _driver_reason(driver):

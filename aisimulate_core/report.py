@@ -706,6 +706,15 @@ def _admission_history(rec: RequestRecord) -> tuple[list[dict], int, dict[str, l
         return ([{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
                   "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False}],
                 0, {pool: [1, at_ms, reused]})
+    if (len(admissions) == 2 and len(admissions[0]) <= 5 and len(admissions[1]) <= 5
+            and admissions[0][1] != admissions[1][1]):
+        # the usual disaggregated record: once into each pool (the walk below, unrolled)
+        (at_ms, pool, reused), (at2, pool2, reused2) = admissions[0][:3], admissions[1][:3]
+        return ([{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
+                  "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False},
+                 {"admission_ordinal": 1, "pool_admission_ordinal": 0, "pool": pool2,
+                  "at_ms": at2, "reused_input_tokens": reused2, "is_readmission": False}],
+                0, {pool: [1, at_ms, reused], pool2: [1, at2, reused2]})
     pools: dict[str, list] = {}  # pool -> [admissions so far, first at_ms, max reuse]
     history = []
     for ordinal, admission in enumerate(rec.admissions):
@@ -751,24 +760,7 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
 
     Built as one literal of the keys every record has; the optional ones, mostly unset, are
     put in their places only when set (``_with_optional``)."""
-    admissions = rec.admissions
-    if len(admissions) == 1 and len(admissions[0]) <= 5:
-        # the usual record, admitted once (_admission_history's first case, inline)
-        at_ms, pool, reused = admissions[0][0], admissions[0][1], admissions[0][2]
-        history = [{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
-                    "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False}]
-        readmissions, pools = 0, {pool: [1, at_ms, reused]}
-    elif (len(admissions) == 2 and len(admissions[0]) <= 5 and len(admissions[1]) <= 5
-          and admissions[0][1] != admissions[1][1]):
-        # the usual disaggregated record: once into each pool (_admission_history's walk, inline)
-        (at_ms, pool, reused), (at2, pool2, reused2) = admissions[0][:3], admissions[1][:3]
-        history = [{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
-                    "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False},
-                   {"admission_ordinal": 1, "pool_admission_ordinal": 0, "pool": pool2,
-                    "at_ms": at2, "reused_input_tokens": reused2, "is_readmission": False}]
-        readmissions, pools = 0, {pool: [1, at_ms, reused], pool2: [1, at2, reused2]}
-    else:
-        history, readmissions, pools = _admission_history(rec)
+    history, readmissions, pools = _admission_history(rec)
     routing = rec.routing
     prefill_overlap = rec.prefill_route_overlap_tokens
     decode_overlap = rec.decode_route_overlap_tokens

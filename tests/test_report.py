@@ -736,13 +736,11 @@ def test_a_lone_route_of_keys_gives_the_general_paths_record(pool):
     [(1.0, "prefill", 4, False), (3.0, "decode", 7, False), (5.0, "decode", 9, True)],
 ])
 def test_two_pool_admission_histories_are_the_walks(admissions):
-    """per_request_record's inline case for two admissions into two pools gives what
-    report._admission_history's walk gives (and the facts read off it)."""
-    from aisimulate_core.report import _admission_history
-
+    """report._admission_history's unrolled case for two admissions into two pools gives
+    what the plain walk over the admissions gives (and the facts read off it)."""
     record = rec(1, tokens=[5.0, 6.0], admissions=admissions, prefill_worker_idx=0,
                  routing=[("prefill", 0, 0), ("decode", 0, 0)])
-    history, readmissions, pools = _admission_history(record)
+    history, readmissions, pools = _walked_history(admissions)
     out = per_request_record(record)
     assert out["admission_history"] == history
     assert out["admission_count"] == len(history)
@@ -752,3 +750,24 @@ def test_two_pool_admission_histories_are_the_walks(admissions):
     assert out["decode_reused_input_tokens"] == (pools["decode"][2] if "decode" in pools
                                                  else None)
     assert out["reused_input_tokens"] == pools["prefill"][2]
+
+
+def _walked_history(admissions):
+    """The admission history as the reference defines it, one admission at a time: ordinals,
+    pool ordinals, readmissions into the same pool, the tier split when given; per pool its
+    [count, first at_ms, largest reuse]."""
+    history, pools = [], {}
+    for ordinal, (at_ms, pool, reused, *rest) in enumerate(admissions):
+        facts = pools.setdefault(pool, [0, at_ms, reused])
+        facts[2] = max(facts[2], reused)
+        entry = {"admission_ordinal": ordinal, "pool_admission_ordinal": facts[0], "pool": pool,
+                 "at_ms": at_ms, "reused_input_tokens": reused}
+        if len(rest) > 1:
+            if rest[1] is not None:
+                entry["g1_reused_input_tokens"] = rest[1]
+            if len(rest) > 2 and rest[2] is not None:
+                entry["host_reused_input_tokens"] = rest[2]
+        entry["is_readmission"] = facts[0] > 0
+        facts[0] += 1
+        history.append(entry)
+    return history, sum(facts[0] - 1 for facts in pools.values()), pools

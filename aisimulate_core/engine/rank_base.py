@@ -123,11 +123,15 @@ class RankBase:
         count as 0.0, as the report takes them. One ``TokenGaps`` call reads the whole pass
         history (in C on the C backend), so no Python object is made per pass."""
         gaps = TokenGaps(backend)
-        gaps.add_passes(self.pass_ends, self.itl_diff, self.break_gaps)
+        gaps.add_passes(*self.gap_history())
         return gaps.gaps()
 
     def add_gaps_to(self, collector):
         """Its token gaps into the report's (``Collector.add_pass_gaps``): what ``itl_gaps``
         gives, without a histogram of its own (the same entries in the same first-seen order,
         so the same summary)."""
-        collector.add_pass_gaps(self.pass_ends, self.itl_diff, self.break_gaps)
+        collector.add_pass_gaps(*self.gap_history())
+
+    def gap_history(self):
+        """(pass ends, gap multiplicity differences, break gaps): what the gaps are read from."""
+        return self.pass_ends, self.itl_diff, self.break_gaps

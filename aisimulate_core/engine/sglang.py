@@ -366,13 +366,9 @@ class SglangRank(SglangClusterHooks, SglangMtpSteps, SglangKv, RankBase):
                 breaks[(prev_last, start)] = breaks.get((prev_last, start), 0) + 1
         running.count_span(first, last)
 
-    def itl_gaps(self, backend=None):
+    def gap_history(self):
         self.running.fold_spans(self.itl_diff, self.break_gaps)
-        return super().itl_gaps(backend)
-
-    def add_gaps_to(self, collector):
-        self.running.fold_spans(self.itl_diff, self.break_gaps)
-        super().add_gaps_to(collector)
+        return super().gap_history()
 
     def _run_cut(self):
         # the run now ends before the pass in which members finish

@@ -533,3 +533,4 @@ class NativeSglangRank:
 
     itl_gaps = RankBase.itl_gaps
     add_gaps_to = RankBase.add_gaps_to
+    gap_history = RankBase.gap_history

@@ -229,12 +229,9 @@ def _lone_turns(path, block_size, rows):
         where = f"{path}:{number}"
         delay = row.delay
         turn = Turn(row.input_length, row.output_length, array("I", map(dense, row.hash_ids)),
-                    0.0 if delay is None else delay, where=where)
-        if row.priority or row.strict_priority or row.policy_class is not None:
-            # (the builder's turn with optional fields: absent priorities are 0)
-            turn.priority = row.priority or 0
-            turn.strict_priority = row.strict_priority or 0
-            turn.policy_class = row.policy_class
+                    0.0 if delay is None else delay, priority=row.priority or 0,
+                    strict_priority=row.strict_priority or 0, policy_class=row.policy_class,
+                    where=where)
         sessions.append(Session(f"request_{number}", row.timestamp, [turn], where=where))
     return Trace(model_block_size(block_size), sessions)
 

@@ -2,8 +2,11 @@
  * offload_tier.c: the block pool of a KV offload tier (G2 host, G3 storage),
  * see offload_tier.cdef.h. Entries live in a growing array (a free list
  * reuses the slots of removed ones) and are found through an open-addressing
- * table of entry indexes (linear probing, backward-shift deletion, at most
- * half full); the LRU of resident unpinned entries is a doubly linked list
+ * table of (hash, entry index) slots (linear probing, backward-shift
+ * deletion, at most half full): a probe compares hashes inside the table, so
+ * a lookup costs one cache miss there, not one per probed entry (a prompt's
+ * keys are thousands of random hashes per call; the batch loops also prefetch
+ * the slots a few keys ahead); the LRU of resident unpinned entries is a doubly linked list
  * through the entries, oldest at the head. A shared epoch (a completed
  * transfer) appends its keys in ascending hash order, which is the order
  * (epoch, hash) of the reference's recency set. The Python twin is
@@ -27,13 +30,22 @@ typedef struct ot_entry {
     uint8_t in_lru;
 } ot_entry;
 
+typedef struct ot_slot {
+    uint64_t h;
+    int32_t e;            /* entry index + 1, 0 empty */
+    int32_t unused;
+} ot_slot;
+
+/* how many keys ahead the batch loops prefetch their table slots */
+#define AHEAD 8
+
 struct aisim_offload_tier {
     aisim_ot_view view;
     ot_entry *entries;
     int32_t n_entries;    /* entries handed out so far (free ones included) */
     int32_t cap_entries;
     int32_t free_head;
-    int32_t *table;       /* entry index + 1, 0 empty */
+    ot_slot *table;
     size_t mask;
     int32_t lru_head, lru_tail;
     uint64_t *scratch;    /* sorted copies of argument arrays */
@@ -52,29 +64,42 @@ static size_t home(const aisim_offload_tier *t, uint64_t h)
 static size_t slot_of(const aisim_offload_tier *t, uint64_t h)
 {
     size_t i = home(t, h);
-    while (t->table[i] && t->entries[t->table[i] - 1].h != h)
+    while (t->table[i].e && t->table[i].h != h)
         i = (i + 1) & t->mask;
     return i;
 }
 
+static inline void prefetch_slot(const aisim_offload_tier *t, uint64_t h)
+{
+    __builtin_prefetch(&t->table[home(t, h)]);
+}
+
+/* prefetch the slot of keys[i + AHEAD] (of the walk's order: reversed when `reverse`) */
+static inline void prefetch_ahead(const aisim_offload_tier *t, const uint64_t *keys, size_t n,
+                                  size_t i, int reverse)
+{
+    if (i + AHEAD < n)
+        prefetch_slot(t, keys[reverse ? n - 1 - (i + AHEAD) : i + AHEAD]);
+}
+
 static int32_t find(const aisim_offload_tier *t, uint64_t h)
 {
-    int32_t e = t->table[slot_of(t, h)];
+    int32_t e = t->table[slot_of(t, h)].e;
     return e ? e - 1 : NIL;
 }
 
 static int grow_table(aisim_offload_tier *t, size_t slots)
 {
-    int32_t *table = calloc(slots, sizeof(int32_t));
+    ot_slot *table = calloc(slots, sizeof(ot_slot));
     if (!table)
         return AISIM_ENOMEM;
-    int32_t *old = t->table;
+    ot_slot *old = t->table;
     size_t old_slots = t->table ? t->mask + 1 : 0;
     t->table = table;
     t->mask = slots - 1;
     for (size_t i = 0; i < old_slots; i++)
-        if (old[i])
-            t->table[slot_of(t, t->entries[old[i] - 1].h)] = old[i];
+        if (old[i].e)
+            t->table[slot_of(t, old[i].h)] = old[i];
     free(old);
     return AISIM_OK;
 }
@@ -126,22 +151,56 @@ static uint64_t *scratch(aisim_offload_tier *t, size_t n)
     return t->scratch;
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* `a` sorted ascending, `tmp` (n values) as the other buffer: insertion sort for a few keys,
+ * else an LSD radix sort by bytes (every histogram from one read), which for hundreds of
+ * random hashes is several times quicker than qsort's compare calls */
+static void sort_u64(uint64_t *a, uint64_t *tmp, size_t n)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    if (n < 32) {
+        for (size_t i = 1; i < n; i++) {
+            uint64_t x = a[i];
+            size_t j = i;
+            while (j && a[j - 1] > x) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = x;
+        }
+        return;
+    }
+    size_t counts[8][256];
+    memset(counts, 0, sizeof(counts));
+    for (size_t i = 0; i < n; i++)
+        for (int d = 0; d < 8; d++)
+            counts[d][(a[i] >> (8 * d)) & 0xFF]++;
+    uint64_t *src = a, *dst = tmp;
+    for (int d = 0; d < 8; d++) {
+        size_t *c = counts[d];
+        size_t sum = 0;
+        for (int v = 0; v < 256; v++) {
+            size_t k = c[v];
+            c[v] = sum;
+            sum += k;
+        }
+        for (size_t i = 0; i < n; i++)
+            dst[c[(src[i] >> (8 * d)) & 0xFF]++] = src[i];
+        uint64_t *swap = src;
+        src = dst;
+        dst = swap;
+    }
+    /* (an even number of passes: the sorted keys are back in `a`) */
 }
 
 /* keys sorted into scratch; AISIM_EINVAL when one repeats */
 static int sorted_distinct(aisim_offload_tier *t, const uint64_t *keys, size_t n, uint64_t **out)
 {
-    uint64_t *s = scratch(t, n);
+    uint64_t *s = scratch(t, 2 * n);
     if (n && !s)
         return AISIM_ENOMEM;
-    if (n)
+    if (n) {
         memcpy(s, keys, n * sizeof(uint64_t));
-    if (n)
-        qsort(s, n, sizeof(uint64_t), cmp_u64);
+        sort_u64(s, s + n, n);
+    }
     *out = s;
     for (size_t i = 1; i < n; i++)
         if (s[i] == s[i - 1])
@@ -209,7 +268,9 @@ static int32_t new_entry(aisim_offload_tier *t, uint64_t h)
     x->prev = x->next = NIL;
     x->state = PENDING;
     x->in_lru = 0;
-    t->table[slot_of(t, h)] = e + 1;
+    ot_slot *slot = &t->table[slot_of(t, h)];
+    slot->h = h;
+    slot->e = e + 1;
     t->view.entries++;
     t->view.pending++;
     return e;
@@ -226,16 +287,16 @@ static void remove_entry(aisim_offload_tier *t, int32_t e)
     size_t j = i;
     for (;;) {
         j = (j + 1) & t->mask;
-        if (!t->table[j])
+        if (!t->table[j].e)
             break;
-        size_t k = home(t, t->entries[t->table[j] - 1].h);
+        size_t k = home(t, t->table[j].h);
         /* move j back to i when its home k is not cyclically in (i, j] */
         if ((j > i && (k <= i || k > j)) || (j < i && (k <= i && k > j))) {
             t->table[i] = t->table[j];
             i = j;
         }
     }
-    t->table[i] = 0;
+    t->table[i].e = 0;
     x->state = ABSENT;
     x->next = t->free_head;
     t->free_head = e;
@@ -294,9 +355,11 @@ int64_t aisim_ot_absent(const aisim_offload_tier *t, const uint64_t *hashes, siz
     if (!t || (n && (!hashes || !absent)))
         return AISIM_EINVAL;
     int64_t k = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        prefetch_ahead(t, hashes, n, i, 0);
         if (find(t, hashes[i]) == NIL)
             absent[k++] = (int64_t)i;
+    }
     return k;
 }
 
@@ -327,8 +390,19 @@ int64_t aisim_ot_touch(aisim_offload_tier *t, const uint64_t *hashes, size_t n, 
     if (!t || (n && !hashes))
         return AISIM_EINVAL;
     int64_t present = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        /* two stages ahead: the slot of the key 2 * AHEAD on, then the entry of the key
+         * AHEAD on, whose slot came in meanwhile (a home slot that holds another key is
+         * left to the probe) */
+        prefetch_ahead(t, hashes, n, i + AHEAD, reverse);
+        if (i + AHEAD < n) {
+            uint64_t h = hashes[reverse ? n - 1 - (i + AHEAD) : i + AHEAD];
+            const ot_slot *slot = &t->table[home(t, h)];
+            if (slot->e && slot->h == h)
+                __builtin_prefetch(&t->entries[slot->e - 1]);
+        }
         present += touch_one(t, hashes[reverse ? n - 1 - i : i]);
+    }
     return present;
 }
 
@@ -339,9 +413,11 @@ int aisim_ot_reserve(aisim_offload_tier *t, const uint64_t *keys, size_t n,
     if (!t || (n && (!keys || !evicted)) || (n_protect && !protect) || !n_evicted)
         return AISIM_EINVAL;
     *n_evicted = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        prefetch_ahead(t, keys, n, i, 0);
         if (find(t, keys[i]) != NIL)
             return AISIM_EINVAL;
+    }
     uint64_t *prot = NULL;
     if (n > 1) {
         /* repeated keys, on a sorted copy (a cohort is a prompt's new blocks: hundreds, too
@@ -387,8 +463,10 @@ int aisim_ot_reserve(aisim_offload_tier *t, const uint64_t *keys, size_t n,
     }
     t->view.evictions += (uint64_t)k;
     *n_evicted = k;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        prefetch_ahead(t, keys, n, i, 0);
         new_entry(t, keys[i]);
+    }
     return AISIM_OK;
 }
 
@@ -405,6 +483,7 @@ static int change_state(aisim_offload_tier *t, const uint64_t *keys, size_t n, i
     if (status)
         return status;
     for (size_t i = 0; i < n; i++) {
+        prefetch_ahead(t, keys, n, i, 0);
         int32_t e = find(t, keys[i]);
         if (e == NIL)
             return AISIM_EINVAL;
@@ -415,6 +494,7 @@ static int change_state(aisim_offload_tier *t, const uint64_t *keys, size_t n, i
             return AISIM_EINVAL;
     }
     for (size_t i = 0; i < n; i++) {
+        prefetch_ahead(t, shared ? s : keys, n, i, 0);
         uint64_t h = shared ? s[i] : keys[i];
         int32_t e = find(t, h);
         ot_entry *x = &t->entries[e];

@@ -66,6 +66,10 @@ def test_block_ids_are_handed_out_lowest_first(make_pool):
     assert pool.allocate(seq, 3)
     assert pool.seq_blocks(seq) == [0, 1, 2]
     assert pool.seq_len(seq) == 3
+    # from a start on (the offload rank's fresh blocks and store sources)
+    assert pool.seq_blocks(seq, 1) == [1, 2]
+    assert pool.seq_blocks(seq, 3) == []
+    assert pool.seq_blocks(seq, 5) == []
 
 
 def test_free_blocks_are_used_before_any_eviction(make_pool):

@@ -521,6 +521,11 @@ class VllmG3Rank(VllmOffloadRank):
     def _mark(self):
         return self._ended, self.storage.epoch
 
+    def extend(self, horizon_ms, cutoff_ms, max_passes=0):
+        # every pass on its own: the storage's lanes and write-behind run outside the host's
+        # transfers, which is all VllmOffloadRank.extend checks
+        return self.pass_end_ms
+
     def _may_look_up(self, r):
         # a request whose lookup made it wait is looked up again only once a transfer has
         # ended since (a host job or storage job of this rank, or any storage job)

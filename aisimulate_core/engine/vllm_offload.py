@@ -25,9 +25,9 @@ Python); this module is the policy around them:
 * reuse split: the first admission's reuse as G1 tokens and host tokens
   (``tier_split``, read by runtime/records.py).
 
-The rank never runs decode-only extensions (every pass is formed on its own), and a worker
-with nothing to run but transfers in flight waits for the next transfer's end with an empty
-pass that an arrival cuts short.
+The rank runs decode-only extensions only while no transfer is in flight, nothing waits and
+every running prompt is stored (``extend``); a worker with nothing to run but transfers in
+flight waits for the next transfer's end with an empty pass that an arrival cuts short.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import heapq
 
 from ..kv.offload_tier import ABSENT, PENDING, offload_tier
 from ..kv.ref_hashes import ref_seq_hashes
+from .decode_run import MAX_PASSES
 from .request import RUNNING
 from .vllm import VllmRank
 
@@ -62,7 +63,7 @@ class _TrackedPool:
         before = pool.seq_len(seq)
         ok = pool.allocate(seq, k)
         if ok and k:
-            self.fresh.extend(pool.seq_blocks(seq)[before:])
+            self.fresh.extend(pool.seq_blocks(seq, before))
         return ok
 
     def acquire_allocate(self, seq, hashes, start, n, k):
@@ -72,7 +73,7 @@ class _TrackedPool:
         before = pool.seq_len(seq) + n
         ok = pool.acquire_allocate(seq, hashes, start, n, k)
         if ok and k:
-            self.fresh.extend(pool.seq_blocks(seq)[before:])
+            self.fresh.extend(pool.seq_blocks(seq, before))
         return ok
 
     def allocate_each(self, seqs, k_each=1):
@@ -83,7 +84,7 @@ class _TrackedPool:
         ok = pool.allocate_each(seqs, k_each)
         if ok and k_each:
             for seq, n in zip(seqs, before):
-                self.fresh.extend(pool.seq_blocks(seq)[n:])
+                self.fresh.extend(pool.seq_blocks(seq, n))
         return ok
 
 
@@ -196,12 +197,15 @@ class VllmOffloadRank(VllmRank):
         fence = self._preempt_fence
         self._preempt_fence = now_ms
         d2h_done, taken = self._d2h_done, self._taken
-        for b in self.pool.fresh:
-            done = d2h_done.get(b)
-            if done is not None and done > now_ms:
-                taken[b] = done
-                if done > fence:
-                    fence = done
+        fresh = self.pool.fresh
+        if fresh and d2h_done:
+            # (the fresh blocks are a prompt's thousands; few of them have a D2H entry)
+            for b in d2h_done.keys() & fresh:
+                done = d2h_done[b]
+                if done > now_ms:
+                    taken[b] = done
+                    if done > fence:
+                        fence = done
         stores = self._prepare_stores(now_ms)
         if fence > now_ms:
             end = self.pass_end_ms = end + (fence - now_ms)
@@ -222,11 +226,28 @@ class VllmOffloadRank(VllmRank):
             return
         super().complete()
 
-    def extend(self, horizon_ms, cutoff_ms, max_passes=0):
-        return self.pass_end_ms
+    def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
+        """VllmRank's decode-only passes in one event, while the tiers can neither change nor
+        be read before the run ends: no transfer in flight (a D2H ending mid-run would fence a
+        decode block's allocation; an H2D admits its request at the next pass), no request
+        waiting (each pass's lookup touches the host LRU) and every running prompt stored (an
+        unstored one tries its store at each pass)."""
+        if self._jobs or self.waiting or self._idle_wait or not self._prompts_stored():
+            return self.pass_end_ms
+        return super().extend(horizon_ms, cutoff_ms, max_passes)
 
-    def truncate(self, arrival_ms):
-        if self._idle_wait and arrival_ms < self.pass_end_ms:
+    def _prompts_stored(self):
+        cursor = self._cursor
+        bs = self.block_size
+        for r in self.running:
+            if cursor.get(r.uuid, 0) < r.prompt_len // bs:
+                return False
+        return True
+
+    def truncate(self, arrival_ms, started=False):
+        if not self._idle_wait:
+            return super().truncate(arrival_ms, started)
+        if arrival_ms < self.pass_end_ms:
             self.pass_end_ms = arrival_ms     # the arrival starts a pass at once
         return self.pass_end_ms
 
@@ -280,7 +301,6 @@ class VllmOffloadRank(VllmRank):
         host = self.host
         chunked = set(map(id, self._scheduled))
         stores = []
-        this_pass = set()           # the keys this pass's cohorts store
         for r in self.running:
             if not (r.in_stretch or id(r) in chunked):
                 continue
@@ -290,23 +310,29 @@ class VllmOffloadRank(VllmRank):
             if full <= cursor:
                 continue
             refs = self._host_keys(r)
-            keys = list(refs[cursor:full])
-            missing = [cursor + i for i in host.absent(keys)]   # (one call for the prompt)
-            if not missing:
+            keys = refs[cursor:full]
+            absent = host.absent(keys)      # (one call for the prompt)
+            if not absent:
                 self._cursor[r.uuid] = full
                 continue
-            blocks = self.pool.seq_blocks(r.seq)
-            sources = [blocks[i] for i in missing]
             taken = self._taken
-            if taken and any(taken.get(b, 0.0) > now_ms for b in blocks):
-                continue        # blocks it took wait for their previous owner's D2H
-            new_keys = [refs[i] for i in missing]
+            if taken:
+                blocks = self.pool.seq_blocks(r.seq)
+                if any(taken.get(b, 0.0) > now_ms for b in blocks):
+                    continue    # blocks it took wait for their previous owner's D2H
+                del blocks[:cursor]
+            else:
+                blocks = self.pool.seq_blocks(r.seq, cursor)
+            if len(absent) == len(keys):    # (a new prompt: none of it on the host)
+                new_keys, sources = keys, blocks[:full - cursor]
+            else:
+                new_keys = [keys[i] for i in absent]
+                sources = [blocks[i] for i in absent]
             if host.reserve(new_keys, protect=keys) is None:
                 continue        # no room: retried at its next scheduled pass
             self._cursor[r.uuid] = full
             host.touch(refs, reverse=True)
             stores.append((r, new_keys, sources))
-            this_pass.update(new_keys)
         return stores
 
     def _submit_stores(self, stores, end_ms):
@@ -315,9 +341,10 @@ class VllmOffloadRank(VllmRank):
             start = self._d2h_tail if self._d2h_tail > end_ms else end_ms
             done = start + transfer_ms(len(keys), self.block_bytes, self.d2h_gbps)
             self._d2h_tail = done
-            for b in sources:
-                d2h_done[b] = done
-                taken.pop(b, None)
+            d2h_done.update(dict.fromkeys(sources, done))
+            if taken:
+                for b in sources:
+                    taken.pop(b, None)
             self._last_store[r.uuid] = (done, end_ms, keys)
             self._push_job(done, _D2H, keys)
 

@@ -9,7 +9,8 @@ of physical blocks; every call takes a whole request's hashes at once.
 Queries: ``num_blocks``, ``allocatable()`` (free + evictable), ``active()``
 (referenced blocks), ``cached()`` (hashed blocks resident), ``free_blocks()``,
 ``inactive()``, ``live_seqs()``, ``evictions`` (hashed copies evicted so far),
-``seq_len(seq)``, ``seq_blocks(seq)``, ``match(hashes, start=0)`` and
+``seq_len(seq)``, ``seq_blocks(seq, start=0)`` (its blocks from ``start`` on),
+``match(hashes, start=0)`` and
 ``match_counts(hashes, start=0) -> (resident, active)`` (how many of the hits
 are referenced right now: the reference's ``PrefixHit::is_active``).
 
@@ -226,13 +227,14 @@ class CBlockPool(BlockPool):
             raise status_error(length, f"{self._label}.seq_len(seq={seq})")
         return length
 
-    def seq_blocks(self, seq):
+    def seq_blocks(self, seq, start=0):
         length = lib.aisim_kv_seq_len(self._pool, seq)
         if length < 0:
             raise status_error(length, f"{self._label}.seq_blocks(seq={seq})")
         out = ffi.new("int32_t[]", length)
         lib.aisim_kv_seq_blocks(self._pool, seq, out, length)
-        return list(out)
+        start = min(max(start, 0), length)
+        return ffi.unpack(out + start, length - start)   # (ints made for the tail only)
 
     # -------------------------------------------------------------- lookup
 

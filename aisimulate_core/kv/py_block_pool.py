@@ -114,8 +114,8 @@ class PyBlockPool(BlockPool):
     def seq_len(self, seq):
         return len(self._table("BlockPool.seq_len", seq))
 
-    def seq_blocks(self, seq):
-        return list(self._table("BlockPool.seq_blocks", seq))
+    def seq_blocks(self, seq, start=0):
+        return list(self._table("BlockPool.seq_blocks", seq)[max(start, 0):])
 
     # ----------------------------------------------------------- lookup
 

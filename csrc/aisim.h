@@ -48,4 +48,13 @@ static inline int aisim_grow(void **array, size_t *cap, size_t need, size_t elem
     return AISIM_OK;
 }
 
+/* workload/prompt.py's _build_runs: the first ceil(prompt_len / block) ids of the
+ * (first, count) `ranges`, each a run of `block` tokens, the last run cut at the prompt's
+ * length, into the growable arrays *values and *lengths (aisim_grow's); *n_runs the runs.
+ * AISIM_EINVAL for bad arguments, an id past 2^32 - 1 or ranges shorter than the prompt;
+ * AISIM_ENOMEM. (id_ranges.c; the vLLM rank's and the disaggregated loop's prompts) */
+int aisim_runs_from_ranges(int64_t prompt_len, const uint32_t *ranges, size_t n_ranges,
+                           int64_t block, uint32_t **values, size_t *values_cap,
+                           uint32_t **lengths, size_t *lengths_cap, size_t *n_runs);
+
 #endif

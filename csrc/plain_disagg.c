@@ -623,31 +623,22 @@ static int prompt_runs(aisim_pd *p, int64_t uuid, int64_t prompt_len, const uint
                        const uint32_t **lengths, size_t *n)
 {
     const plain_entry *in = plain_entry_of(&p->req, uuid);
-    int64_t block = p->cfg.trace_block, runs = (prompt_len + block - 1) / block, k = 0;
-    int32_t i;
+    int status;
     if (in->prompt_turn >= 0) {
         *values = turn_runs(p, in->prompt_turn, n);
         *lengths = p->lengths;
         return AISIM_OK;
     }
-    TRY(aisim_grow((void **)&p->run_values, &p->run_values_cap, (size_t)runs,
-                   sizeof *p->run_values));
-    TRY(aisim_grow((void **)&p->run_lengths, &p->run_lengths_cap, (size_t)runs,
-                   sizeof *p->run_lengths));
-    for (i = 0; i < in->n_prompt_ranges && k < runs; i++) {
-        uint32_t id = in->prompt_ranges[2 * i], count = in->prompt_ranges[2 * i + 1], j;
-        for (j = 0; j < count && k < runs; j++, k++) {
-            p->run_values[k] = id + j;
-            p->run_lengths[k] = (uint32_t)block;
-        }
-    }
-    if (k < runs)
+    status = aisim_runs_from_ranges(prompt_len, in->prompt_ranges,
+                                    (size_t)in->n_prompt_ranges, p->cfg.trace_block,
+                                    &p->run_values, &p->run_values_cap, &p->run_lengths,
+                                    &p->run_lengths_cap, n);
+    if (status == AISIM_EINVAL)
         return AISIM_ECORRUPT;   /* (ranges shorter than the prompt: not eligible) */
-    if (runs)
-        p->run_lengths[runs - 1] = (uint32_t)(prompt_len - (runs - 1) * block);
+    if (status)
+        return status;
     *values = p->run_values;
     *lengths = p->run_lengths;
-    *n = (size_t)runs;
     return AISIM_OK;
 }
 
@@ -673,8 +664,8 @@ static int pick(aisim_pd *p, int pool, int64_t uuid, double t, int32_t *key)
         return AISIM_OK;
     }
     if (c->kvr_runs[pool]) {
-        const uint32_t *values, *lengths;
-        size_t n;
+        const uint32_t *values = NULL, *lengths = NULL;
+        size_t n = 0;
         TRY(prompt_runs(p, uuid, e->prompt_len, &values, &lengths, &n));
         status = aisim_kvr_place_runs(kvr, uuid, e->prompt_len, n ? values : NULL,
                                       n ? lengths : NULL, n, t, 0, 0);

@@ -726,39 +726,18 @@ int aisim_vllm_submit(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output
     return s;
 }
 
-/* workload/prompt.py's _build_runs into r->run_values / run_lengths: the first n ids of the
- * ranges, each a run of `block` tokens, the last run cut at the prompt's length; *n_runs = n. */
+/* aisim_runs_from_ranges into r->run_values / run_lengths (ranges shorter than the prompt
+ * are AISIM_EINVAL: the caller's runs say why) */
 static int runs_from_ranges(aisim_vllm_rank *r, int64_t prompt_len, const uint32_t *ranges,
                             size_t n_ranges, int64_t block, size_t *n_runs)
 {
-    int64_t n, k = 0;
-    size_t i;
-    if (!r || (n_ranges && !ranges) || block < 1 || block > UINT32_MAX || prompt_len < 0 ||
-        prompt_len > INT64_MAX / 4)
+    if (!r)
         return AISIM_EINVAL;
     if (r->broken)
         return AISIM_ECORRUPT;
-    n = ceildiv(prompt_len, block);
-    if ((uint64_t)n > SIZE_MAX / sizeof(uint32_t))
-        return AISIM_ENOMEM;
-    TRY(aisim_grow((void **)&r->run_values, &r->run_values_cap, (size_t)n, sizeof *r->run_values));
-    TRY(aisim_grow((void **)&r->run_lengths, &r->run_lengths_cap, (size_t)n,
-             sizeof *r->run_lengths));
-    for (i = 0; i < n_ranges && k < n; i++) {
-        uint64_t id = ranges[2 * i], count = ranges[2 * i + 1], j;
-        for (j = 0; j < count && k < n; j++, k++) {
-            if (id + j > UINT32_MAX)
-                return AISIM_EINVAL;
-            r->run_values[k] = (uint32_t)(id + j);
-            r->run_lengths[k] = (uint32_t)block;
-        }
-    }
-    if (k < n)
-        return AISIM_EINVAL;   /* ranges shorter than the prompt: the caller's runs say why */
-    if (n)
-        r->run_lengths[n - 1] = (uint32_t)(prompt_len - (n - 1) * block);
-    *n_runs = (size_t)n;
-    return AISIM_OK;
+    return aisim_runs_from_ranges(prompt_len, ranges, n_ranges, block, &r->run_values,
+                                  &r->run_values_cap, &r->run_lengths, &r->run_lengths_cap,
+                                  n_runs);
 }
 
 int aisim_vllm_submit_ranges(aisim_vllm_rank *r, int64_t prompt_len, int64_t max_output,

@@ -272,6 +272,25 @@ class Collector:
         self._extras: dict[str, Any] = {}
 
     @property
+    def totals(self) -> "_Totals":
+        """The summary's running totals (their ``sla``): the C loops set their report up
+        from them and fill them (``fill_totals``)."""
+        return self._totals
+
+    @property
+    def record_stream(self) -> "_RecordStream | None":
+        """Where settled records go in the report's order (kept or streamed), or None: the C
+        loops hand it the records they gather (runtime/plain_native.py)."""
+        return self._stream
+
+    def holds_terminals(self) -> bool:
+        """Whether any request has arrived or settled here yet (a run the C loops take over
+        must start on an empty collector)."""
+        stream = self._stream
+        return bool(self._num_requests or self._order.waiting or self._authored
+                    or (stream is not None and (stream.heap or stream.later)))
+
+    @property
     def keeps_records(self) -> bool:
         """Whether terminals must come as full ``RequestRecord``s (records kept or streamed);
         when not, a ``SummaryRecord`` gives the same summary for less."""

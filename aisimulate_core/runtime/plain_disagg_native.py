@@ -77,10 +77,7 @@ def eligible(sim, limit):
     reason = _cluster_reason(sim)
     if reason is not None:
         return reason
-    collector = sim.collector
-    stream = collector._stream
-    if collector._num_requests or collector._order.waiting or collector._authored \
-            or (stream is not None and (stream.heap or stream.later)):
+    if sim.collector.holds_terminals():
         return "the collector holds terminals already"
     reason = plain_native._driver_reason(sim.driver)
     if reason is None:
@@ -224,7 +221,7 @@ def _deployment_reason(sim):
         return "a handoff latency the C loop cannot add as Python does"
     if _longest(sim) >= 1 << 53:
         return "lengths"
-    return plain_native.sla_reason(sim.collector._totals.sla)
+    return plain_native.sla_reason(sim.collector.totals.sla)
 
 
 def _longest(sim):
@@ -341,10 +338,10 @@ def _config(sim):
     if sim.collector.keeps_records:
         config.keep_records = 1
         config.records_every = plain_native.RECORDS_EVERY
-        if sim.collector._stream.running:
+        if sim.collector.record_stream.running:
             config.records_stream = 1
             config.records_lag_ms = plain_native.RECORDS_LAG_MS
-    plain_native.set_report_config(config, sim.collector._totals)
+    plain_native.set_report_config(config, sim.collector.totals)
     return config, keep
 
 
@@ -384,14 +381,14 @@ class _Records:
 
     def __init__(self, sim, loop):
         self.loop = loop
-        self.settled = sim.collector._stream.settled
+        self.settled = sim.collector.record_stream.settled
         driver = sim.driver
         self.schedulers, self.routes, self.kv_routes = [], [], []
         self.add_workers(sim, sim.workers)
         self.sessions, self.synthetic = plain_native.record_sessions(driver)
         self.later = {}      # uuid -> its admissions after the first, not settled yet
         self.unreleased = {}  # uuid -> a record whose source is released later
-        self.stream = sim.collector._stream
+        self.stream = sim.collector.record_stream
         ffi = native.ffi
         self.out = (ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),
                     ffi.new("int64_t **"), ffi.new("double **"), ffi.new("size_t *"),

@@ -86,10 +86,7 @@ def eligible(sim, limit):
     from .simulation import Simulation
     if type(sim) is not Simulation:
         return "a subclass of Simulation"
-    collector = sim.collector
-    if collector._num_requests or collector._order.waiting or collector._authored \
-            or (collector._stream is not None and (collector._stream.heap
-                                                   or collector._stream.later)):
+    if sim.collector.holds_terminals():
         return "the collector holds terminals already"
     reason = _driver_reason(sim.driver)
     if reason is None:
@@ -312,7 +309,7 @@ def _deployment_reason(sim):
         if any(v.worker_id not in ids or v.dp_size != dp for v in policy._workers) or any(
                 not 0 <= policy._rank_cursors.get(w.worker_id, 0) < dp for w in workers):
             return "round robin over other workers"
-    return sla_reason(sim.collector._totals.sla)
+    return sla_reason(sim.collector.totals.sla)
 
 
 def engine_reason(first, driver):
@@ -599,9 +596,9 @@ def _config(sim):
     if sim.collector.keeps_records:
         config.keep_records = 1
         config.records_every = RECORDS_EVERY
-        if sim.collector._stream.running:
+        if sim.collector.record_stream.running:
             config.records_lag_ms = RECORDS_LAG_MS
-    set_report_config(config, sim.collector._totals)
+    set_report_config(config, sim.collector.totals)
     return config, keep
 
 
@@ -747,7 +744,7 @@ class _Records:
 
     def __init__(self, sim, loop):
         self.loop = loop
-        self.stream = sim.collector._stream
+        self.stream = sim.collector.record_stream
         driver = sim.driver
         # (pool, worker id, dp rank, scheduler id) of each rank, and its scheduler id
         self.routes = []

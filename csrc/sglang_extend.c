@@ -12,7 +12,8 @@
 static int eviction_unseen(aisim_sglang_rank *r, int *unseen)
 {
     *unseen = 1;
-    if (!r->view.n_waiting || !r->cfg.caching)
+    /* (a queue a decode role keeps shut prices nobody while the run lasts) */
+    if (!r->view.n_waiting || !r->cfg.caching || !may_prefill(r))
         return AISIM_OK;
     if (sgl_lpm_sorts(r)) {
         *unseen = 0;
@@ -37,7 +38,9 @@ static int eviction_unseen(aisim_sglang_rank *r, int *unseen)
 static int head_cost(aisim_sglang_rank *r, int64_t *cost)
 {
     *cost = NONE;
-    if (!r->view.n_waiting || (int64_t)r->run.len >= r->cfg.max_running)
+    /* a queue shut by a waiting destination admits nothing while the run lasts (the
+     * destination stays pending and the prebuilt ones wait for a slot until it ends) */
+    if (!r->view.n_waiting || (int64_t)r->run.len >= r->cfg.max_running || !may_prefill(r))
         return AISIM_OK;
     double rem_chunk = (double)r->cfg.chunk_size;
     priced p;

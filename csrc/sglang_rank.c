@@ -24,14 +24,14 @@ static int64_t stamp2(aisim_sglang_rank *r)
     return stamp(r->view.pass_index, 2, ++r->k2);
 }
 
-static int evict(aisim_sglang_rank *r, int64_t tokens)
+int sgl_evict(aisim_sglang_rank *r, int64_t tokens)
 {
     int64_t out;
     return aisim_radix_evict(r->cache, tokens, &out);
 }
 
-static int event(aisim_sglang_rank *r, int64_t kind, int32_t slot, int64_t a, int64_t b,
-                 int64_t c)
+int sgl_event(aisim_sglang_rank *r, int64_t kind, int32_t slot, int64_t a, int64_t b,
+              int64_t c)
 {
     TRY(sgl_i64_reserve(&r->events, r->events.len + AISIM_SG_EVENT_WIDTH));
     int64_t *e = r->events.v + r->events.len;
@@ -42,20 +42,6 @@ static int event(aisim_sglang_rank *r, int64_t kind, int32_t slot, int64_t a, in
     e[4] = c;
     r->events.len += AISIM_SG_EVENT_WIDTH;
     return AISIM_OK;
-}
-
-/* ------------------------------------------------------------------ ratio */
-
-static void ratio_decay(aisim_sglang_rank *r)
-{
-    double value = r->view.ratio - r->view.ratio_step;
-    r->view.ratio = value > r->view.ratio_min ? value : r->view.ratio_min;
-}
-
-static int ratio_settled(const aisim_sglang_rank *r)
-{
-    double value = r->view.ratio - r->view.ratio_step;
-    return (value > r->view.ratio_min ? value : r->view.ratio_min) == r->view.ratio;
 }
 
 /* ------------------------------------------------------------------ KV (sglang_kv.py) */
@@ -93,7 +79,7 @@ static int make_room(aisim_sglang_rank *r, int64_t need, int *ok)
     if (need > free_ + evictable(r))
         return AISIM_OK;
     if (need > free_)
-        TRY(evict(r, need - free_));
+        TRY(sgl_evict(r, need - free_));
     *ok = available(r) >= need;
     return AISIM_OK;
 }
@@ -148,7 +134,7 @@ static int extend_allocation(aisim_sglang_rank *r, int32_t s, int64_t chunk_end,
 }
 
 /* SglangKv._insert_own */
-static int insert_own(aisim_sglang_rank *r, int32_t s, int64_t upto, int64_t access)
+int sgl_insert_own(aisim_sglang_rank *r, int32_t s, int64_t upto, int64_t access)
 {
     sg_req *q = &r->reqs[s];
     int64_t old = q->seq, out[2];
@@ -175,7 +161,7 @@ static int cache_materialized(aisim_sglang_rank *r, int32_t s, int64_t access)
     int64_t aligned = q->computed - q->computed % r->cfg.page_size;
     if (aligned <= q->committed)
         return AISIM_OK;
-    return insert_own(r, s, aligned, access);
+    return sgl_insert_own(r, s, aligned, access);
 }
 
 static int flush_deferred(aisim_sglang_rank *r, int32_t s, int final_uncached)
@@ -194,7 +180,7 @@ static int flush_deferred(aisim_sglang_rank *r, int32_t s, int final_uncached)
         return AISIM_OK;
     int64_t step = aligned > start_len ? aligned - start_len : 1;
     int64_t pass_index = r->dec_pass.v[q->open_start + step - 1];
-    return insert_own(r, s, aligned, stamp(pass_index, 1, q->join));
+    return sgl_insert_own(r, s, aligned, stamp(pass_index, 1, q->join));
 }
 
 /* SglangKv._release: a retraction frees the pages off the tree and unlocks the path */
@@ -216,8 +202,9 @@ static int release(aisim_sglang_rank *r, int32_t s)
     return AISIM_OK;
 }
 
-/* SglangKv._finish_kv: a finished request leaves its whole pages on the tree, unlocked */
-static int finish_kv(aisim_sglang_rank *r, int32_t s)
+/* SglangKv._finish_kv: a finished request leaves its whole pages on the tree, unlocked
+ * (stamped *access, or by default the next completion stamp of the pass) */
+int sgl_finish_kv(aisim_sglang_rank *r, int32_t s, const int64_t *access)
 {
     sg_req *q = &r->reqs[s];
     if (q->seq == NONE)
@@ -237,11 +224,11 @@ static int finish_kv(aisim_sglang_rank *r, int32_t s)
     upto -= upto % ps;
     aisim_radix_release(r->cache, q->held - upto);
     if (upto > q->committed) {
-        int64_t out[2], access;
+        int64_t out[2], at;
         TRY(sgl_ensure_tokens(q, upto));
-        access = stamp2(r);
+        at = access ? *access : stamp2(r);
         TRY(aisim_radix_insert(r->cache, node, q->tok, (size_t)q->n_tok, q->committed, upto,
-                               access, access, 1, out));
+                               at, at, 1, out));
         if (out[1])
             aisim_radix_release(r->cache, out[1]);
     }
@@ -434,7 +421,7 @@ static int prefill_batch(aisim_sglang_rank *r, double now_ms, int64_t *sum_isl,
         if (fresh) {
             int readmit = q->admissions > 0;
             q->admissions++;
-            TRY(event(r, AISIM_SG_ADMITTED, s, prefix, readmit, 0));
+            TRY(sgl_event(r, AISIM_SG_ADMITTED, s, prefix, readmit, 0));
             q->status = RUNNING;
         }
         TRY(sgl_i32_push(&r->can_run, s));
@@ -455,9 +442,11 @@ static int prefill_batch(aisim_sglang_rank *r, double now_ms, int64_t *sum_isl,
 
 /* ------------------------------------------------------------------ tokens of a pass */
 
-static int complete_req(aisim_sglang_rank *r, int32_t s)
+int sgl_complete_req(aisim_sglang_rank *r, int32_t s)
 {
     r->reqs[s].status = FINISHED;
+    if (r->cfg.role == AISIM_SG_DECODE)
+        r->view.generation++;    /* its pages free at the pass end: a refused head may fit */
     TRY(sgl_i32_push(&r->finishing, s));
     return sgl_i32_push(&r->done, s);
 }
@@ -472,7 +461,7 @@ static int first_tokens(aisim_sglang_rank *r)
     for (size_t i = 0; i < fresh->len; i++) {
         sg_req *q = &r->reqs[fresh->v[i]];
         if (q->generated >= q->out_limit)
-            TRY(complete_req(r, fresh->v[i]));
+            TRY(sgl_complete_req(r, fresh->v[i]));
     }
     r->growing.len = 0;
     int64_t need = 0;
@@ -486,7 +475,7 @@ static int first_tokens(aisim_sglang_rank *r)
             q->generated++;
             TRY(sgl_emit(q, P));
             r->emitted_any = 1;
-            TRY(complete_req(r, s));
+            TRY(sgl_complete_req(r, s));
         } else {
             TRY(sgl_i32_push(&r->growing, s));
             if ((q->prompt_len + q->generated) % ps == 0)
@@ -496,7 +485,7 @@ static int first_tokens(aisim_sglang_rank *r)
     if (!r->growing.len)
         return AISIM_OK;
     if (available(r) < need)
-        TRY(evict(r, need - available(r)));
+        TRY(sgl_evict(r, need - available(r)));
     if (aisim_radix_allocate(r->cache, need) == AISIM_OK) {
         for (size_t i = 0; i < r->growing.len; i++) {
             int32_t s = r->growing.v[i];
@@ -540,7 +529,9 @@ static int retract(aisim_sglang_rank *r, int32_t s)
     q->status = PREEMPTED;
     q->retractions++;
     r->view.retractions++;
-    TRY(event(r, AISIM_SG_RETRACTED, s, q->retractions, 0, 0));
+    if (r->cfg.role == AISIM_SG_DECODE)
+        r->view.generation++;
+    TRY(sgl_event(r, AISIM_SG_RETRACTED, s, q->retractions, 0, 0));
     return sgl_i32_push(&r->retracted, s);
 }
 
@@ -580,7 +571,7 @@ static int decode_step(aisim_sglang_rank *r, double *retraction)
     }
     int64_t evictable_before = evictable(r);
     if (available(r) < need)
-        TRY(evict(r, need - available(r)));
+        TRY(sgl_evict(r, need - available(r)));
     if (retracted) {
         int64_t decoded = 0, limit = 0;
         for (size_t i = 0; i < r->run.len; i++) {
@@ -608,7 +599,7 @@ static int decode_step(aisim_sglang_rank *r, double *retraction)
         TRY(cache_caught_up(r, done));
     for (size_t i = 0; i < done->len; i++) {
         TRY(sgl_batch_leave(r, done->v[i]));
-        TRY(complete_req(r, done->v[i]));
+        TRY(sgl_complete_req(r, done->v[i]));
     }
     return AISIM_OK;
 }
@@ -626,8 +617,12 @@ static void finish_round(aisim_sglang_rank *r, int any_prefilled, int any_ran_mo
 
 static int finish_pending(aisim_sglang_rank *r)
 {
-    for (size_t i = 0; i < r->finishing.len; i++)
-        TRY(finish_kv(r, r->finishing.v[i]));
+    for (size_t i = 0; i < r->finishing.len; i++) {
+        if (r->cfg.role == AISIM_SG_PREFILL)
+            TRY(sgl_hold(r, r->finishing.v[i]));   /* its KV is the source */
+        else
+            TRY(sgl_finish_kv(r, r->finishing.v[i], NULL));
+    }
     r->finishing.len = 0;
     return AISIM_OK;
 }
@@ -669,8 +664,18 @@ static int schedule(aisim_sglang_rank *r, double now_ms)
     v->dec_batch = v->dec_active = 0;
     v->decode_known = 0;
     v->extendable = 0;
-    if (!r->run.len && !v->n_waiting && !v->rounds_left)
+    v->promoted = 0;
+    if (r->cfg.role == AISIM_SG_DECODE && v->n_prebuilt)
+        TRY(sgl_promote(r));
+    if (!r->run.len && !v->n_waiting && !v->rounds_left) {
+        if (r->done.len) {
+            /* only activations with nothing to generate: a zero-time pass completes them */
+            v->formed = 1;
+            v->pass_effect = 1;
+            return finish_pending(r);
+        }
         return AISIM_OK;
+    }
     if (v->pass_index >= MAX_PASS)
         return AISIM_EINVAL;
     v->formed = 1;
@@ -685,7 +690,7 @@ static int schedule(aisim_sglang_rank *r, double now_ms)
         memcpy(r->wq.v + r->w_head, order, (size_t)v->n_waiting * sizeof(int32_t));
     }
     int64_t batch = 0, sum_isl = 0, sum_prefix = 0, computed = 0;
-    if (v->n_waiting && !defer) {
+    if (v->n_waiting && !defer && may_prefill(r)) {
         TRY(prefill_batch(r, now_ms, &sum_isl, &sum_prefix, &computed));
         batch = (int64_t)r->can_run.len;
     }
@@ -716,7 +721,7 @@ static int schedule(aisim_sglang_rank *r, double now_ms)
         if (r->emitted_any)
             v->model_work_in_pass = 1;
         if (!r->run.len && !r->emitted_any && !r->done.len && v->n_waiting && !defer
-            && isnan(retraction))
+            && isnan(retraction) && may_prefill(r) && sgl_may_stall(r))
             return AISIM_SG_STALLED;
         if (r->starved) {
             r->starved = 0;
@@ -756,7 +761,7 @@ static int grow_pages(aisim_sglang_rank *r, int64_t steps)
     }
     int64_t free_ = available(r);
     if (free_ < total)
-        TRY(evict(r, total - free_));
+        TRY(sgl_evict(r, total - free_));
     if (aisim_radix_allocate(r->cache, total) != AISIM_OK)
         return AISIM_ECORRUPT;           /* the run's plan counted on that room */
     return AISIM_OK;
@@ -867,6 +872,14 @@ static void free_slot_state(sg_req *q)
     memset(q, 0, sizeof *q);
 }
 
+/* a request's slot goes free (its events are out) */
+void sgl_free_slot(aisim_sglang_rank *r, int32_t s)
+{
+    free_slot_state(&r->reqs[s]);
+    /* (room for every slot was reserved when it was made) */
+    r->free_slots.v[r->free_slots.len++] = s;
+}
+
 static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
 {
     aisim_sglang_view *v = &r->view;
@@ -881,7 +894,7 @@ static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
         int32_t s = r->done.v[i];
         sg_req *q = &r->reqs[s];
         if (q->rejected) {
-            TRY(event(r, AISIM_SG_REJECTED, s, 0, 0, 0));
+            TRY(sgl_event(r, AISIM_SG_REJECTED, s, 0, 0, 0));
             continue;
         }
         TRY(record_itl(r, q));
@@ -892,13 +905,19 @@ static int complete(aisim_sglang_rank *r, int64_t extra, int finishing)
                    q->stretches.len * sizeof(int64_t));
             r->stretch_out.len += q->stretches.len;
         }
-        TRY(event(r, AISIM_SG_FINISHED, s, at, count, q->generated));
+        if (q->place == HELD) {
+            /* a prefill role's copy: its source is held from this pass end on */
+            r->view.held_sources++;
+            TRY(sgl_event(r, AISIM_SG_HELD, s, at, count, q->generated));
+        } else {
+            TRY(sgl_event(r, AISIM_SG_FINISHED, s, at, count, q->generated));
+        }
     }
-    /* every event is out: the slots go free */
+    /* every event is out: the slots go free (a held source's at its release) */
     for (size_t i = 0; i < r->done.len; i++) {
         int32_t s = r->done.v[i];
-        free_slot_state(&r->reqs[s]);
-        TRY(sgl_i32_push(&r->free_slots, s));
+        if (r->reqs[s].place != HELD)
+            sgl_free_slot(r, s);
     }
     r->done.len = 0;
     return AISIM_OK;
@@ -917,10 +936,12 @@ static void refresh_view(aisim_sglang_rank *r)
     v->n_itl_diff = r->itl_diff.len;
     v->break_gaps = r->break_gaps.v;
     v->n_break_gaps = r->break_gaps.len / 3;
+    if (r->cfg.role == AISIM_SG_DECODE)
+        sgl_role_view(r);
 }
 
 /* a failure part way through a pass leaves the rank inconsistent: it refuses every call after */
-static int guard(aisim_sglang_rank *r, int status)
+int sgl_guard(aisim_sglang_rank *r, int status)
 {
     if (status < 0)
         r->broken = 1;
@@ -933,7 +954,8 @@ int aisim_sglang_new(aisim_sglang_rank **out, const aisim_sglang_config *config)
     if (!out || !config || config->page_size < 1 || config->page_size > 65536
         || config->total_kv_tokens < 0 || config->total_kv_tokens >= EXACT_INT
         || config->max_running < 0 || config->chunk_size < 0 || config->max_prefill < 0
-        || config->clip < 0 || config->interval < 0 || config->max_model_len < -1)
+        || config->clip < 0 || config->interval < 0 || config->max_model_len < -1
+        || config->role < AISIM_SG_AGGREGATED || config->role > AISIM_SG_DECODE)
         return AISIM_EINVAL;
     aisim_sglang_rank *r = calloc(1, sizeof(*r));
     if (!r)
@@ -965,6 +987,7 @@ int aisim_sglang_free(aisim_sglang_rank *r)
     for (size_t i = 0; i < r->n_reqs; i++)
         free_slot_state(&r->reqs[i]);
     free(r->reqs);
+    sgl_role_free(r);
     aisim_radix_free(r->cache);
     free(r->crossings);
     i32s *i32[] = {&r->free_slots, &r->wq, &r->run, &r->done, &r->finishing, &r->retracted,
@@ -1054,9 +1077,11 @@ static void form_fill(const prompt_form *f, uint32_t *tok, int64_t prompt_len)
     }
 }
 
+/* A new request into the waiting queue, or (pending) a decode role's destination into the
+ * pending FIFO. */
 static int submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
                   const prompt_form *form, const uint32_t *authored, size_t n_authored,
-                  uint32_t out_tag)
+                  uint32_t out_tag, int pending)
 {
     if (!r || prompt_len < 0 || out_limit < 0 || (form->n && (!form->values || !form->lengths))
         || (n_authored && !authored) || form->block < 0)
@@ -1083,6 +1108,9 @@ static int submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
             r->reqs = reqs;
             r->cap_reqs = cap;
         }
+        /* every slot has room in the free list (sgl_free_slot cannot fail) */
+        if (sgl_i32_reserve(&r->free_slots, r->n_reqs + 1))
+            return AISIM_ENOMEM;
         s = (int32_t)r->n_reqs;
         memset(&r->reqs[s], 0, sizeof(sg_req));
         r->n_reqs++;
@@ -1096,6 +1124,7 @@ static int submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
     q->unclip_at = NONE;
     q->last_at = NONE;
     q->serial = ++r->serials;
+    q->last_attempt = -1;
     q->live = 1;
     q->out_tag = out_tag;
     int status = AISIM_OK;
@@ -1117,12 +1146,15 @@ static int submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
         }
     }
     if (status == AISIM_OK)
-        status = sgl_w_append(r, s);
+        status = pending ? sgl_i32_push(&r->pending, s) : sgl_w_append(r, s);
     if (status) {
-        free_slot_state(q);
-        TRY(sgl_i32_push(&r->free_slots, s));
+        sgl_free_slot(r, s);
         refresh_view(r);
         return status;
+    }
+    if (pending) {
+        q->place = PENDING;
+        r->view.n_pending++;
     }
     refresh_view(r);
     return s;
@@ -1133,7 +1165,7 @@ int aisim_sglang_submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_li
                         const uint32_t *authored, size_t n_authored, uint32_t out_tag)
 {
     prompt_form form = {values, lengths, n_runs, 0};
-    return submit(r, prompt_len, out_limit, &form, authored, n_authored, out_tag);
+    return submit(r, prompt_len, out_limit, &form, authored, n_authored, out_tag, 0);
 }
 
 int aisim_sglang_submit_ranges(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
@@ -1144,7 +1176,28 @@ int aisim_sglang_submit_ranges(aisim_sglang_rank *r, int64_t prompt_len, int64_t
     if (block < 1)
         return AISIM_EINVAL;
     prompt_form form = {firsts, counts, n_ranges, block};
-    return submit(r, prompt_len, out_limit, &form, authored, n_authored, out_tag);
+    return submit(r, prompt_len, out_limit, &form, authored, n_authored, out_tag, 0);
+}
+
+int aisim_sglang_accept(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                        const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                        const uint32_t *authored, size_t n_authored, uint32_t out_tag)
+{
+    if (!r || r->cfg.role != AISIM_SG_DECODE)
+        return AISIM_EINVAL;
+    prompt_form form = {values, lengths, n_runs, 0};
+    return submit(r, prompt_len, out_limit, &form, authored, n_authored, out_tag, 1);
+}
+
+int aisim_sglang_accept_ranges(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                               const uint32_t *firsts, const uint32_t *counts, size_t n_ranges,
+                               int64_t block, const uint32_t *authored, size_t n_authored,
+                               uint32_t out_tag)
+{
+    if (!r || r->cfg.role != AISIM_SG_DECODE || block < 1)
+        return AISIM_EINVAL;
+    prompt_form form = {firsts, counts, n_ranges, block};
+    return submit(r, prompt_len, out_limit, &form, authored, n_authored, out_tag, 1);
 }
 
 int aisim_sglang_schedule(aisim_sglang_rank *r, double now_ms)
@@ -1156,7 +1209,7 @@ int aisim_sglang_schedule(aisim_sglang_rank *r, double now_ms)
     r->events.len = 0;
     r->stretch_out.len = 0;
     int status = schedule(r, now_ms);
-    return guard(r, status);
+    return sgl_guard(r, status);
 }
 
 int aisim_sglang_extend(aisim_sglang_rank *r, double end_ms, double horizon_ms,
@@ -1181,7 +1234,7 @@ int aisim_sglang_extend(aisim_sglang_rank *r, double end_ms, double horizon_ms,
         *finishing = 0;
     if (status == AISIM_DECODE_MISS)
         return status;
-    return guard(r, status);
+    return sgl_guard(r, status);
 }
 
 int aisim_sglang_complete(aisim_sglang_rank *r, int64_t extra_passes, int32_t finishing)
@@ -1192,7 +1245,7 @@ int aisim_sglang_complete(aisim_sglang_rank *r, int64_t extra_passes, int32_t fi
         return AISIM_ECORRUPT;
     r->events.len = 0;
     r->stretch_out.len = 0;
-    return guard(r, complete(r, extra_passes, finishing && extra_passes > 0));
+    return sgl_guard(r, complete(r, extra_passes, finishing && extra_passes > 0));
 }
 
 int aisim_sglang_fold(aisim_sglang_rank *r)
@@ -1220,7 +1273,7 @@ int aisim_sglang_fold(aisim_sglang_rank *r)
     }
     if (status == AISIM_OK && r->cover.len)
         memset(r->cover.v, 0, r->cover.len * sizeof(int64_t));
-    return guard(r, status);
+    return sgl_guard(r, status);
 }
 
 int aisim_sglang_queue(const aisim_sglang_rank *r, int32_t which, int32_t *out, size_t cap)

@@ -23,7 +23,19 @@ typedef struct aisim_sglang_config {
     int32_t caching;            /* enable_prefix_caching */
     int32_t lpm;                /* schedule_policy lpm */
     int32_t extension;          /* decode-only passes may run as one event (SglangRank.extension) */
+    int32_t role;               /* enum aisim_sglang_role (engine/sglang_roles.py) */
 } aisim_sglang_config;
+
+/* The rank's part in a deployment: aggregated, or a role of the destination-first handoff
+ * (FEATURES.md section 8). A prefill rank holds each finished copy's KV until
+ * aisim_sglang_release_source; a decode rank accepts destinations into a pending FIFO,
+ * reserves the head (aisim_sglang_retry), takes their KV (aisim_sglang_activate) and starts
+ * them at its next pass, without charging prefill forwards (Python times the passes). */
+enum aisim_sglang_role {
+    AISIM_SG_AGGREGATED = 0,
+    AISIM_SG_PREFILL = 1,
+    AISIM_SG_DECODE = 2
+};
 
 /* An event is 5 int64 values: kind, slot, a, b, c. */
 enum aisim_sglang_event_kind {
@@ -31,6 +43,8 @@ enum aisim_sglang_event_kind {
     AISIM_SG_RETRACTED = 2,   /* a = its retractions so far */
     AISIM_SG_REJECTED = 3,    /* at the completion of the pass that rejected it (max_model_len) */
     AISIM_SG_FINISHED = 4,    /* a = first stretch in stretches[], b = stretches, c = generated */
+    AISIM_SG_HELD = 6,        /* prefill role: finished as FINISHED, but its KV stays held (the
+                               * source) and its slot live until aisim_sglang_release_source */
     AISIM_SG_EVENT_WIDTH = 5
 };
 
@@ -75,6 +89,18 @@ typedef struct aisim_sglang_view {
     size_t n_itl_diff;
     const int64_t *break_gaps;
     size_t n_break_gaps;        /* triples */
+    /* the disaggregated roles: held sources (prefill); reserved destinations waiting for
+     * their KV, the capacity generation (a completion, a retraction or an activation that
+     * freed pages moves it; it gates retries of a refused head), accepted destinations
+     * waiting for their reservation, activated ones waiting for a running slot (decode) */
+    int64_t held_sources;
+    int64_t holds;
+    int64_t generation;
+    int64_t n_pending;
+    int64_t n_prebuilt;
+    int32_t retry_due;          /* decode: the next pass end matters to the handoff (a head not
+                                 * tried at this generation, or a prebuilt one with a slot) */
+    int32_t promoted;           /* decode: the pass just formed started prebuilt requests */
 } aisim_sglang_view;
 
 int aisim_sglang_new(aisim_sglang_rank **out, const aisim_sglang_config *config);
@@ -124,3 +150,30 @@ int aisim_sglang_queue(const aisim_sglang_rank *r, int32_t which, int32_t *out, 
 int aisim_sglang_request(const aisim_sglang_rank *r, int32_t slot, int64_t *out);
 /* Prompt tokens not computed yet over the waiting requests. */
 int aisim_sglang_pending_prefill_tokens(const aisim_sglang_rank *r, int64_t *out);
+
+/* ---- the disaggregated roles (engine/sglang_native_roles.py; twins: engine/sglang_roles.py) */
+
+/* Decode role: takes a destination (as aisim_sglang_submit takes a request) into the pending
+ * FIFO; returns its slot. Python refuses the ones that can never fit first. */
+int aisim_sglang_accept(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                        const uint32_t *values, const uint32_t *lengths, size_t n_runs,
+                        const uint32_t *authored, size_t n_authored, uint32_t out_tag);
+int aisim_sglang_accept_ranges(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
+                               const uint32_t *firsts, const uint32_t *counts, size_t n_ranges,
+                               int64_t block, const uint32_t *authored, size_t n_authored,
+                               uint32_t out_tag);
+/* Decode role (SglangDecodeRank.retry): reserves the pending head if it is due and fits:
+ * *slot its slot (-1: none), *fresh_tokens the tokens the reservation allocated, *node its
+ * locked tree node. idle_pass: the pass just completed took no time and changed nothing
+ * (without a reservation the admission ratio then goes to its floor). */
+int aisim_sglang_retry(aisim_sglang_rank *r, int32_t idle_pass, int32_t *slot,
+                       int64_t *fresh_tokens, int64_t *node);
+/* Decode role: the KV of reserved `slot` arrived: on the tree, prebuilt for the next pass. */
+int aisim_sglang_activate(aisim_sglang_rank *r, int32_t slot);
+/* Decode role: drops the reservation of `slot` (its prefill failed) and frees the slot. */
+int aisim_sglang_cancel(aisim_sglang_rank *r, int32_t slot);
+/* Prefill role: caches the prompt of held `slot`, unlocks it and frees the slot. */
+int aisim_sglang_release_source(aisim_sglang_rank *r, int32_t slot);
+/* KV tokens requests in neither queue own off the tree: held sources, reserved destinations
+ * and prebuilt ones (runtime/checks.py adds them). */
+int aisim_sglang_off_queue_tokens(const aisim_sglang_rank *r, int64_t *out);

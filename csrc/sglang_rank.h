@@ -8,6 +8,8 @@
  *   sglang_batch.c   the growable arrays, the running batch kept arithmetically, the waiting
  *                    queue, a request's tokens and stretches
  *   sglang_extend.c  the decode-only runs that follow a pass (SglangRank.extend)
+ *   sglang_roles.c   the disaggregated roles (engine/sglang_roles.py): held sources, the
+ *                    decode role's destinations and its gates on the pass
  */
 #ifndef AISIM_SGLANG_RANK_H
 #define AISIM_SGLANG_RANK_H
@@ -36,6 +38,9 @@
 
 enum { WAITING = 0, RUNNING = 1, PREEMPTED = 2, FINISHED = 3 };
 
+/* where a role's request is outside the queues and the running batch (sglang_roles.c) */
+enum { IN_QUEUES = 0, PENDING = 1, RESERVED = 2, PREBUILT = 3, HELD = 4 };
+
 typedef struct i64s {
     int64_t *v;
     size_t len, cap;
@@ -61,6 +66,8 @@ typedef struct sg_req {
     int64_t serial;              /* submission number: the match memo's identity */
     int32_t in_stretch, big, live, status;
     int32_t rejected;            /* terminal by max_model_len (no tokens) */
+    int32_t place;               /* a role's request: IN_QUEUES, PENDING, ... */
+    int64_t last_attempt;        /* decode role: the generation its reservation was last tried at */
     /* the last decode run, counted per rank (RunningBatch.leave's itl_span) */
     int32_t has_span;
     int64_t span_first, span_last, span_before, span_prev_last, span_after;
@@ -110,6 +117,10 @@ struct aisim_sglang_rank {
     int64_t run_finish;          /* the extension's finishing decode index */
     size_t run_cap;              /* its passes + 1: the loop's buffer bound, on resumes too */
     i32s dec_done;               /* the members a decode step finished */
+    /* the decode role's FIFOs: pending.v[p_head ..), prebuilt.v[b_head ..) */
+    i32s pending, prebuilt;
+    size_t p_head, b_head;
+    int64_t k3;                  /* the roles' between-passes stamp counter (never reset) */
     int32_t broken;
 };
 
@@ -140,6 +151,26 @@ static inline int64_t available(const aisim_sglang_rank *r)
 static inline int64_t evictable(const aisim_sglang_rank *r)
 {
     return r->cv->evictable_size;
+}
+
+/* the admission ratio (sglang_budget.RatioSchedule) */
+static inline void ratio_decay(aisim_sglang_rank *r)
+{
+    double value = r->view.ratio - r->view.ratio_step;
+    r->view.ratio = value > r->view.ratio_min ? value : r->view.ratio_min;
+}
+
+static inline int ratio_settled(const aisim_sglang_rank *r)
+{
+    double value = r->view.ratio - r->view.ratio_step;
+    return (value > r->view.ratio_min ? value : r->view.ratio_min) == r->view.ratio;
+}
+
+/* The queue may form a prefill batch now: a decode role keeps it shut while destinations
+ * wait for a reservation or a running slot (SglangDecodeRank._may_prefill). */
+static inline int may_prefill(const aisim_sglang_rank *r)
+{
+    return r->cfg.role != AISIM_SG_DECODE || (!r->view.n_pending && !r->view.n_prebuilt);
 }
 
 typedef struct priced {
@@ -174,6 +205,20 @@ int sgl_head_match(aisim_sglang_rank *r, int32_t s, int64_t length, int64_t *cac
 int sgl_lpm_ranked(aisim_sglang_rank *r, int32_t *out);
 int sgl_lpm_sorts(const aisim_sglang_rank *r);
 int sgl_price_chunk(aisim_sglang_rank *r, int32_t s, double rem_chunk, priced *p, int *ok);
+int sgl_event(aisim_sglang_rank *r, int64_t kind, int32_t slot, int64_t a, int64_t b,
+              int64_t c);
+int sgl_evict(aisim_sglang_rank *r, int64_t tokens);
+int sgl_insert_own(aisim_sglang_rank *r, int32_t s, int64_t upto, int64_t access);
+int sgl_finish_kv(aisim_sglang_rank *r, int32_t s, const int64_t *access);
+int sgl_complete_req(aisim_sglang_rank *r, int32_t s);
+void sgl_free_slot(aisim_sglang_rank *r, int32_t s);
+int sgl_guard(aisim_sglang_rank *r, int status);
+/* sglang_roles.c */
+int sgl_promote(aisim_sglang_rank *r);
+int sgl_may_stall(const aisim_sglang_rank *r);
+int sgl_hold(aisim_sglang_rank *r, int32_t s);
+void sgl_role_view(aisim_sglang_rank *r);
+void sgl_role_free(aisim_sglang_rank *r);
 int sgl_start_extension(aisim_sglang_rank *r, double end_ms, double horizon_ms, double cutoff_ms,
                         int64_t max_passes, double *ends, aisim_decode_run *run);
 

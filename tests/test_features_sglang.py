@@ -88,21 +88,38 @@ def test_a_refused_destination_fails_at_arrival():
     assert [h["pool"] for h in record["routing_history"]] == ["decode"]
 
 
-def test_the_c_ranks_decline_the_roles():
-    """The roles are Python ranks (engine/sglang_roles.py) on either backend."""
+def test_the_roles_run_in_c_where_the_c_rank_takes_them(monkeypatch):
+    """The roles are C ranks (engine/sglang_native_roles.py) where ``sglang_native.supports``
+    takes the configuration, and their Python twins (engine/sglang_roles.py) otherwise and
+    with AISIMULATE_BACKEND=python."""
+    from aisimulate_core import native
+    from aisimulate_core.engine.sglang_native_roles import (NativeSglangDecodeRank,
+                                                           NativeSglangPrefillRank)
     from aisimulate_core.engine.sglang_roles import SglangDecodeRank, SglangPrefillRank
     from aisimulate_core.runtime.build import build_simulation
     from aisimulate_core.spec.load import load_payload
 
+    def role_classes(text):
+        cwd = os.getcwd()
+        os.chdir(ROOT)
+        try:
+            sim = build_simulation(load_payload(text))
+        finally:
+            os.chdir(cwd)
+        return ({type(r) for w in sim.prefill_workers for r in w.ranks},
+                {type(r) for w in sim.decode_workers for r in w.ranks})
+
     payload, _ = _case("f12_sglang_pd_2p2d_pressure")
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        sim = build_simulation(load_payload(payload.read_text()))
-    finally:
-        os.chdir(cwd)
-    assert {type(r) for w in sim.prefill_workers for r in w.ranks} == {SglangPrefillRank}
-    assert {type(r) for w in sim.decode_workers for r in w.ranks} == {SglangDecodeRank}
+    if native.BACKEND == "c":
+        doc = json.loads(payload.read_text())
+        doc["spec"]["engine"]["prefill"]["dp_size"] = 1
+        doc["spec"]["engine"]["decode"]["dp_size"] = 1
+        assert role_classes(json.dumps(doc)) == ({NativeSglangPrefillRank},
+                                                 {NativeSglangDecodeRank})
+        doc["spec"]["engine"]["decode"]["dp_size"] = 2   # attention DP keeps the Python rank
+        assert role_classes(json.dumps(doc)) == ({NativeSglangPrefillRank}, {SglangDecodeRank})
+    monkeypatch.setattr(native, "BACKEND", "python")   # (AISIMULATE_BACKEND=python, read at import)
+    assert role_classes(payload.read_text()) == ({SglangPrefillRank}, {SglangDecodeRank})
 
 
 def test_the_recorded_cases_exercise_what_they_claim():

@@ -20,6 +20,7 @@ from array import array
 
 from aisimulate_core import Prompt, SimRequest, build_simulation, load_payload
 from aisimulate_core.engine.sglang import SglangRank
+from aisimulate_core.engine.sglang_native_roles import SGLANG_RANK_CLASSES
 from aisimulate_core.engine.sglang_roles import SglangDecodeRank, _share_tokens
 from aisimulate_core.engine.sglang_tokens import ensure_tokens
 from test_sglang_extension import _outcome
@@ -80,8 +81,15 @@ def _payload(seed):
             "record_per_request": True, "requests": requests}
 
 
+def python_roles(monkeypatch):
+    """The runtime builds the Python roles (their runs are the ones counted and switched)."""
+    for role, (_, twin) in SGLANG_RANK_CLASSES.items():
+        monkeypatch.setitem(SGLANG_RANK_CLASSES, role, (twin, twin))
+
+
 def test_decode_role_runs_match_single_passes(monkeypatch):
     monkeypatch.setenv("AISIMULATE_CHECK", "1")     # KV conserved at every visited time
+    python_roles(monkeypatch)
     counts = {"extra": 0, "cut": 0}
     extend, truncate = SglangDecodeRank.extend, SglangRank.truncate
 

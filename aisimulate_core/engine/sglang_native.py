@@ -39,6 +39,7 @@ MAX_PAGE_SIZE = 65536
 _EXACT = 2 ** 62                 # counts the C rank keeps in int64 without overflow
 _OUTPUT_TAG = 0x8000_0000        # sglang_tokens.py's tag of unauthored outputs
 _U32_ARRAY = native.ffi.typeof("uint32_t[]") if native.ffi is not None else None
+_ROLES = {"aggregated": 0, "prefill": 1, "decode": 2}   # enum aisim_sglang_role
 
 
 def supports(engine, *, dp_size=1, backend=None):
@@ -170,6 +171,9 @@ def _becomes_python(name):
 class NativeSglangRank:
     config_path = "$.spec.engine.rank"
     extension = True             # SglangRank.extension's switch (the differential tests')
+    charges_prefill = True       # SglangRank.charges_prefill (a decode role's prefill is free)
+    role = "aggregated"          # the C rank's role (engine/sglang_native_roles.py)
+    TWIN = SglangRank            # the Python rank a watched one becomes
     pass_effect = False
     stuck = False
     grouped = False
@@ -219,6 +223,7 @@ class NativeSglangRank:
         config.caching = self.caching
         config.lpm = self.lpm
         config.extension = bool(self.extension)
+        config.role = _ROLES[self.role]
         self._rank = native.open_handle("aisim_sglang_rank", lib.aisim_sglang_new,
                                         lib.aisim_sglang_free, "aisim_sglang_new", config)
         self._view = native.handle_view(self._rank, "aisim_sglang_view", lib.aisim_sglang_view_of)
@@ -248,18 +253,20 @@ class NativeSglangRank:
         self._ends_finishing = False
 
     def _become_python(self):
-        """Turn into the Python rank (``SglangRank``) of the same settings: what watches a
-        rank is the Python rank's (v1 of the C rank keeps none of it)."""
+        """Turn into the Python rank (``TWIN``: ``SglangRank``, or a role's) of the same
+        settings: what watches a rank is the Python rank's (v1 of the C rank keeps none of
+        it)."""
         if self._submitted:
             raise SimulationError("internal: the C SGLang rank was watched after it took "
                                   "requests")
         engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id = self._args
         kept = {key: self.__dict__[key] for key in ("config_path", "extension")
                 if key in self.__dict__}
+        twin = self.TWIN
         self.__dict__.clear()
-        self.__class__ = SglangRank
-        SglangRank.__init__(self, engine, timer, pool, callbacks=callbacks,
-                            worker_idx=worker_idx, dp_rank=dp_rank, scheduler_id=scheduler_id)
+        self.__class__ = twin
+        twin.__init__(self, engine, timer, pool, callbacks=callbacks, worker_idx=worker_idx,
+                      dp_rank=dp_rank, scheduler_id=scheduler_id)
         self.__dict__.update(kept)
 
     # ------------------------------------------------------------------ counters (C's)
@@ -333,12 +340,20 @@ class NativeSglangRank:
 
     def has_work(self):
         view = self._view
-        return bool(view.n_running or view.n_waiting or view.rounds_left)
+        # (a decode role's prebuilt requests are work too; no other rank has any)
+        return bool(view.n_running or view.n_waiting or view.rounds_left or view.n_prebuilt)
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
         SglangRank._take_request(self, request)
-        ffi, lib = native.ffi, native.lib
+        lib = native.lib
+        self._enter(request, lib.aisim_sglang_submit, lib.aisim_sglang_submit_ranges)
+
+    def _enter(self, request, submit, submit_ranges):
+        """Taken ``request`` into the rank's slots by ``submit`` (a decode role's ``accept``:
+        the pending FIFO), its prompt from id ranges by ``submit_ranges`` where it can; returns
+        its slot."""
+        ffi = native.ffi
         authored = ffi.NULL
         n_authored = 0
         tag = _OUTPUT_TAG | (request.uuid & 0x7FFF_FFFF)
@@ -350,7 +365,8 @@ class NativeSglangRank:
                 own = array("I", outputs)
                 n_authored = len(own)
                 authored = ffi.from_buffer(_U32_ARRAY, own)
-            slot = self._submit_ranges(request, prompt, authored, n_authored, tag)
+            slot = self._submit_ranges(request, prompt, authored, n_authored, tag,
+                                       submit_ranges)
             if slot is None:
                 runs = prompt.values
                 n_runs = len(runs)
@@ -360,17 +376,18 @@ class NativeSglangRank:
             values = lengths = ffi.NULL
             n_runs = 0
         if slot is None:
-            slot = _check(lib.aisim_sglang_submit(
-                self._rank, request.prompt_len, request.out_limit, values, lengths, n_runs,
-                authored, n_authored, tag), "aisim_sglang_submit")
+            slot = _check(submit(self._rank, request.prompt_len, request.out_limit, values,
+                                 lengths, n_runs, authored, n_authored, tag),
+                          submit.__name__)
         requests = self._requests
         if slot == len(requests):
             requests.append(request)
         else:
             requests[slot] = request
         self._submitted += 1
+        return slot
 
-    def _submit_ranges(self, request, prompt, authored, n_authored, tag):
+    def _submit_ranges(self, request, prompt, authored, n_authored, tag, submit_ranges):
         """Submit a synthetic prompt from its id ranges (``Prompt.from_hash_ids`` over an
         ``IdRanges`` whose runs are not built yet), so that its id array is never made in
         Python; None when the prompt has another form."""
@@ -384,7 +401,7 @@ class NativeSglangRank:
         except OverflowError:
             return None
         ffi = native.ffi
-        slot = native.lib.aisim_sglang_submit_ranges(
+        slot = submit_ranges(
             self._rank, request.prompt_len, request.out_limit,
             ffi.from_buffer(_U32_ARRAY, firsts), ffi.from_buffer(_U32_ARRAY, counts),
             len(firsts), block, authored, n_authored, tag)
@@ -396,7 +413,8 @@ class NativeSglangRank:
     def schedule(self, now_ms):
         """Form one pass at ``now_ms``; returns its end time, or None with nothing to do."""
         view = self._view
-        if not view.n_running and not view.n_waiting and not view.rounds_left:
+        if (not view.n_running and not view.n_waiting and not view.rounds_left
+                and not view.n_prebuilt):
             self.stuck = False
             return None
         lib = native.lib
@@ -406,10 +424,14 @@ class NativeSglangRank:
         if status == lib.AISIM_SG_STALLED:
             raise SimulationError(self.stall_reason(self.waiting[0]))
         _check(status, "aisim_sglang_schedule")
+        if not view.formed:     # (a decode role's prebuilt requests without a slot)
+            self.stuck = False
+            return None
         count = view.pf_count
         if count:
-            end_ms = now_ms + self.timer.prefill(count, view.pf_isl // count,
-                                                 view.pf_prefix // count)
+            end_ms = now_ms + (self.timer.prefill(count, view.pf_isl // count,
+                                                  view.pf_prefix // count)
+                               if self.charges_prefill else 0.0)
         else:
             n = view.dec_batch
             if not n:
@@ -497,14 +519,18 @@ class NativeSglangRank:
         for i in range(0, len(values), 5):
             kind, slot, a, b, c = values[i:i + 5]
             r = requests[slot]
-            if kind == 4:      # finished: stretches[a:a+b], c tokens generated
-                requests[slot] = None
+            if kind == 4 or kind == 6:   # finished (6: a held source): stretches[a:a+b],
+                if kind == 4:            # c tokens generated
+                    requests[slot] = None
+                    r.seq = None
+                    finished.append((r, "completed"))
+                else:
+                    self._hold(r, slot)
+                    finished.append((r, "held"))
                 r.status = FINISHED
-                r.seq = None
                 r.generated = c
                 r.stretches = list(zip(stretches[2 * a:2 * (a + b):2],
                                        stretches[2 * a + 1:2 * (a + b):2]))
-                finished.append((r, "completed"))
             elif kind == 3:    # rejected by max_model_len
                 requests[slot] = None
                 r.status = FINISHED
@@ -514,7 +540,10 @@ class NativeSglangRank:
                 r.preemptions = a
         on_finish = self.cb.on_finish
         for r, status in finished:
-            on_finish(r, end_ms, status)
+            if status == "held":
+                self.cb.on_source_held(r, end_ms)
+            else:
+                on_finish(r, end_ms, status)
 
     # ------------------------------------------------------------------ report
     def _fold(self):

@@ -184,11 +184,7 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         refuses it (a prompt not shorter than ``max_model_len``, or whose page-rounded
         footprint exceeds the pool): the request fails."""
         self._take_request(r)
-        limit = self.max_model_len
-        if limit is not None and r.prompt_len >= limit:
-            return False
-        ps = self.page_size
-        if -(-r.prompt_len // ps) * ps > self.total_kv_tokens:
+        if self._refuses(r):
             return False
         if self.caching and r.prompt_len:
             handoff = r.handoff
@@ -196,6 +192,14 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         self.pending.append(r)
         self._refresh_gauges()
         return True
+
+    def _refuses(self, r):
+        """Whether destination ``r`` can never fit this rank (the C role's check too)."""
+        limit = self.max_model_len
+        if limit is not None and r.prompt_len >= limit:
+            return True
+        ps = self.page_size
+        return -(-r.prompt_len // ps) * ps > self.total_kv_tokens
 
     def cancel(self, r):
         """Drop the reservation of ``r``, whose prefill failed before its KV came."""
@@ -357,5 +361,3 @@ class SglangDecodeRank(_BetweenPasses, SglangRank):
         super()._retract(r)
         self.generation += 1
 
-
-SGLANG_ROLE_RANKS = {"prefill": SglangPrefillRank, "decode": SglangDecodeRank}

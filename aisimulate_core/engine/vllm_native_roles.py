@@ -15,6 +15,7 @@ from collections import deque
 from .. import native
 from ..native import check_status as _check
 from .decode_run import MAX_PASSES
+from .native_roles import DestinationCounts, HeldSources
 from .request import WAITING
 from .vllm import VllmRank
 from .vllm_native import NativeVllmRank, _scratch
@@ -22,26 +23,13 @@ from .vllm_roles import VllmDecodeRank, VllmPrefillRank
 from ..workload.prompt import IdRanges
 
 
-class NativeVllmPrefillRank(NativeVllmRank):
+class NativeVllmPrefillRank(HeldSources, NativeVllmRank):
     """The prefill role: a finished copy's KV stays held until ``release_source``."""
 
     role = "prefill"
     charges_decode = False
-    holds_sources = True
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._held = {}              # id(copy) -> its slot, while its source is held
-
-    @property
-    def held_sources(self):
-        return self._view.held_sources
-
-    def holds_kv(self):
-        return self._view.held_sources > 0
-
-    def _hold(self, r, slot):
-        self._held[id(r)] = slot
+    RELEASE = "aisim_vllm_release_source"
+    NO_SEQ = -1
 
     def submission_gauges(self):
         # a copy the pass in flight completes leaves the batch but keeps its KV held (the
@@ -55,18 +43,8 @@ class NativeVllmPrefillRank(NativeVllmRank):
             running -= out[0]
         return active, inactive, running, waiting
 
-    def release_source(self, r):
-        """Free the KV of a held copy: the decode side has it, or the handoff failed."""
-        slot = self._held.pop(id(r))
-        _check(native.lib.aisim_vllm_release_source(self._rank, slot),
-               "aisim_vllm_release_source")
-        self._requests[slot] = None
-        r.seq = -1
-        if self.capture_gauges:
-            self._gauges = self.live_gauges()
 
-
-class NativeVllmDecodeRank(NativeVllmRank):
+class NativeVllmDecodeRank(DestinationCounts, NativeVllmRank):
     """The decode role: destinations accepted, reserved (``retry``) and activated."""
 
     role = "decode"
@@ -81,16 +59,6 @@ class NativeVllmDecodeRank(NativeVllmRank):
         self._reserved = {}          # id(destination) -> its slot, until activated
         self._retry_out = (native.ffi.new("int32_t *"), native.ffi.new("int64_t *"),
                            native.ffi.new("int32_t *"))
-
-    @property
-    def holds(self):
-        """Reserved destinations waiting for their KV."""
-        return self._view.holds
-
-    @property
-    def generation(self):
-        """The capacity generation (every release bumps it): gates retries of a failed head."""
-        return self._view.generation
 
     # the same text and arithmetic over the same fields: one definition, VllmDecodeRank's
     _destination_fits = VllmDecodeRank._destination_fits

@@ -11,7 +11,7 @@ from ..engine.vllm_native import supports
 from ..engine.vllm_offload import VllmOffloadRank
 from ..engine.offload_g3 import VllmG3Rank
 from ..engine.vllm_native_roles import RANK_CLASSES
-from ..engine.sglang_roles import SGLANG_ROLE_RANKS
+from ..engine.sglang_native_roles import role_class as sglang_role_class
 from ..errors import ConfigError
 from ..guards import (TraceFormatLookup, call_provider, check_scaling_policy, malformed,
                       scaling_policy, timing_model)
@@ -77,7 +77,9 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
             # (engine/sglang_native.py); the Python SglangRank stays for the rest
             engine_cls = sglang_native.rank_class(rank_cfg, dp_size=dp)
         elif rank_cfg.backend == "sglang":
-            engine_cls = SGLANG_ROLE_RANKS[role]   # destination-first roles (Python)
+            # the destination-first roles, in C where the C rank covers the configuration
+            # (engine/sglang_native_roles.py), else in Python (engine/sglang_roles.py)
+            engine_cls = sglang_role_class(rank_cfg, role, dp_size=dp)
         elif role == "aggregated" and getattr(rank_cfg, "native_host_offload", None) is not None:
             # KV offload tiers (engine/vllm_offload.py; G3 behind G2: engine/offload_g3.py)
             engine_cls = VllmG3Rank if rank_cfg.g3_offload is not None else VllmOffloadRank

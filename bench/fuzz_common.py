@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,14 +46,30 @@ def run_reference(payload_path: Path, timeout_s: float):
     return "ok", json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_ours(payload: dict):
-    """("ok", (summary, per-request records)) or ("error", the exception in one line)."""
+class _OursTimedOut(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _OursTimedOut
+
+
+def run_ours(payload: dict, timeout_s: float = 60.0):
+    """("ok", (summary, per-request records)) or ("error", the exception in one line); a run
+    that does not finish in ``timeout_s`` is an error, so one hang cannot stall the fuzzer."""
     from aisimulate_core import run_replay
 
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         report = run_replay(json.dumps(payload))
+    except _OursTimedOut:
+        return "error", f"did not finish within {timeout_s:g} s"
     except Exception as exc:   # any failure of ours is a mismatch
         return "error", f"{type(exc).__name__}: {exc}"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
     out = json.loads(report.to_json())
     return "ok", (out, out.pop("per_request", None) or [])
 
@@ -92,7 +109,7 @@ def run_cases(make_case, label, argv=None, *, doc=None, seed=5, timeout=10.0,
             if status == "timeout" and skip_timeouts:
                 skipped += 1
                 continue
-            mine_status, mine = run_ours(payload)
+            mine_status, mine = run_ours(payload, max(60.0, 20 * args.timeout))
             if status != "ok":
                 problems = [] if mine_status == "error" else [f"reference {status}: {theirs}"]
             elif mine_status == "error":

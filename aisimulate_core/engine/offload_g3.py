@@ -46,6 +46,9 @@ from ..kv.offload_tier import ABSENT, PENDING, offload_tier
 from .vllm_offload import _D2H, VllmOffloadRank
 
 _READ, _WRITE = 0, 1
+# restore rounds in a row on a stalled rank after which a request computes instead (the
+# reference's G3 restore bypass, FEATURES.md §6)
+BYPASS_ROUNDS = 1024
 _INF = math.inf
 # a job: [order, owner, worker, direction, keys, submitted_ms, ready_ms, bytes left]
 _ORDER, _OWNER, _WORKER, _DIR, _KEYS, _SUBMITTED, _READY, _LEFT = range(8)
@@ -87,8 +90,8 @@ class Storage:
         self.boundaries = []        # (end, worker, dp rank, rank) of passes ended, not seen
         self._order = 0
         self.stats = {"lookup_probes": 0, "lookup_hits": 0, "lookup_pending": 0,
-                      "cross_worker_read_blocks": 0, "read": _direction(),
-                      "write": _direction()}
+                      "cross_worker_read_blocks": 0, "bypassed_restores": 0,
+                      "read": _direction(), "write": _direction()}
 
     # ------------------------------------------------------------------ timing
     def _rates(self, jobs, now):
@@ -261,14 +264,16 @@ class Storage:
         """The summary's ``g3_offload`` counters of this tier, the jobs in flight counted as
         run to their end (the reference completes them when the run ends, its clock unmoved)."""
         stats = self.stats
-        out = {key: stats[key] for key in ("lookup_probes", "lookup_hits", "lookup_pending",
-                                           "cross_worker_read_blocks")}
+        pool = self.pool
+        # the reference's key order
+        out = {key: stats[key] for key in ("lookup_probes", "lookup_hits", "lookup_pending")}
         out["read"] = dict(stats["read"])
         out["write"] = dict(stats["write"])
-        pool = self.pool
         out["evictions"] = pool.evictions
+        out["cross_worker_read_blocks"] = stats["cross_worker_read_blocks"]
         out["resident_blocks"] = len(pool) - pool.pending
         out["pending_blocks"] = pool.pending
+        out["bypassed_restores"] = stats["bypassed_restores"]
         if self.jobs:
             writers = self.writer
             for end, job in self._project():
@@ -301,6 +306,10 @@ class VllmG3Rank(VllmOffloadRank):
         self._store_at = {}         # id(store keys) -> the pass end that submitted it
         self._wait_mark = None      # _mark() when the idle wait in flight began
         self._waits = {}            # uuid -> the transfers ended when its lookup made it wait
+        self._rounds = {}           # uuid -> restore rounds in a row while the rank stalls
+        self._bypass = set()        # uuids that compute what G1 and the host do not hold
+        self._looking = False       # the lookup running is bypassed
+        self._promoted = False      # ... and submitted promotions
 
     @staticmethod
     def shared_storage(engine):
@@ -341,6 +350,8 @@ class VllmG3Rank(VllmOffloadRank):
                 return upcoming
         self._rewait = None
         end = super().schedule(now_ms)
+        if self._scheduled and self._rounds:
+            self._rounds.clear()    # the rank made progress: no request's thrash counts
         if self._idle_wait:
             self._rewait = end
             self._wait_mark = self._mark()
@@ -426,6 +437,8 @@ class VllmG3Rank(VllmOffloadRank):
                         out[key][k] += v
                 else:
                     out[key] += value
+        if not out["bypassed_restores"]:
+            del out["bypassed_restores"]    # the reference reports it only when nonzero
         summary.clear()
         summary.update(out)
 
@@ -540,7 +553,39 @@ class VllmG3Rank(VllmOffloadRank):
     def _deferred(self, r):
         self._waits[r.uuid] = self._mark()
 
+    # ------------------------------------------------------------------ the restore bypass
+    # A prefix larger than the host pool can make each promotion evict one the same request
+    # promoted earlier, so it never reaches compute. A lookup that submits promotions is a
+    # restore round; the rounds of a request count while its rank schedules nothing, and after
+    # BYPASS_ROUNDS of them it stops reading from G3 until it is admitted or preempted
+    # (settled on the reference: features_g3/g3_restore_bypass).
+    def _host_lookup(self, r, now_ms):
+        uuid = r.uuid
+        rounds = self._rounds.get(uuid, 0)
+        if rounds >= BYPASS_ROUNDS:
+            del self._rounds[uuid]
+            self._bypass.add(uuid)
+            self.storage.stats["bypassed_restores"] += 1
+        self._looking = uuid in self._bypass if self._bypass else False
+        self._promoted = False
+        outcome = super()._host_lookup(r, now_ms)
+        if self._promoted:
+            self._rounds[uuid] = rounds + 1
+        return outcome
+
+    def _run_chunk(self, r, tokens):
+        if self._bypass:
+            self._bypass.discard(r.uuid)    # admitted: the bypass ends
+        super()._run_chunk(r, tokens)
+
+    def _preempt(self, r, P):
+        super()._preempt(r, P)
+        self._rounds.pop(r.uuid, None)
+        self._bypass.discard(r.uuid)
+
     def _probe_below(self, h, refs, reads):
+        if self._looking:
+            return None     # bypassed: what the host misses is computed
         stats = self.storage.stats
         stats["lookup_probes"] += 1
         g3 = self.g3
@@ -558,4 +603,5 @@ class VllmG3Rank(VllmOffloadRank):
         return True
 
     def _read_below(self, keys, now_ms):
+        self._promoted = True
         self.storage.submit(self._owner, self._worker, _READ, keys, now_ms)

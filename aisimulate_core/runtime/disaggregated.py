@@ -38,12 +38,9 @@ settles or becomes ready.
 
 from __future__ import annotations
 
-import functools
 import heapq
 from bisect import bisect_left
-import itertools
 import math
-import operator
 from collections import deque
 
 from ..errors import SimulationError
@@ -51,6 +48,7 @@ from ..engine.request import SimRequest
 from .records import make_disagg_record
 from .cluster import ClusterPool
 from . import plain_disagg_native
+from .pass_time import time_sums
 from .simulation import Simulation, _GEN_MASK, watch_engines
 
 # rounds of same-time work after which a replay that does not advance is an error
@@ -794,16 +792,9 @@ class DisaggregatedSimulation(Simulation):
                         decode_worker_seconds=seconds["decode"],
                         prefill_gpus_per_worker=self.prefill_gpus_per_worker,
                         decode_gpus_per_worker=self.gpus_per_worker)
-        # every visited time and pass end in time order, a time seen twice kept twice: its
-        # second advance is +0.0, which leaves a sum as it is (each list is in time order
-        # already: merging the runs costs less than a set and the sort of its scattered order)
-        times = sorted(itertools.chain(self._visited, *(
-            rank.pass_ends for worker in self.workers for rank in worker.ranks)))
-        # every advance dt (the first may be 0, adding nothing), summed left to right in time
-        # order with C-level loops (reduce, not sum: its float summation differs by version)
-        advances = list(map(operator.sub, times, itertools.chain((0.0,), times)))
-        prefill = _time_sum(len(self.prefill_workers), advances)
-        decode = _time_sum(len(self.decode_workers), advances)
+        runs = [self._visited]
+        runs.extend(rank.pass_ends for worker in self.workers for rank in worker.ranks)
+        prefill, decode = time_sums(runs, (len(self.prefill_workers), len(self.decode_workers)))
         return dict(prefill_worker_seconds=prefill, decode_worker_seconds=decode,
                     prefill_gpus_per_worker=self.prefill_gpus_per_worker,
                     decode_gpus_per_worker=self.gpus_per_worker)
@@ -821,12 +812,6 @@ def stuck_message(pool, worker, rank, r, pending):
                 f"{rank.num_blocks} are free")
     return (f"request {_name(r)} can never be scheduled on {pool} worker "
             f"{worker.worker_id}: {rank.stall_reason(r)}")
-
-
-def _time_sum(workers, advances):
-    """``workers × dt / 1000`` added up over ``advances`` in order, from 0.0."""
-    return functools.reduce(operator.add, map(operator.truediv, map(
-        operator.mul, itertools.repeat(workers), advances), itertools.repeat(1000.0)), 0.0)
 
 
 def _check_rank(request, dp_rank, worker):

@@ -11,7 +11,8 @@ import pytest
 
 from aisimulate_core.report import Collector
 from aisimulate_core.runtime.build import build_simulation
-from aisimulate_core.runtime.records import make_record, make_summary_record
+from aisimulate_core.runtime.records import (make_disagg_record, make_disagg_summary_record,
+                                             make_record, make_summary_record)
 from aisimulate_core.spec import load_payload
 from reference import ROOT
 
@@ -69,6 +70,50 @@ def test_summary_records_give_the_summary_of_full_records(payload, monkeypatch):
             light.on_terminal(facts)
             assert [getattr(facts, f) for f in WINDOW_FIELDS] == \
                 [getattr(record, f) for f in WINDOW_FIELDS]
+            seen.append(kind)
+
+    sim = build_simulation(loaded, on_event=both)
+    sim.run()
+    assert seen
+    assert summary(light, len(seen)) == summary(full, len(seen))
+
+
+DISAGG_PAYLOADS = [
+    "tests/fixtures/payloads/disagg_poisson_pressure.json",
+    "tests/fixtures/payloads/disagg_decode_capacity_failure.json",
+    "tests/fixtures/payloads/disagg_decode_preemption.json",
+    "tests/fixtures/features_sglang/pd_cancel_at_decode_pass_end.json",
+    "tests/fixtures/features_sglang/pd_decode_refuses_pool.json",
+    "tests/fixtures/features_sglang/pd_failures_decode_dp2.json",
+    "tests/fixtures/features_sglang/pd_decode_retract_readmit.json",
+]
+
+
+@pytest.mark.parametrize("payload", DISAGG_PAYLOADS)
+def test_disaggregated_summary_records_give_the_summary_of_full_records(payload, monkeypatch):
+    """The same for records.make_disagg_summary_record against make_disagg_record (both pools'
+    admissions and reuse, the decode copy's tokens), vLLM and SGLang P/D, failures included."""
+    monkeypatch.chdir(ROOT)
+    loaded = load_payload((ROOT / payload).read_text())
+    sla = loaded.spec.sla if loaded.spec.sla.is_set else None
+    full = Collector(sla=sla, record_per_request=False)
+    light = Collector(sla=sla, record_per_request=False)
+    seen = []
+
+    def both(kind, t, request):
+        if kind in TERMINAL:
+            handoff = request.handoff
+            if handoff.prefill is None:     # refused by the decode rank: no pool's copy
+                full.on_terminal(handoff.record)
+                light.on_terminal(handoff.record)
+            else:
+                record = make_disagg_record(handoff, kind)
+                facts = make_disagg_summary_record(handoff, kind)
+                full.on_terminal(record)
+                light.on_terminal(facts)
+                assert [getattr(facts, f) for f in WINDOW_FIELDS] == \
+                    [getattr(record, f) for f in WINDOW_FIELDS]
+                assert bool(facts.admissions) == bool(record.admissions)
             seen.append(kind)
 
     sim = build_simulation(loaded, on_event=both)

@@ -45,7 +45,7 @@ from collections import deque
 
 from ..errors import SimulationError
 from ..engine.request import SimRequest
-from .records import make_disagg_record
+from .records import make_disagg_record, make_disagg_summary_record
 from .cluster import ClusterPool
 from . import plain_disagg_native
 from .pass_time import time_sums
@@ -746,8 +746,11 @@ class DisaggregatedSimulation(Simulation):
         request = handoff.request
         request.terminal_ms = end_ms
         request.terminal_status = status
-        record = make_disagg_record(handoff, status)
-        handoff.record = record
+        if self.collector.keeps_records:
+            record = handoff.record = make_disagg_record(handoff, status)
+        else:
+            # (no record kept: nothing reads its source release time either)
+            record = make_disagg_summary_record(handoff, status)
         self._terminal(request, end_ms, status, record)
 
     # ------------------------------------------------------------------ stranded requests

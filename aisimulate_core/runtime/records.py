@@ -107,6 +107,26 @@ def make_disagg_record(handoff, status):
     return record
 
 
+def make_disagg_summary_record(handoff, status):
+    """``make_disagg_record``'s values of the fields the summary reads, for a collector that
+    keeps no records (``Collector.keeps_records`` false)."""
+    prefill, decode = handoff.prefill, handoff.decode
+    request = handoff.request
+    max_reused = prefill.max_reused
+    admissions = prefill.admissions     # (only whether both pools' are empty is read)
+    if decode is None:
+        first, second, last, count = None, None, None, 0
+    else:
+        if decode.max_reused > max_reused:
+            max_reused = decode.max_reused
+        if not admissions:
+            admissions = decode.admissions
+        first, second, last, count = token_times(decode)
+    return SummaryRecord(request.uuid, request.request_id, request.arrival_ms, request.terminal_ms,
+                         status, request.prompt_len, count, first, second, last, max_reused,
+                         prefill.first_reused, admissions)
+
+
 def _record(request, status, times, reused, first_reused, admissions, prefill_worker,
             decode_worker, routing):
     """A record of ``request`` with the token ``times`` (``token_times``) of the copy that

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .disaggregated import (CANCEL_SOURCE, RESERVE, START_TRANSFER, SUBMIT,
                             DisaggregatedSimulation, _name)
-from .records import _record, make_disagg_record
+from .records import _record, make_disagg_record, make_disagg_summary_record
 
 CANCEL_DESTINATION = CANCEL_SOURCE + 1   # a reserved destination whose prefill failed
 
@@ -54,18 +54,21 @@ class SglangDisaggregatedSimulation(DisaggregatedSimulation):
             # refused by the decode rank (max_model_len, pool size): it fails at once, before
             # any prefill (the reference's record names no worker)
             route = handoff.decode_route
-            record = _record(request, status, (None, None, None, 0), 0, None, [], None, None,
-                             [route if isinstance(route, dict) else ("decode", *route)])
+            record = handoff.record = _record(
+                request, status, (None, None, None, 0), 0, None, [], None, None,
+                [route if isinstance(route, dict) else ("decode", *route)])
         else:
-            record = make_disagg_record(handoff, status)
-            record.routing.reverse()              # the decode placement came first
+            if self.collector.keeps_records:
+                record = handoff.record = make_disagg_record(handoff, status)
+                record.routing.reverse()          # the decode placement came first
+            else:
+                record = make_disagg_summary_record(handoff, status)
             decode = handoff.decode
             if handoff.held_ms is None and decode is not None and decode.seq is not None:
                 # the prefill failed (rejected): its reserved destination is dropped, as an
                 # action of its own (after this round's passes start; at the end of the decode
                 # worker's pass in flight)
                 self._actions.append((CANCEL_DESTINATION, handoff))
-        handoff.record = record
         self._terminal(request, end_ms, status, record)
 
     def _tell_driver(self, request, end_ms, status):

@@ -22,7 +22,9 @@ OWN_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_offload"
 # the G3 rules the random workloads of bench/fuzz_g3_offload.py found (features_g3/README.md)
 G3_RECORDED = ROOT / "tests" / "fixtures" / "reference" / "features_g3"
 SHARED = ["f6_g2_fence_pending", "f7_g2_sessions", "f8_g3_worker_local"]
-OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json"))
+OWN = sorted(p.stem for p in OWN_RECORDED.glob("*.json") if not p.stem.startswith("known_"))
+# open differences from the reference (features_offload/README.md): each fails until mended
+KNOWN = sorted(p.stem for p in OWN_RECORDED.glob("known_*.json"))
 OWN_G3 = sorted(p.stem for p in G3_RECORDED.glob("*.json"))
 
 
@@ -38,6 +40,13 @@ def problems_of(name):
 def test_case_matches_the_reference(name):
     problems = problems_of(name)
     assert problems == [], "\n".join(problems[:20])
+
+
+@pytest.mark.xfail(strict=True, reason="features_offload/README.md: the order of a cohort a "
+                   "fenced pass skipped among the next pass's stores")
+@pytest.mark.parametrize("name", KNOWN)
+def test_known_offload_difference(name):
+    assert problems_of(name) == []
 
 
 def test_cases_match_on_the_python_backend():

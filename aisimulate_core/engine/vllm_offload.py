@@ -111,7 +111,6 @@ class VllmOffloadRank(VllmRank):
         self._cursor = {}           # uuid -> prompt blocks stored (or found on the host)
         self._refs = {}             # uuid -> the host keys of its prompt blocks
         self._last_store = {}       # uuid -> (done, submitted, keys) of its latest D2H
-        self._fenced = set()        # uuids whose cohort a fenced pass skipped, not stored yet
         self._holds = []            # keys of finished requests' stores the engine waits for
         self._skipq = set()         # uuids of the waiting requests that waited for a transfer
         self._loads = {}            # uuid -> [done, g1 tokens, host blocks, keys, finished,
@@ -271,7 +270,6 @@ class VllmOffloadRank(VllmRank):
     def _retire(self, r, end_ms):
         uuid = r.uuid
         self._cursor.pop(uuid, None)
-        self._fenced.discard(uuid)
         self._refs.pop(uuid, None)
         done, submitted, keys = self._last_store.pop(uuid, _NO_STORE)
         if self._store_running(done, keys, end_ms):
@@ -298,62 +296,44 @@ class VllmOffloadRank(VllmRank):
 
     # ------------------------------------------------------------------ stores (D2H)
     def _prepare_stores(self, now_ms):
-        """The cohorts of this pass's scheduled requests, in running order; those of requests
-        a fenced pass skipped come after the others (settled on the reference:
-        g2_fenced_store_goes_last)."""
-        chunked = set(map(id, self._scheduled))
-        fenced = self._fenced
-        stores = []
-        later = []
-        for r in self.running:
-            if r.in_stretch or id(r) in chunked:
-                if fenced and r.uuid in fenced:
-                    later.append(r)
-                else:
-                    self._prepare_cohort(r, now_ms, stores)
-        for r in later:
-            self._prepare_cohort(r, now_ms, stores)
-        return stores
-
-    def _prepare_cohort(self, r, now_ms, stores):
-        """``r``'s complete prompt blocks not stored yet, reserved on the host and added to
-        ``stores`` as one cohort; nothing when they wait or find no room."""
+        """The cohorts of this pass's scheduled requests, in running order."""
         bs = self.block_size
         host = self.host
-        computed = r.prompt_len if r.in_stretch else min(r.computed, r.prompt_len)
-        full = computed // bs
-        cursor = self._cursor.get(r.uuid, 0)
-        if full <= cursor:
-            return
-        refs = self._host_keys(r)
-        keys = refs[cursor:full]
-        absent = host.absent(keys)      # (one call for the prompt)
-        if not absent:
+        chunked = set(map(id, self._scheduled))
+        stores = []
+        for r in self.running:
+            if not (r.in_stretch or id(r) in chunked):
+                continue
+            computed = r.prompt_len if r.in_stretch else min(r.computed, r.prompt_len)
+            full = computed // bs
+            cursor = self._cursor.get(r.uuid, 0)
+            if full <= cursor:
+                continue
+            refs = self._host_keys(r)
+            keys = refs[cursor:full]
+            absent = host.absent(keys)      # (one call for the prompt)
+            if not absent:
+                self._cursor[r.uuid] = full
+                continue
+            taken = self._taken
+            if taken:
+                blocks = self.pool.seq_blocks(r.seq)
+                if any(taken.get(b, 0.0) > now_ms for b in blocks):
+                    continue    # blocks it took wait for their previous owner's D2H
+                del blocks[:cursor]
+            else:
+                blocks = self.pool.seq_blocks(r.seq, cursor)
+            if len(absent) == len(keys):    # (a new prompt: none of it on the host)
+                new_keys, sources = keys, blocks[:full - cursor]
+            else:
+                new_keys = [keys[i] for i in absent]
+                sources = [blocks[i] for i in absent]
+            if host.reserve(new_keys, protect=keys) is None:
+                continue        # no room: retried at its next scheduled pass
             self._cursor[r.uuid] = full
-            self._fenced.discard(r.uuid)
-            return
-        taken = self._taken
-        if taken:
-            blocks = self.pool.seq_blocks(r.seq)
-            if any(taken.get(b, 0.0) > now_ms for b in blocks):
-                # blocks it took wait for their previous owner's D2H: no store in this pass
-                # (g2_store_waits_for_earlier_pass), and a later one stores it last
-                self._fenced.add(r.uuid)
-                return
-            del blocks[:cursor]
-        else:
-            blocks = self.pool.seq_blocks(r.seq, cursor)
-        if len(absent) == len(keys):    # (a new prompt: none of it on the host)
-            new_keys, sources = keys, blocks[:full - cursor]
-        else:
-            new_keys = [keys[i] for i in absent]
-            sources = [blocks[i] for i in absent]
-        if host.reserve(new_keys, protect=keys) is None:
-            return          # no room: retried at its next scheduled pass
-        self._cursor[r.uuid] = full
-        self._fenced.discard(r.uuid)
-        host.touch(refs, reverse=True)
-        stores.append((r, new_keys, sources))
+            host.touch(refs, reverse=True)
+            stores.append((r, new_keys, sources))
+        return stores
 
     def _submit_stores(self, stores, end_ms):
         d2h_done, taken = self._d2h_done, self._taken

@@ -119,7 +119,7 @@ class _Scratch:
         ffi = native.ffi
         self.run = ffi.new("aisim_decode_run *")     # a decode-only run, resumed on misses
         self.ends = ffi.new("double[]", MAX_PASSES)  # its end times
-        self.gauges = ffi.new("int64_t[3]")          # finishing_gauges' answer
+        self.gauges = ffi.new("int64_t[]", 3)          # finishing_gauges' answer
         self.count = ffi.new("int64_t *")
         self.ranges = ffi.new("uint32_t[]", 8)       # a synthetic prompt's (first, count) pairs
 

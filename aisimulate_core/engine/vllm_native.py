@@ -126,6 +126,10 @@ class _Scratch:
 
 _SCRATCH = []
 _lib = native.lib
+if native.ffi is not None:
+    # made as the module loads, as the types it uses are (native._build_types): the first
+    # rank of a run would otherwise pay its allocation and first-use costs (about 25 us)
+    _SCRATCH.append(_Scratch())
 
 
 def _scratch():

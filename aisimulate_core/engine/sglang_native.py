@@ -93,7 +93,7 @@ class _Scratch:
         self.run = ffi.new("aisim_decode_run *")
         self.ends = ffi.new("double[]", MAX_PASSES)
         self.finishing = ffi.new("int32_t *")
-        self.state = ffi.new("int64_t[9]")
+        self.state = ffi.new("int64_t[]", 9)
 
 
 _SCRATCH = []

@@ -119,13 +119,17 @@ class _Scratch:
         ffi = native.ffi
         self.run = ffi.new("aisim_decode_run *")     # a decode-only run, resumed on misses
         self.ends = ffi.new("double[]", MAX_PASSES)  # its end times
-        self.gauges = ffi.new("int64_t[3]")          # finishing_gauges' answer
+        self.gauges = ffi.new("int64_t[]", 3)          # finishing_gauges' answer
         self.count = ffi.new("int64_t *")
         self.ranges = ffi.new("uint32_t[]", 8)       # a synthetic prompt's (first, count) pairs
 
 
 _SCRATCH = []
 _lib = native.lib
+if native.ffi is not None:
+    # made as the module loads, as the types it uses are (native._build_types): the first
+    # rank of a run would otherwise pay its allocation and first-use costs (about 25 us)
+    _SCRATCH.append(_Scratch())
 
 
 def _scratch():

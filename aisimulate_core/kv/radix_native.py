@@ -43,7 +43,7 @@ class NativeRadixCache:
                                      "aisim_radix_new", total_tokens, page_size,
                                      bool(trim_partial_leaf))
         self._view = native.handle_view(self._c, "aisim_radix_view", lib.aisim_radix_view_of)
-        self._out = ffi.new("int64_t[6]")
+        self._out = ffi.new("int64_t[]", 6)
         self.page_size = page_size
         self.total_tokens = self._view.total_tokens
         self.trim_partial_leaf = bool(trim_partial_leaf)
@@ -56,7 +56,7 @@ class NativeRadixCache:
         cache._c = handle
         cache._owner = owner
         cache._view = native.handle_view(handle, "aisim_radix_view", native.lib.aisim_radix_view_of)
-        cache._out = native.ffi.new("int64_t[6]")
+        cache._out = native.ffi.new("int64_t[]", 6)
         cache.page_size = page_size
         cache.total_tokens = cache._view.total_tokens
         cache.trim_partial_leaf = bool(cache._view.trim_partial_leaf)

@@ -1011,7 +1011,7 @@ def _fill_collector(collector, loop, view, sample_stats=None, drop_samples=None)
     view = view.summary
     samples, stats = {}, {}
     counts = (view.n_ttft, view.n_ttft, view.n_ttst, view.n_tpot)
-    out = native.ffi.new("double[9]")
+    out = native.ffi.new("double[]", 9)
     for which, name in enumerate(_SAMPLES):
         samples[name] = native.c_array("d", getattr(view, name), counts[which])
         # (after the copy: it sorts C's array)

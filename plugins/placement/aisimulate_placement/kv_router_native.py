@@ -276,7 +276,7 @@ class NativeKvRouter(PlacementPolicy):
         """What the router holds of scheduler ``key`` = (worker_id, dp_rank), as the Python
         twin's ``SchedulerState`` fields (a copy; None when it holds nothing of it)."""
         ffi = self._ffi
-        counters = ffi.new("int64_t[5]")
+        counters = ffi.new("int64_t[]", 5)
         status = self._lib.aisim_kvr_state(self._r, key[0], key[1], counters, ffi.NULL, 0)
         if status == native.EBADSEQ:
             return None

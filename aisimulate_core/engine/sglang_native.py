@@ -453,8 +453,8 @@ class NativeSglangRank:
         view = self._view
         values = native.ffi.unpack(view.events, view.n_events * 5)
         requests = self._requests
-        for i in range(0, len(values), 5):
-            kind, slot, a, b, _ = values[i:i + 5]
+        fields = iter(values)
+        for kind, slot, a, b, _ in zip(fields, fields, fields, fields, fields):
             r = requests[slot]
             if kind == 1:      # admitted: a cached tokens, b readmission
                 r.status = RUNNING
@@ -471,7 +471,10 @@ class NativeSglangRank:
     def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
         """Lengthen the pass just formed by the decode-only passes that follow it (as
         ``SglangRank.extend``, in C). Returns the end time of the last pass."""
-        if not self._view.extendable or self.pass_end_ms >= horizon_ms:
+        view = self._view
+        # (a decode role's pass end that the handoff needs, retry_due, is never extended:
+        # SglangDecodeRank.extend; C sets it only for that role)
+        if not view.extendable or view.retry_due or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
         lib = native.lib
         scratch = _scratch()
@@ -496,15 +499,17 @@ class NativeSglangRank:
     # ------------------------------------------------------------------ pass completion
     def complete(self):
         ends = self._macro_ends
-        extra = 0
+        end_ms = self.pass_end_ms
         if ends is not None:
             self._macro_ends = None
             extra = len(ends) - 1
-            self.pass_ends.extend(ends[:-1])
-        end_ms = self.pass_end_ms
-        self.pass_ends.append(end_ms)
-        _check(native.lib.aisim_sglang_complete(self._rank, extra, self._ends_finishing),
-               "aisim_sglang_complete")
+            self.pass_ends.extend(ends)     # (a run's last end is pass_end_ms)
+        else:
+            extra = 0
+            self.pass_ends.append(end_ms)
+        status = native.lib.aisim_sglang_complete(self._rank, extra, self._ends_finishing)
+        if status < 0:
+            _check(status, "aisim_sglang_complete")
         self._ends_finishing = False
         view = self._view
         if not view.n_events:
@@ -516,8 +521,8 @@ class NativeSglangRank:
         requests = self._requests
         # every event is read before the first callback: a terminal may submit here
         finished = []
-        for i in range(0, len(values), 5):
-            kind, slot, a, b, c = values[i:i + 5]
+        fields = iter(values)
+        for kind, slot, a, b, c in zip(fields, fields, fields, fields, fields):
             r = requests[slot]
             if kind == 4 or kind == 6:   # finished (6: a held source): stretches[a:a+b],
                 if kind == 4:            # c tokens generated

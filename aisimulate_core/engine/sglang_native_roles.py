@@ -19,7 +19,6 @@ from collections import deque
 
 from .. import native
 from ..native import check_status as _check
-from .decode_run import MAX_PASSES
 from .native_roles import DestinationCounts, HeldSources
 from .request import WAITING
 from .sglang import SglangRank
@@ -124,11 +123,6 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
         self._idle_pass = (end == now_ms and not self.pass_effect
                            and not self._view.promoted)
         return end
-
-    def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
-        if self._view.retry_due:
-            return self.pass_end_ms     # a pass end the handoff needs (SglangDecodeRank.extend)
-        return NativeSglangRank.extend(self, horizon_ms, cutoff_ms, max_passes)
 
 
 # role -> (the C rank's class, its Python twin)

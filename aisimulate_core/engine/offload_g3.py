@@ -376,16 +376,14 @@ class VllmG3Rank(VllmOffloadRank):
             if t < now_ms:
                 t = now_ms
             if sim is None:
-                from ..runtime.simulation import PASS_DONE
                 sim = self.cb.sim
                 workers = {id(r): w for w in sim.workers for r in w.ranks}
             worker = workers.get(id(rank))
             if worker is None or not worker.busy:
                 continue
-            end = worker.truncate(t)
+            end = sim.cut_pass(worker, t)
             if end is not None:
                 rank._rewait = end
-                sim.queue.push(end, PASS_DONE, (worker.idx << 32) | worker.generation)
 
     def complete(self):
         # the engine boundary at the pass end: the transfers done by then are seen before any

@@ -604,13 +604,20 @@ class Simulation:
         if worker.busy:
             # its pass ends later, and the worker is marked then: it stays busy until the
             # step starts passes (nothing completes a pass after the step's arrivals)
-            end = worker.truncate(now_ms, now_ms == self._passes_started_at)
-            if end is not None:
-                self.queue.push(end, PASS_DONE, (w_idx << 32) | worker.generation)
+            self.cut_pass(worker, now_ms, now_ms == self._passes_started_at)
         else:
             self._dirty.add(w_idx)
         if self.windows:
             self._count_placement(request)
+
+    def cut_pass(self, worker, t_ms, started=False):
+        """End ``worker``'s pass in flight early, at the end of its pass running at ``t_ms``
+        (``Worker.truncate``: an extended run cut short, an idle wait woken), its completion
+        queued then; returns the new end, or None when it did not change."""
+        end = worker.truncate(t_ms, started)
+        if end is not None:
+            self.queue.push(end, PASS_DONE, (worker.idx << 32) | worker.generation)
+        return end
 
     def _count_placement(self, request):
         route = request.route

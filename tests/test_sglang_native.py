@@ -115,3 +115,28 @@ def test_supports_names_what_stays_in_python():
     assert rank_class(rank, dp_size=2, backend="c") is SglangRank
     assert rank_class(rank, backend="python") is SglangRank
     assert supports(rank, backend="python") == "the C backend is not in use"
+
+
+def test_synthetic_id_ranges_past_the_scratch_size(monkeypatch):
+    """A synthetic prompt goes to the C rank as its id ranges through two scratch buffers;
+    more ranges than they hold (here: buffers of one, prompts of a group prefix and a fresh
+    range) grow them, and the run is the Python rank's."""
+    payload = {
+        "spec": {"version": 1, "topology": {"kind": "aggregated", "workers": {"initial_workers": 2}},
+                 "engine": {"rank": {"backend": "sglang", "block_size": 4, "num_gpu_blocks": 400,
+                                     "max_num_seqs": 8,
+                                     "timing_model": {"type": "fixed", "prefill_ms": 3.0,
+                                                      "decode_ms": 1.0}}},
+                 "record_per_request": True},
+        "traffic": {"source_type": "synthetic", "load_type": "poisson", "request_rate": 400.0,
+                    "request_count": 60, "isl": 37, "osl": 5, "arrival_seed": 3,
+                    "shared_prefix_ratio": 0.5, "num_prefix_groups": 3},
+    }
+    expected, _ = _outcome(payload, SglangRank, monkeypatch)
+    scratch = sglang_native._scratch()
+    monkeypatch.setattr(scratch, "firsts", native.ffi.new("uint32_t[]", 1))
+    monkeypatch.setattr(scratch, "counts", native.ffi.new("uint32_t[]", 1))
+    got, used = _outcome(payload, NativeSglangRank, monkeypatch)
+    assert used == 2
+    assert len(scratch.firsts) >= 2       # grown for a prefix and a fresh range
+    assert got == expected

@@ -86,7 +86,7 @@ def rank_class(engine, *, dp_size=1, backend=None):
 class _Scratch:
     """C buffers every rank uses only within one call (one process, one thread)."""
 
-    __slots__ = ("run", "ends", "finishing", "state")
+    __slots__ = ("run", "ends", "finishing", "state", "firsts", "counts")
 
     def __init__(self):
         ffi = native.ffi
@@ -94,6 +94,9 @@ class _Scratch:
         self.ends = ffi.new("double[]", MAX_PASSES)
         self.finishing = ffi.new("int32_t *")
         self.state = ffi.new("int64_t[]", 9)
+        # a synthetic prompt's id ranges (a group prefix and a fresh range, or a few more)
+        self.firsts = ffi.new("uint32_t[]", 8)
+        self.counts = ffi.new("uint32_t[]", 8)
 
 
 _SCRATCH = []
@@ -395,16 +398,20 @@ class NativeSglangRank:
         if source is None or not isinstance(source[0], IdRanges):
             return None
         ranges, block = source[0].ranges, source[1]
+        n = len(ranges)
+        scratch = _scratch()
+        firsts, counts = scratch.firsts, scratch.counts
+        if n > len(firsts):
+            firsts = scratch.firsts = native.ffi.new("uint32_t[]", n)
+            counts = scratch.counts = native.ffi.new("uint32_t[]", n)
         try:
-            firsts = array("I", [first for first, _ in ranges])
-            counts = array("I", [count for _, count in ranges])
-        except OverflowError:
+            for i, (first, count) in enumerate(ranges):
+                firsts[i] = first
+                counts[i] = count
+        except OverflowError:   # (an id past 2^32 - 1: the runs say what it is)
             return None
-        ffi = native.ffi
-        slot = submit_ranges(
-            self._rank, request.prompt_len, request.out_limit,
-            ffi.from_buffer(_U32_ARRAY, firsts), ffi.from_buffer(_U32_ARRAY, counts),
-            len(firsts), block, authored, n_authored, tag)
+        slot = submit_ranges(self._rank, request.prompt_len, request.out_limit, firsts,
+                             counts, n, block, authored, n_authored, tag)
         if slot == native.EINVAL:
             return None               # ids past u32 or a short range: the runs say why
         return _check(slot, "aisim_sglang_submit_ranges")

@@ -33,7 +33,7 @@ TESTS=(test_native_parity.py test_block_pool.py test_rng.py test_radix_cache.py
 
 TESTS+=(test_kv_router_native.py test_plain_native_cluster.py test_plain_disagg_native_cluster.py
         test_ref_hashes.py test_cluster_cases.py test_sglang_native_roles.py
-        test_features_sglang.py)
+        test_features_sglang.py test_pass_time.py)
 
 started=$(date +%s)
 rm -rf "$OUT"

@@ -12,8 +12,9 @@ LRU's tail, a completed job its blocks, in ascending hash order):
 * reads: a block the host lookup misses is probed in storage: resident, a host slot is
   reserved for it (evicting host victims) and it joins one read job; pending, the request
   waits; absent, the probe stops. A request whose lookup started a read waits for it; once
-  read, the blocks are resident on the host and the lookup goes on as without storage
-  (an H2D into G1). Storage hits count as host reuse;
+  read, the blocks are resident on the host (the most recent, in the order they were
+  promoted) and the lookup goes on as without storage (an H2D into G1). Storage hits count
+  as host reuse;
 * timing and effects (``Storage``): a job is ready ``latency_to_first_byte_ms`` after its
   submission and then moves its bytes; the ready jobs of one direction share its bandwidth
   equally (reads and writes have separate budgets); bandwidth 0 moves them at once. Jobs of
@@ -498,7 +499,10 @@ class VllmG3Rank(VllmOffloadRank):
             if job[_DIR] == _WRITE:
                 self.host.unpin(keys, shared=True)
             else:
-                self.host.complete(keys, shared=True)
+                # a read's blocks land on the host in the order they were promoted (the
+                # request's block order), not in hash order (settled on the reference:
+                # features_g3/g3_read_lands_in_block_order)
+                self.host.complete(keys, shared=False)
 
     # ------------------------------------------------------------------ writes
     def _stored_hook(self, done_ms, keys):

@@ -42,8 +42,9 @@ def test_case_matches_the_reference(name):
     assert problems == [], "\n".join(problems[:20])
 
 
-@pytest.mark.xfail(strict=True, reason="features_offload/README.md: the order of a cohort a "
-                   "fenced pass skipped among the next pass's stores")
+@pytest.mark.xfail(strict=True, reason="features_offload/README.md: open differences (the "
+                   "order of a cohort a fenced pass skipped; writes while a pass waits for "
+                   "a fence)")
 @pytest.mark.parametrize("name", KNOWN)
 def test_known_offload_difference(name):
     assert problems_of(name) == []

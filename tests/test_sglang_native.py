@@ -133,7 +133,7 @@ def test_synthetic_id_ranges_past_the_scratch_size(monkeypatch):
                     "shared_prefix_ratio": 0.5, "num_prefix_groups": 3},
     }
     expected, _ = _outcome(payload, SglangRank, monkeypatch)
-    scratch = sglang_native._scratch()
+    scratch = sglang_native._SCRATCH
     monkeypatch.setattr(scratch, "firsts", native.ffi.new("uint32_t[]", 1))
     monkeypatch.setattr(scratch, "counts", native.ffi.new("uint32_t[]", 1))
     got, used = _outcome(payload, NativeSglangRank, monkeypatch)

@@ -568,7 +568,7 @@ class VllmG3Rank(VllmOffloadRank):
             del self._rounds[uuid]
             self._bypass.add(uuid)
             self.storage.stats["bypassed_restores"] += 1
-        self._looking = uuid in self._bypass if self._bypass else False
+        self._looking = uuid in self._bypass
         self._promoted = False
         outcome = super()._host_lookup(r, now_ms)
         if self._promoted:

@@ -99,13 +99,8 @@ class _Scratch:
         self.counts = ffi.new("uint32_t[]", 8)
 
 
-_SCRATCH = []
-
-
-def _scratch():
-    if not _SCRATCH:
-        _SCRATCH.append(_Scratch())
-    return _SCRATCH[0]
+# made as the module loads, as vllm_native's (a run's first rank would pay for them)
+_SCRATCH = _Scratch() if native.ffi is not None else None
 
 
 class _Queue(QueueView):
@@ -327,7 +322,7 @@ class NativeSglangRank:
     def _synced(self, slot):
         """The request of ``slot`` with its counts as C holds them now."""
         r = self._requests[slot]
-        out = _scratch().state
+        out = _SCRATCH.state
         _check(native.lib.aisim_sglang_request(self._rank, slot, out), "aisim_sglang_request")
         r.generated, r.computed, r.held_blocks, r.committed_blocks = out[0], out[1], out[2], out[3]
         r.seq = None if out[4] < 0 else out[4]
@@ -336,7 +331,7 @@ class NativeSglangRank:
         return r
 
     def pending_prefill_tokens(self):
-        out = _scratch().state
+        out = _SCRATCH.state
         _check(native.lib.aisim_sglang_pending_prefill_tokens(self._rank, out),
                "aisim_sglang_pending_prefill_tokens")
         return out[0]
@@ -399,7 +394,7 @@ class NativeSglangRank:
             return None
         ranges, block = source[0].ranges, source[1]
         n = len(ranges)
-        scratch = _scratch()
+        scratch = _SCRATCH
         firsts, counts = scratch.firsts, scratch.counts
         if n > len(firsts):
             firsts = scratch.firsts = native.ffi.new("uint32_t[]", n)
@@ -484,7 +479,7 @@ class NativeSglangRank:
         if not view.extendable or view.retry_due or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
         lib = native.lib
-        scratch = _scratch()
+        scratch = _SCRATCH
         run, ends, finishing = scratch.run, scratch.ends, scratch.finishing
         max_passes = min(max_passes, MAX_PASSES)
         status = lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,

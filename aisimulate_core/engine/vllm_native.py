@@ -119,23 +119,15 @@ class _Scratch:
         ffi = native.ffi
         self.run = ffi.new("aisim_decode_run *")     # a decode-only run, resumed on misses
         self.ends = ffi.new("double[]", MAX_PASSES)  # its end times
-        self.gauges = ffi.new("int64_t[]", 3)          # finishing_gauges' answer
+        self.gauges = ffi.new("int64_t[]", 3)        # finishing_gauges' answer
         self.count = ffi.new("int64_t *")
         self.ranges = ffi.new("uint32_t[]", 8)       # a synthetic prompt's (first, count) pairs
 
 
-_SCRATCH = []
 _lib = native.lib
-if native.ffi is not None:
-    # made as the module loads, as the types it uses are (native._build_types): the first
-    # rank of a run would otherwise pay its allocation and first-use costs (about 25 us)
-    _SCRATCH.append(_Scratch())
-
-
-def _scratch():
-    if not _SCRATCH:
-        _SCRATCH.append(_Scratch())
-    return _SCRATCH[0]
+# made as the module loads, as the types it uses are (native._build_types): the first rank of
+# a run would otherwise pay its allocation and first-use costs (about 25 us)
+_SCRATCH = _Scratch() if native.ffi is not None else None
 
 
 class _Chunk:
@@ -237,7 +229,6 @@ class NativeVllmRank(RankBase):
         if reason is not None:
             raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
-        _scratch()   # (the buffers every rank shares)
         VllmRank._take_settings(self, engine, timer, pool, callbacks, worker_idx, dp_rank,
                                 scheduler_id)
         config = ffi.new("aisim_vllm_config *")
@@ -399,7 +390,7 @@ class NativeVllmRank(RankBase):
         if not self.in_flight:
             return active, inactive, running, waiting
         ends = self._macro_ends
-        out = _scratch().gauges
+        out = _SCRATCH.gauges
         _check(native.lib.aisim_vllm_finishing_gauges(
             self._rank, len(ends) - 1 if ends else 0, out), "aisim_vllm_finishing_gauges")
         finishing, freed, cached = out[0], out[1], out[2]
@@ -417,7 +408,7 @@ class NativeVllmRank(RankBase):
 
     def pending_prefill_tokens(self):
         """Prompt tokens not computed yet, over the requests waiting or running here."""
-        out = _scratch().count
+        out = _SCRATCH.count
         _check(native.lib.aisim_vllm_pending_prefill_tokens(self._rank, out),
                "aisim_vllm_pending_prefill_tokens")
         return out[0]
@@ -475,7 +466,7 @@ class NativeVllmRank(RankBase):
         the C call (aisim_vllm_submit_ranges, or a decode rank's aisim_vllm_accept_ranges)."""
         ranges = source[0].ranges
         n = len(ranges)
-        scratch = _SCRATCH[0]   # (made with the rank)
+        scratch = _SCRATCH
         buffer = scratch.ranges
         try:
             if n == 1:          # an ungrouped synthetic prompt: its fresh range
@@ -628,7 +619,7 @@ class NativeVllmRank(RankBase):
         """The run's end times from the C loop over the rank's own state, or None when its
         integers need Python's."""
         lib = native.lib
-        run, buffer = _scratch().run, _scratch().ends
+        run, buffer = _SCRATCH.run, _SCRATCH.ends
         status = lib.aisim_vllm_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
                                        max_passes, buffer, MAX_PASSES, run, 0)
         if status == lib.AISIM_DECODE_MISS:   # (an external provider's time: the memo missed)
@@ -650,7 +641,7 @@ class NativeVllmRank(RankBase):
             run = self._decode_run = decode_runner(self.timer, self.total_kv_tokens)
         ffi = native.ffi
         keys, counts = ffi.new("int64_t[]", self.block_size), ffi.new("int64_t[]", self.block_size)
-        stop = _scratch().count
+        stop = _SCRATCH.count
         n = _check(native.lib.aisim_vllm_extension_input(
             self._rank, keys, counts, self.block_size, stop), "aisim_vllm_extension_input")
         crossing = dict(zip(ffi.unpack(keys, n), ffi.unpack(counts, n)))
@@ -849,7 +840,7 @@ class NativeVllmMtpRank(NativeVllmRank):
         # (a watched rank reports every pass: its own event)
         if not self._view.mtp_plain or self.watched or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
-        buffer = _scratch().ends
+        buffer = _SCRATCH.ends
         n = _lib.aisim_vllm_mtp_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
                                        min(max_passes, MAX_PASSES), buffer, MAX_PASSES)
         if n > 1:

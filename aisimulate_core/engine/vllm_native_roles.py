@@ -18,7 +18,7 @@ from .decode_run import MAX_PASSES
 from .native_roles import DestinationCounts, HeldSources
 from .request import WAITING
 from .vllm import VllmRank
-from .vllm_native import NativeVllmRank, _scratch
+from .vllm_native import _SCRATCH, NativeVllmRank
 from .vllm_roles import VllmDecodeRank, VllmPrefillRank
 from ..workload.prompt import IdRanges
 
@@ -37,7 +37,7 @@ class NativeVllmPrefillRank(HeldSources, NativeVllmRank):
         active, inactive, running, waiting = self.live_gauges()
         if self.in_flight:
             ends = self._macro_ends
-            out = _scratch().gauges
+            out = _SCRATCH.gauges
             _check(native.lib.aisim_vllm_finishing_gauges(
                 self._rank, len(ends) - 1 if ends else 0, out), "aisim_vllm_finishing_gauges")
             running -= out[0]

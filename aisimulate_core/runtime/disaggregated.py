@@ -746,12 +746,15 @@ class DisaggregatedSimulation(Simulation):
         request = handoff.request
         request.terminal_ms = end_ms
         request.terminal_status = status
-        if self.collector.keeps_records:
-            record = handoff.record = make_disagg_record(handoff, status)
-        else:
-            # (no record kept: nothing reads its source release time either)
-            record = make_disagg_summary_record(handoff, status)
-        self._terminal(request, end_ms, status, record)
+        self._terminal(request, end_ms, status, self._handoff_record(handoff, status))
+
+    def _handoff_record(self, handoff, status):
+        """The terminal's record: the full one, kept on the handoff (its source release time
+        comes later), when the collector keeps records; else the fields the summary reads."""
+        if not self.collector.keeps_records:
+            return make_disagg_summary_record(handoff, status)
+        record = handoff.record = make_disagg_record(handoff, status)
+        return record
 
     # ------------------------------------------------------------------ stranded requests
     def _check_drained(self):

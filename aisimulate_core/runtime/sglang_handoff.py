@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .disaggregated import (CANCEL_SOURCE, RESERVE, START_TRANSFER, SUBMIT,
                             DisaggregatedSimulation, _name)
-from .records import _record, make_disagg_record, make_disagg_summary_record
+from .records import _record
 
 CANCEL_DESTINATION = CANCEL_SOURCE + 1   # a reserved destination whose prefill failed
 
@@ -58,11 +58,7 @@ class SglangDisaggregatedSimulation(DisaggregatedSimulation):
                 request, status, (None, None, None, 0), 0, None, [], None, None,
                 [route if isinstance(route, dict) else ("decode", *route)])
         else:
-            if self.collector.keeps_records:
-                record = handoff.record = make_disagg_record(handoff, status)
-                record.routing.reverse()          # the decode placement came first
-            else:
-                record = make_disagg_summary_record(handoff, status)
+            record = self._handoff_record(handoff, status)
             decode = handoff.decode
             if handoff.held_ms is None and decode is not None and decode.seq is not None:
                 # the prefill failed (rejected): its reserved destination is dropped, as an
@@ -70,6 +66,12 @@ class SglangDisaggregatedSimulation(DisaggregatedSimulation):
                 # worker's pass in flight)
                 self._actions.append((CANCEL_DESTINATION, handoff))
         self._terminal(request, end_ms, status, record)
+
+    def _handoff_record(self, handoff, status):
+        record = super()._handoff_record(handoff, status)
+        if handoff.record is record:
+            record.routing.reverse()              # the decode placement came first
+        return record
 
     def _tell_driver(self, request, end_ms, status):
         super()._tell_driver(request, end_ms, status)

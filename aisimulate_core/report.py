@@ -13,6 +13,7 @@ import heapq
 import math
 import uuid as _uuid
 from array import array
+from itertools import islice
 from typing import Any, Callable, Iterable
 
 import attrs
@@ -903,19 +904,39 @@ _OPTIONAL_AFTER = {
 
 
 def _with_optional(rec: RequestRecord, record: dict) -> dict:
-    """``record`` with the optional keys ``rec`` sets, each in its place."""
+    """``record`` with the optional keys ``rec`` sets, each in its place.
+
+    ``record`` holds the keys every record has, in PER_REQUEST_KEYS' order: it is copied in
+    three runs (through turn_index, through reused_input_tokens, the rest) with the optional
+    keys between them, instead of asking at every key what follows it."""
     out = {}
     for key in _LEADING_OPTIONAL:
         value = getattr(rec, key)
         if value is not None:
             out[key] = value
-    for key, value in record.items():
-        out[key] = value
-        for extra in _OPTIONAL_AFTER.get(key, ()):
+    items = iter(record.items())
+    for run, extras in _OPTIONAL_RUNS:
+        out.update(islice(items, run))
+        for extra in extras:
             value = getattr(rec, extra)
             if value is not None:
                 out[extra] = value
+    out.update(items)
     return out
+
+
+def _optional_runs():
+    """(keys every record has up to and including the key, the optional keys after it) for
+    each key of ``_OPTIONAL_AFTER``, in record order."""
+    optional = set(_LEADING_OPTIONAL).union(*_OPTIONAL_AFTER.values())
+    base = [key for key in PER_REQUEST_KEYS if key not in optional]
+    runs, done = [], 0
+    for key in base:
+        if key in _OPTIONAL_AFTER:
+            at = base.index(key) + 1
+            runs.append((at - done, _OPTIONAL_AFTER[key]))
+            done = at
+    return tuple(runs)
 
 
 PER_REQUEST_KEYS = (
@@ -933,3 +954,4 @@ PER_REQUEST_KEYS = (
 )
 """All per-request keys in order; request_id, play_id, agentic, metadata and the
 first-admission G1/host split are omitted when unset."""
+_OPTIONAL_RUNS = _optional_runs()

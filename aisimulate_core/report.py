@@ -687,6 +687,9 @@ def _route(rec: RequestRecord, route: Any) -> dict:
         pool = route.get("pool")
         out = _route_entry(pool, rec.prefill_worker_idx if pool == "prefill"
                            else rec.decode_worker_idx, None, None)
+        if route.keys() <= out.keys():   # the usual route: every key one the reference knows
+            out.update(route)            # (known keys keep their places: the loop's result)
+            return out
         for key, value in route.items():
             if key in out:   # keys the reference does not know are left out
                 out[key] = value

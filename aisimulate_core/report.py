@@ -399,7 +399,7 @@ class Collector:
         values.update(self._count_values(duration_ms, wall_time_ms))
         values.update(self._distribution_values())
         order = _key_order(totals.sla is not None, tuple(self._extras))
-        summary = {key: values[key] for key in order}
+        summary = dict(zip(order, map(values.__getitem__, order)))   # (the comprehension, in C)
 
         if self._stream is not None:
             self._stream.flush()

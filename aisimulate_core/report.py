@@ -931,12 +931,10 @@ def _with_optional(rec: RequestRecord, record: dict) -> dict:
 def _optional_runs():
     """(keys every record has up to and including the key, the optional keys after it) for
     each key of ``_OPTIONAL_AFTER``, in record order."""
-    optional = set(_LEADING_OPTIONAL).union(*_OPTIONAL_AFTER.values())
-    base = [key for key in PER_REQUEST_KEYS if key not in optional]
+    base = [key for key in PER_REQUEST_KEYS if key not in OPTIONAL_KEYS]
     runs, done = [], 0
-    for key in base:
+    for at, key in enumerate(base, 1):
         if key in _OPTIONAL_AFTER:
-            at = base.index(key) + 1
             runs.append((at - done, _OPTIONAL_AFTER[key]))
             done = at
     return tuple(runs)
@@ -957,4 +955,6 @@ PER_REQUEST_KEYS = (
 )
 """All per-request keys in order; request_id, play_id, agentic, metadata and the
 first-admission G1/host split are omitted when unset."""
+# every key a record leaves out when unset
+OPTIONAL_KEYS = frozenset(_LEADING_OPTIONAL).union(*_OPTIONAL_AFTER.values())
 _OPTIONAL_RUNS = _optional_runs()

@@ -31,12 +31,11 @@ import msgspec
 
 from aisimulate_core.cli.outputs import CliError, OutputFile
 from aisimulate_core.messages import escape_controls
-from aisimulate_core.report import _LEADING_OPTIONAL, _OPTIONAL_AFTER, PER_REQUEST_KEYS
+from aisimulate_core.report import OPTIONAL_KEYS, PER_REQUEST_KEYS
 
 JSONL, CSV, PARQUET = "jsonl", "csv", "parquet"
 ROW_GROUP_ROWS = 8192
 PARQUET_EXTRA = "aisimulate-core[parquet]"
-OPTIONAL_KEYS = frozenset(_LEADING_OPTIONAL).union(*_OPTIONAL_AFTER.values())
 TEXT_COLUMNS = frozenset({"uuid", "terminal_status"})
 INT_COLUMNS = frozenset({
     "turn_index", "input_length", "requested_output_length", "output_length",

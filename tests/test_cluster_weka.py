@@ -204,8 +204,8 @@ def test_weka_traffic_rules(traffic, expected):
     assert str(info.value).splitlines() == expected
 
 
-def test_digest_numbers_are_written_as_serde_json_writes_them():
-    from aisimulate_core.workload.graph import json_float
+def test_digest_json_is_written_as_serde_json_writes_it():
+    from aisimulate_core.workload.graph import encode_json
 
     # Rust's ryu, as the reference's serde_json uses it (the small ones checked against the
     # wheel's pydantic-core, which shares the formatting below 1e16)
@@ -214,8 +214,12 @@ def test_digest_numbers_are_written_as_serde_json_writes_them():
              1e15: "1000000000000000.0", 1e16: "1e16", 159.20000000000002: "159.20000000000002",
              12345000000000.0: "12345000000000.0", 1.2345678901234568e17: "1.2345678901234568e17",
              5e-324: "5e-324", -3.5e-8: "-3.5e-8"}
-    assert {x: json_float(x) for x in cases} == cases
-    assert json_float(-0.0) == "-0.0"
+    assert {x: encode_json(x).decode() for x in cases} == cases
+    assert encode_json(-0.0) == b"-0.0"
+    # serde_json's string escapes: the two-character ones, \u00xx (lower-case hex) for the
+    # other control characters, everything else (DEL, non-ASCII, U+2028) as UTF-8
+    assert encode_json('\x1f\x7f"\\\b\f\n\r\t\u00e9\u2028') == \
+        b'"\\u001f\x7f\\"\\\\\\b\\f\\n\\r\\t\xc3\xa9\xe2\x80\xa8"'
 
 
 def test_a_disaggregated_play_settles_when_its_last_source_is_released():

@@ -25,7 +25,7 @@ import math
 import blake3
 
 from ..engine.request import SimRequest
-from .graph import json_float, json_value, sorted_dependencies
+from .graph import encode_json_lines, sorted_dependencies
 from .prompt import Prompt
 from .trace import HashInterner
 from .driver import WorkloadDriver
@@ -34,6 +34,9 @@ from .lanes import Lanes
 BLOCKED, READY, EMITTED, COMPLETED, FAILED, SKIPPED = range(6)
 LIFECYCLE_SCHEMA = "aisimulate.agentic.lifecycle.v1"
 LIFECYCLE_DIGEST_DOMAIN = b"aisimulate-agentic-lifecycle-v1\0"
+# transcript lines are hashed this many at a time (one encode, one update), so memory stays
+# bounded
+_HASH_BATCH = 4096
 
 
 class _Lifecycle:
@@ -55,20 +58,29 @@ class _Lifecycle:
         self.count = 0                      # events recorded, held ones included
         self._hasher = blake3.blake3(LIFECYCLE_DIGEST_DOMAIN)
         self._ordinal = 0
+        self._unhashed = []                 # transcript lines written but not yet hashed
         self._at = None
         self._rounds = []                   # of self._at: (terminals, quiescences, at admission)
         self.round_ordinal = 0              # of the round the last end joined, over the run
 
     def _write(self, at_ms, play_id, request_id, event, status=None):
-        line = (f'{{"schema":"{LIFECYCLE_SCHEMA}","ordinal":{self._ordinal},'
-                f'"at_ms":{json_float(float(at_ms))},"play_id":{json_value(play_id)}')
+        line = {"schema": LIFECYCLE_SCHEMA, "ordinal": self._ordinal, "at_ms": float(at_ms),
+                "play_id": play_id}
         if request_id is not None:
-            line += f',"request_id":{json_value(request_id)}'
-        line += f',"event":"{event}"'
+            line["request_id"] = request_id
+        line["event"] = event
         if status is not None:
-            line += f',"status":"{status}"'
-        self._hasher.update((line + "}\n").encode())
+            line["status"] = status
+        unhashed = self._unhashed
+        unhashed.append(line)
+        if len(unhashed) >= _HASH_BATCH:
+            self._hash_lines()
         self._ordinal += 1
+
+    def _hash_lines(self):
+        # each line as serde_json writes it, and a newline, as the reference hashes them
+        self._hasher.update(encode_json_lines(self._unhashed))
+        self._unhashed.clear()
 
     def dispatch(self, at_ms, play_id, request_id, sources):
         """``sources``: the nodes whose ends the dispatched one waited for. A disaggregated
@@ -151,6 +163,7 @@ class _Lifecycle:
 
     def digest(self):
         self.flush()
+        self._hash_lines()
         return self._hasher.hexdigest()
 
 

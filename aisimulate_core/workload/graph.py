@@ -12,11 +12,11 @@ are those of the agentic Mooncake v2 row.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 
 import blake3
+import msgspec
 
 from ..errors import TraceError
 
@@ -139,60 +139,22 @@ class AgenticTrace:
         """The graph's identity as the reference computes it: BLAKE3 of the compact JSON of
         ``{"block_size", "nodes"}``, the nodes by request id with their dependencies sorted
         (source, trigger, relation, delay), each node's fields in the reference's order."""
-        hasher = blake3.blake3()
-        hasher.update(b'{"block_size":%d,"nodes":[' % self.block_size)
-        for k, node in enumerate(self.nodes):
-            hasher.update(_node_json(node, first=k == 0).encode())
-        hasher.update(b"]}")
-        return hasher.hexdigest()
+        return blake3.blake3(encode_json({
+            "block_size": self.block_size,
+            "nodes": [_node_json(node) for node in self.nodes]})).hexdigest()
 
 _TRIGGER_RANK = {trigger: k for k, trigger in enumerate(TRIGGERS)}
 _RELATION_RANK = {relation: k for k, relation in enumerate(RELATIONS)}
 
 
-def json_float(x):
-    """``x`` as serde_json writes an f64 (Rust's ryu): the shortest round-trip digits, a ``.0``
-    on whole numbers, plain decimals from 1e-5 up to 1e16, exponents (``1e16``, ``1.5e-7``)
-    beyond."""
-    if 1e-4 <= abs(x) < 1e16:
-        return repr(x)                      # Python's repr agrees in this range
-    if x == 0.0:
-        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
-    sign, text = ("-", repr(-x)) if x < 0 else ("", repr(x))
-    mantissa, _, exponent = text.partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = whole + fraction
-    point = len(whole) + int(exponent or 0) - (len(digits) - len(digits.lstrip("0")))
-    digits = digits.strip("0")
-    n = len(digits)
-    if n <= point <= 16:
-        body = digits + "0" * (point - n) + ".0"
-    elif 0 < point <= 16:
-        body = digits[:point] + "." + digits[point:]
-    elif -5 < point <= 0:
-        body = "0." + "0" * -point + digits
-    else:
-        body = digits[0] + ("." + digits[1:] if n > 1 else "") + f"e{point - 1}"
-    return sign + body
-
-
-def json_value(value):
-    """Compact JSON as serde_json writes it (non-ASCII kept, floats as ``json_float``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return json_float(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        if value.isprintable() and '"' not in value and "\\" not in value:
-            return f'"{value}"'             # nothing to escape (the usual id)
-        return json.dumps(value, ensure_ascii=False)
-    if all(type(item) is int for item in value):
-        return "[" + ",".join(map(str, value)) + "]"
-    return "[" + ",".join(map(json_value, value)) + "]"
+# serde_json's compact JSON, which the reference hashes (the graph here, the lifecycle
+# transcript in agentic.py): msgspec writes the same bytes. Floats come as Rust's ryu writes
+# them (shortest round-trip digits, ".0" on whole numbers, plain decimals from 1e-5 up to 1e16,
+# exponents such as 1e16 and 1.5e-7 beyond, NaN and infinities as null), strings keep
+# non-ASCII and escape as serde does, so one C call writes what the reference hashes.
+_SERDE_JSON = msgspec.json.Encoder()
+encode_json = _SERDE_JSON.encode
+encode_json_lines = _SERDE_JSON.encode_lines   # one line each, each ended by a newline
 
 
 def sorted_dependencies(node):
@@ -202,27 +164,31 @@ def sorted_dependencies(node):
         d.request_id, _TRIGGER_RANK[d.trigger], _RELATION_RANK[d.relation], d.delay_ms))
 
 
-def _node_json(node, first):
-    deps = sorted_dependencies(node)
-    parts = [f'"request_id":{json_value(node.request_id)}', f'"play_id":{json_value(node.play_id)}']
+def _node_json(node):
+    """The node as the reference serializes it into the graph's identity, fields in its
+    order (the numbers it holds as f64 written as floats)."""
+    entry = {"request_id": node.request_id, "play_id": node.play_id}
     if node.source_play_ordinal is not None:
-        parts.append(f'"source_play_ordinal":{node.source_play_ordinal}')
-    parts += [f'"session_id":{json_value(node.session_id)}', f'"model":{json_value(node.model)}',
-              f'"input_length":{node.input_length}',
-              f'"max_output_tokens":{node.max_output_tokens}',
-              f'"output_token_ids":{json_value(node.output_token_ids)}',
-              # the reference's replay key of authored outputs is not reproduced: null
-              '"replay_key":null', f'"hash_ids":{json_value(node.hash_ids)}',
-              f'"not_before_ms":{json_float(float(node.not_before_ms))}']
+        entry["source_play_ordinal"] = node.source_play_ordinal
+    entry.update(session_id=node.session_id, model=node.model, input_length=node.input_length,
+                 max_output_tokens=node.max_output_tokens,
+                 output_token_ids=_listed(node.output_token_ids),
+                 # the reference's replay key of authored outputs is not reproduced: null
+                 replay_key=None, hash_ids=_listed(node.hash_ids),
+                 not_before_ms=float(node.not_before_ms))
     if node.recorded_api_time_ms is not None:
-        parts.append(f'"recorded_api_time_ms":{json_float(float(node.recorded_api_time_ms))}')
-    parts += [f'"priority":{node.priority}', f'"strict_priority":{node.strict_priority}',
-              f'"policy_class":{json_value(node.policy_class)}',
-              '"dependencies":[' + ",".join(
-                  f'{{"request_id":{json_value(d.request_id)},"trigger":"{d.trigger}",'
-                  f'"delay_ms":{json_float(float(d.delay_ms))},"relation":"{d.relation}"}}'
-                  for d in deps) + "]"]
-    return ("" if first else ",") + "{" + ",".join(parts) + "}"
+        entry["recorded_api_time_ms"] = float(node.recorded_api_time_ms)
+    entry.update(priority=node.priority, strict_priority=node.strict_priority,
+                 policy_class=node.policy_class,
+                 dependencies=[{"request_id": d.request_id, "trigger": d.trigger,
+                                "delay_ms": float(d.delay_ms), "relation": d.relation}
+                               for d in sorted_dependencies(node)])
+    return entry
+
+
+def _listed(ids):
+    # a plugin's node may hold its ids in any sequence (an array, a range): JSON has lists
+    return ids if ids is None or type(ids) is list else list(ids)
 
 
 def _fail(where, field, rule):

@@ -1060,19 +1060,33 @@ static int form_length(const prompt_form *f, int64_t prompt_len, int64_t *total)
     return AISIM_OK;
 }
 
+/* n copies of id, eight stores at a time (the compiler makes them vector stores at -O2): a
+ * prompt's tokens are filled at every submission, a block of identical ids at a time */
+static void fill_id(uint32_t *restrict out, uint32_t id, int64_t n)
+{
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        out[k] = id; out[k + 1] = id; out[k + 2] = id; out[k + 3] = id;
+        out[k + 4] = id; out[k + 5] = id; out[k + 6] = id; out[k + 7] = id;
+    }
+    for (; k < n; k++)
+        out[k] = id;
+}
+
 static void form_fill(const prompt_form *f, uint32_t *tok, int64_t prompt_len)
 {
     int64_t at = 0;
     for (size_t i = 0; i < f->n && at < prompt_len; i++) {
+        const uint32_t first = f->values[i], count = f->lengths[i];
         if (!f->block) {
-            for (uint32_t k = 0; k < f->lengths[i]; k++)
-                tok[at++] = f->values[i];
+            fill_id(tok + at, first, count);
+            at += count;
             continue;
         }
-        for (uint32_t k = 0; k < f->lengths[i] && at < prompt_len; k++) {
-            uint32_t id = f->values[i] + k;
-            for (int64_t b = 0; b < f->block && at < prompt_len; b++)
-                tok[at++] = id;
+        for (uint32_t k = 0; k < count && at < prompt_len; k++) {
+            int64_t n = prompt_len - at < f->block ? prompt_len - at : f->block;
+            fill_id(tok + at, first + k, n);
+            at += n;
         }
     }
 }

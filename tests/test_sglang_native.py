@@ -117,13 +117,16 @@ def test_supports_names_what_stays_in_python():
     assert supports(rank, backend="python") == "the C backend is not in use"
 
 
-def test_synthetic_id_ranges_past_the_scratch_size(monkeypatch):
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_synthetic_id_ranges_past_the_scratch_size(monkeypatch, block_size):
     """A synthetic prompt goes to the C rank as its id ranges through two scratch buffers;
     more ranges than they hold (here: buffers of one, prompts of a group prefix and a fresh
-    range) grow them, and the run is the Python rank's."""
+    range) grow them, and the run is the Python rank's. (Blocks of 16 ids: C fills a block's
+    tokens eight at a time, then the rest, and the last block of 37 tokens is partial.)"""
     payload = {
         "spec": {"version": 1, "topology": {"kind": "aggregated", "workers": {"initial_workers": 2}},
-                 "engine": {"rank": {"backend": "sglang", "block_size": 4, "num_gpu_blocks": 400,
+                 "engine": {"rank": {"backend": "sglang", "block_size": block_size,
+                                     "num_gpu_blocks": 400,
                                      "max_num_seqs": 8,
                                      "timing_model": {"type": "fixed", "prefill_ms": 3.0,
                                                       "decode_ms": 1.0}}},

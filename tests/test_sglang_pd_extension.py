@@ -23,7 +23,9 @@ from aisimulate_core.engine.sglang import SglangRank
 from aisimulate_core.engine.sglang_native_roles import SGLANG_RANK_CLASSES
 from aisimulate_core.engine.sglang_roles import SglangDecodeRank, _share_tokens
 from aisimulate_core.engine.sglang_tokens import ensure_tokens
-from test_sglang_extension import _outcome
+from aisimulate_core.runtime.disaggregated import DisaggregatedSimulation
+from aisimulate_core.runtime.sglang_handoff import SglangDisaggregatedSimulation
+from test_sglang_extension import WALL_CLOCK_KEYS, _outcome
 
 SEEDS = range(60)
 
@@ -156,3 +158,50 @@ def test_finished_requests_are_freed_without_the_cyclic_collector():
         gc.enable()
     assert report.summary["completed_requests"] == len(payload["requests"])
     assert requests == left
+
+
+def _quiet_outcome(payload):
+    """``_outcome`` without an event callback (which keeps every run cut at its visited times)."""
+    sim = build_simulation(load_payload(json.dumps(payload)))
+    try:
+        sim.run()
+    except Exception as exc:
+        return ("error", type(exc).__name__, str(exc))
+    report = json.loads(sim.report().to_json())
+    for key in WALL_CLOCK_KEYS:
+        report.pop(key)
+    history = [(list(rank.pass_ends), rank.itl_gaps(), rank.committed_prefill_tokens,
+                rank.cache.free_tokens, rank.cache.evictable_size)
+               for worker in sim.workers for rank in worker.ranks]
+    return report, history
+
+
+def test_runs_left_uncut_at_quiet_pass_ends_match_cut_runs(monkeypatch):
+    """A C decode role's run with a pass end at a visited time is left uncut when only the rank
+    sees that pass end (``_quiet_pass_end``), and cut and completed there only when something
+    reaches the worker then (``_reach``: before the step's decode workers start, or after,
+    when it starts again too): the same records, summary and pass history as when every such
+    run is cut at once."""
+    monkeypatch.setenv("AISIMULATE_CHECK", "1")
+    counts = {"uncut": 0, "reached early": 0, "reached started": 0}
+    quiet, reach = SglangDisaggregatedSimulation._quiet_pass_end, DisaggregatedSimulation._reach
+
+    def counting_quiet(sim, rank):
+        answer = quiet(sim, rank)
+        counts["uncut"] += answer
+        return answer
+
+    def counting_reach(sim, key):
+        counts["reached started" if sim._uncut_started else "reached early"] += 1
+        reach(sim, key)
+
+    monkeypatch.setattr(DisaggregatedSimulation, "_reach", counting_reach)
+    for seed in range(200):   # (more seeds than SEEDS: a reach needs a coincidence)
+        payload = _payload(seed)
+        monkeypatch.setattr(SglangDisaggregatedSimulation, "_quiet_pass_end", counting_quiet)
+        uncut = _quiet_outcome(payload)
+        monkeypatch.setattr(SglangDisaggregatedSimulation, "_quiet_pass_end",
+                            lambda sim, rank: False)
+        assert uncut == _quiet_outcome(payload), f"seed {seed}"
+    assert counts["uncut"] > 200
+    assert counts["reached early"] > 30 and counts["reached started"] > 8

@@ -399,10 +399,10 @@ class NativeSglangRank:
         if n > len(firsts):
             firsts = scratch.firsts = native.ffi.new("uint32_t[]", n)
             counts = scratch.counts = native.ffi.new("uint32_t[]", n)
+        first_ids, id_counts = zip(*ranges) if n else ((), ())
         try:
-            for i, (first, count) in enumerate(ranges):
-                firsts[i] = first
-                counts[i] = count
+            firsts[0:n] = first_ids
+            counts[0:n] = id_counts
         except OverflowError:   # (an id past 2^32 - 1: the runs say what it is)
             return None
         slot = submit_ranges(self._rank, request.prompt_len, request.out_limit, firsts,
@@ -423,9 +423,10 @@ class NativeSglangRank:
         status = lib.aisim_sglang_schedule(self._rank, now_ms)
         if view.n_events:
             self._schedule_events(now_ms)
-        if status == lib.AISIM_SG_STALLED:
-            raise SimulationError(self.stall_reason(self.waiting[0]))
-        _check(status, "aisim_sglang_schedule")
+        if status:   # (AISIM_OK: no check's call; this runs per pass)
+            if status == lib.AISIM_SG_STALLED:
+                raise SimulationError(self.stall_reason(self.waiting[0]))
+            _check(status, "aisim_sglang_schedule")
         if not view.formed:     # (a decode role's prebuilt requests without a slot)
             self.stuck = False
             return None
@@ -481,7 +482,8 @@ class NativeSglangRank:
         lib = native.lib
         scratch = _SCRATCH
         run, ends, finishing = scratch.run, scratch.ends, scratch.finishing
-        max_passes = min(max_passes, MAX_PASSES)
+        if max_passes > MAX_PASSES:
+            max_passes = MAX_PASSES
         status = lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
                                          max_passes, ends, MAX_PASSES, run, 0, finishing)
         if status == lib.AISIM_DECODE_MISS:   # (an external provider's time: the memo missed)
@@ -490,7 +492,8 @@ class NativeSglangRank:
                 lambda: lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms,
                                                 cutoff_ms, max_passes, ends, MAX_PASSES, run, 1,
                                                 finishing))
-        _check(status, "aisim_sglang_extend")
+        if status < 0:
+            _check(status, "aisim_sglang_extend")
         if run.n_ends > 1:
             out = native.c_array("d", ends, run.n_ends)
             self._macro_ends = out

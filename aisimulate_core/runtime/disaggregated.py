@@ -25,7 +25,9 @@ At every visited time t, repeated until nothing changes:
 Speed: a decode worker runs decode-only passes as one event (``VllmRank.extend``) up to the
 pass end its first known transfer needs; the run is cut at the pass in flight whenever
 something else reaches that worker, and at every visited time that is one of its pass ends, so
-that same-time order stays exact. A time at which only transfers into passes in flight complete
+that same-time order stays exact (where only the rank would see that pass end, the SGLang
+handoff's C decode ranks, the cut waits until something reaches the worker at that time, and is
+dropped when nothing does: ``_quiet_pass_end``, ``_reach``). A time at which only transfers into passes in flight complete
 is visited without a step (``_absorb_transfers``): all a step would do there is defer their
 activations. What b5 (1 prefill, 2 decode workers) still visits per request: its arrival, its
 prefill pass end, the decode pass end that reserves its destination, the pass end that activates
@@ -145,6 +147,9 @@ class DisaggregatedSimulation(Simulation):
         self._extended = {}          # decode worker key -> its rank, while its pass in flight
                                      # may be extended
         self._no_extend = False      # a parked worker progresses at every drive: keep passes single
+        self._uncut = set()          # decode worker keys whose run the step left uncut at its
+                                     # time (_quiet_pass_end), until something reaches them
+        self._uncut_started = False  # the step's decode workers have been started
         # pass completions: a heap of (end time, key << 32 | generation) over a sentinel that
         # is never due; this loop's own (not ``queue``): a head read is a subscript, not a call
         self._passes = [(math.inf, -1)]
@@ -276,7 +281,13 @@ class DisaggregatedSimulation(Simulation):
                 # rank.ends_pass_at(t), inline: a pass before the last of its run ends at t
                 ends = rank._macro_ends
                 if ends is not None and t < ends[-1] and ends[bisect_left(ends, t)] == t:
-                    self._cut(key, t)  # that pass end is a visited time of its own
+                    # that pass end is a visited time of its own: cut there, unless only the
+                    # rank sees it (then only when something reaches the worker now: _reach)
+                    if self._quiet_pass_end(rank):
+                        self._uncut.add(key)
+                        self._uncut_started = False
+                    else:
+                        self._cut(key, t)
         # bound once: a step runs two rounds or more
         passes = self._passes
         transfers = self._transfers
@@ -286,6 +297,7 @@ class DisaggregatedSimulation(Simulation):
         cluster = self.cluster
         prefill_router, decode_router = self.routers
         late_terminals = self._late_terminals
+        uncut = self._uncut
         rounds = 0
         sampled = ticked = False
         while True:
@@ -310,6 +322,8 @@ class DisaggregatedSimulation(Simulation):
                 changed = True
             if idle_decode and self._drive(idle_decode, t):
                 changed = True
+            if uncut:
+                self._uncut_started = True
             if next_ready() <= t and self._release_arrivals(t):
                 changed = True
                 if not sampled and telemetry is not None and telemetry.periodic_due(t):
@@ -332,12 +346,18 @@ class DisaggregatedSimulation(Simulation):
                     break
                 cluster.tick_due(t)
         if idle_prefill or idle_decode:
-            self._no_extend = self._progress_parked()
-            if self._no_extend:
+            no_extend = self._progress_parked()
+            if no_extend:
+                for key in list(uncut):
+                    self._reach(key)      # (started again as the step started it: extended)
                 for key in list(self._extended):
                     self._cut(key, t)
+            self._no_extend = no_extend
+            uncut.clear()
         else:
             self._no_extend = False
+            # nothing reached the uncut runs: they go on as the passes started at t would
+            uncut.clear()
             if transfers and cluster is None and telemetry is None:
                 # (a transfer after the next pass end waits for it: nothing to absorb now)
                 head = transfers[0][0]
@@ -556,12 +576,36 @@ class DisaggregatedSimulation(Simulation):
 
     def _cut(self, key, t):
         """End the extended pass of decode worker ``key`` at its pass in flight at ``t``."""
+        end = self._shorten(key, t)
+        if end is not None:
+            heapq.heappush(self._passes, (end, (key << 32) | self.workers[key].generation))
+
+    def _shorten(self, key, t):
+        """``_cut`` but for the new completion: the new end of the pass in flight, or None."""
         worker = self.workers[key]
         before = worker.pass_end_ms
         end = worker.truncate(t)
         if end is not None:
             self._stale[before] = self._stale.get(before, 0) + 1
-            heapq.heappush(self._passes, (end, (key << 32) | worker.generation))
+        return end
+
+    def _quiet_pass_end(self, rank):
+        """Whether the pass end of ``rank``'s run at the step's time changes nothing that
+        anything but the rank sees: then the run is cut there only when something reaches the
+        worker at that time (``_reach``); the source-first handoff's ranks always cut."""
+        return False
+
+    def _reach(self, key):
+        """Something reaches decode worker ``key`` at the step's time t, at which its run has a
+        pass end the step left uncut: its pass ends at t and completes now, as it would have
+        among the step's pass completions (which it changes nothing after, _quiet_pass_end),
+        and is started again when the step's decode workers have been."""
+        self._uncut.discard(key)
+        t = self.now_ms
+        self._shorten(key, t)
+        self._complete(key, t)
+        if self._uncut_started:
+            self._drive({key}, t)
 
     def _release_arrivals(self, t):
         limit = self._arrival_limit()
@@ -594,6 +638,8 @@ class DisaggregatedSimulation(Simulation):
             elif kind == START_TRANSFER:
                 self._start_transfer(handoff, t)
             elif kind == ACTIVATE:
+                if handoff.decode_key in self._uncut:
+                    self._reach(handoff.decode_key)
                 if self.workers[handoff.decode_key].busy:
                     self._defer(handoff.decode_key, handoff.decode.rank, kind, handoff, t)
                 else:
@@ -666,6 +712,8 @@ class DisaggregatedSimulation(Simulation):
         self.routers[1].place(request, t, request.dp_rank)
 
     def _deliver_decode(self, request, worker, dp_rank, t):
+        if worker.idx in self._uncut:
+            self._reach(worker.idx)
         handoff = request.handoff
         rank = worker.ranks[dp_rank]
         handoff.decode_route = request.route if request.route is not None else (

@@ -15,6 +15,7 @@ from __future__ import annotations
 from .disaggregated import (CANCEL_SOURCE, RESERVE, START_TRANSFER, SUBMIT,
                             DisaggregatedSimulation, _name)
 from .records import _record
+from ..engine.sglang_native_roles import NativeSglangDecodeRank
 
 CANCEL_DESTINATION = CANCEL_SOURCE + 1   # a reserved destination whose prefill failed
 
@@ -34,8 +35,10 @@ class SglangDisaggregatedSimulation(DisaggregatedSimulation):
         # decode-only passes as one event: its activation needs the end of the pass in flight
         # when the transfer completes (the run's horizon when it started)
         key = handoff.decode_key
+        inbound = self._inbound.get(key)
+        if key in self._uncut and inbound and inbound[0] <= t:
+            self._reach(key)   # (a cut later than t leaves the pass end at t as it is)
         if key in self._extended:
-            inbound = self._inbound.get(key)
             if inbound:
                 self._cut(key, inbound[0])
 
@@ -93,6 +96,8 @@ class SglangDisaggregatedSimulation(DisaggregatedSimulation):
         key = handoff.decode_key
         copy = handoff.decode
         rank = copy.rank
+        if key in self._uncut:
+            self._reach(key)
         if self.workers[key].busy:
             self._defer(key, rank, kind, handoff, t)
             return
@@ -101,6 +106,14 @@ class SglangDisaggregatedSimulation(DisaggregatedSimulation):
         got = rank.retry()
         if got is not None:
             self._reserved(got, t)
+
+    def _quiet_pass_end(self, rank):
+        # a C decode rank (never watched: a watched rank is the Python one) whose pass end
+        # retries no pending destination and runs no deferred action, while no telemetry,
+        # scaling or event callback reads the workers
+        return (rank.__class__ is NativeSglangDecodeRank and not rank.pending
+                and not rank._idle_pass and rank not in self._deferred
+                and self.telemetry is None and self.cluster is None and self.on_event is None)
 
     def _stuck_request(self):
         for worker in self.decode_workers:

@@ -1,11 +1,13 @@
-"""The trace model a column at a time: one field of every session or turn gathered by C loops
-(map, chain, compress) instead of a Python step per object.
+"""The trace model a column at a time: one field of every session or turn gathered, or many
+sessions and turns made, by C loops (map, chain, compress) instead of a Python step per object.
 
 A millisecond case spends much of its run walking its trace otherwise: loading, validating and
-handing it to the C loop each walk every turn (``validate_trace``, plain_native's arrays)."""
+handing it to the C loop each walk every turn (``validate_trace``, the Mooncake loader's
+one-turn rows and its per-process copy, plain_native's arrays)."""
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not
 
@@ -23,6 +25,11 @@ def all_turns(sessions):
     return list(chain.from_iterable(map(session_turns, sessions)))
 
 
+def column(objects, name):
+    """The list of each object's ``name``."""
+    return list(map(attrgetter(name), objects))
+
+
 def any_given(values):
     """Whether any of ``values`` is not None."""
     return any(map(is_not, values, repeat(None)))
@@ -33,6 +40,19 @@ def given(values):
     return compress(values, map(is_not, values, repeat(None)))
 
 
-__all__ = ["all_turns", "any_given", "given", "session_start",
+def made(cls, count, columns):
+    """``count`` new ``cls`` objects (a slotted class: Turn, Session), the i-th holding the
+    i-th value of each of ``columns`` (slot name -> ``count`` values) in that slot, set without
+    an ``__init__`` call per object. ``columns`` names every slot, so nothing is left unset."""
+    if set(columns) != set(cls.__slots__):
+        raise TypeError(f"{cls.__name__} columns {sorted(columns)} are not its slots "
+                        f"{sorted(cls.__slots__)}")
+    objects = list(map(object.__new__, repeat(cls, count)))
+    for name, values in columns.items():
+        deque(map(getattr(cls, name).__set__, objects, values), 0)
+    return objects
+
+
+__all__ = ["all_turns", "any_given", "column", "given", "made", "session_start",
            "session_turns", "turn_authored", "turn_delay", "turn_hash_ids", "turn_input",
            "turn_output"]

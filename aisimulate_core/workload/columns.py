@@ -40,6 +40,12 @@ def given(values):
     return compress(values, map(is_not, values, repeat(None)))
 
 
+def replaced(values, replacements):
+    """Each value of the list ``values``, or its replacement where it is a key of the dict
+    ``replacements`` (matched as dict keys are: 0 stands for 0.0, -0.0 and False too)."""
+    return map(replacements.get, values, values)
+
+
 def made(cls, count, columns):
     """``count`` new ``cls`` objects (a slotted class: Turn, Session), the i-th holding the
     i-th value of each of ``columns`` (slot name -> ``count`` values) in that slot, set without
@@ -53,6 +59,6 @@ def made(cls, count, columns):
     return objects
 
 
-__all__ = ["all_turns", "any_given", "column", "given", "made", "session_start",
+__all__ = ["all_turns", "any_given", "column", "given", "made", "replaced", "session_start",
            "session_turns", "turn_authored", "turn_delay", "turn_hash_ids", "turn_input",
            "turn_output"]

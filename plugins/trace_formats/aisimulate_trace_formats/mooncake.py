@@ -18,7 +18,8 @@ from operator import attrgetter, getitem, gt, mul
 
 import msgspec
 
-from aisimulate_core.workload.columns import all_turns, any_given, column, made, session_turns
+from aisimulate_core.workload.columns import (all_turns, any_given, column, made, replaced,
+                                              session_turns)
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
@@ -222,9 +223,9 @@ def _lone_turns(path, block_size, rows):
 
     The hash ids are interned for the whole file at once, as the builder's row-by-row
     interning numbers them: dense ids in first-seen order over the rows in file order."""
-    hash_lists = list(map(_HASH_IDS, rows))
-    lengths = list(map(_INPUT_LENGTH, rows))
-    outputs = list(map(_OUTPUT_LENGTH, rows))
+    hash_lists = column(rows, "hash_ids")
+    lengths = column(rows, "input_length")
+    outputs = column(rows, "output_length")
     if None in hash_lists or None in lengths or None in outputs \
             or any(map(gt, lengths, map(mul, map(len, hash_lists), repeat(block_size)))) \
             or any_given(chain.from_iterable(map(_BUILDER_ONLY, rows))):
@@ -239,35 +240,24 @@ def _lone_turns(path, block_size, rows):
     turns = made(Turn, count, dict(
         input_length=lengths, max_output_tokens=outputs,
         hash_ids=map(array, repeat("I"), map(map, repeat(dense), hash_lists)),
-        delay_ms=_none_as(0.0, map(_DELAY, rows)), output_token_ids=repeat(None),
-        priority=_none_as(0, map(_PRIORITY, rows)),
-        strict_priority=_none_as(0, map(_STRICT, rows)), policy_class=map(_POLICY_CLASS, rows),
-        where=wheres))
+        delay_ms=replaced(column(rows, "delay"), _NONE_AS_ZERO_MS),
+        output_token_ids=repeat(None), priority=replaced(column(rows, "priority"), _NONE_AS_0),
+        strict_priority=replaced(column(rows, "strict_priority"), _NONE_AS_0),
+        policy_class=column(rows, "policy_class"), where=wheres))
     sessions = made(Session, count, dict(
-        session_id=map("request_".__add__, numbers), start_ms=map(_TIMESTAMP, rows),
+        session_id=map("request_".__add__, numbers), start_ms=column(rows, "timestamp"),
         turns=map(list, zip(turns)), where=wheres))
     return Trace(model_block_size(block_size), sessions)
 
 
-_HASH_IDS = attrgetter("hash_ids")
-_INPUT_LENGTH = attrgetter("input_length")
-_OUTPUT_LENGTH = attrgetter("output_length")
-_DELAY = attrgetter("delay")
-_TIMESTAMP = attrgetter("timestamp")
-_PRIORITY = attrgetter("priority")
-_STRICT = attrgetter("strict_priority")
-_POLICY_CLASS = attrgetter("policy_class")
 # the fields only the builder reads: a session id, the aliases and authored outputs
 _BUILDER_ONLY = attrgetter("session_id", "input_tokens", "output_tokens", "created_time",
                            "delay_ms", "output_token_ids")
 
-
-def _none_as(default, values):
-    """Each of ``values`` with None (a field the row left out) as ``default``: the builder's
-    ``0.0 if delay is None else delay`` and ``priority or 0`` (msgspec's ints are never
-    False)."""
-    values = list(values)
-    return map({None: default}.get, values, values)
+# a field the row left out: the builder's ``0.0 if delay is None else delay`` and
+# ``priority or 0`` (msgspec's ints are never False)
+_NONE_AS_ZERO_MS = {None: 0.0}
+_NONE_AS_0 = {None: 0}
 
 
 class Mooncake(TraceFormat):

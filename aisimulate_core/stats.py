@@ -22,6 +22,7 @@ import math
 import sys
 from array import array
 from bisect import bisect_right
+from functools import lru_cache
 from itertools import accumulate
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
@@ -527,12 +528,7 @@ class StreamingDistribution:
         moments.min, moments.max = summary.min, summary.max
 
     def percentile(self, pct: float) -> float:
-        span = self.moments.count - 1
-        if span <= 0:
-            return self.sketch.quantile(1.0)
-        rank = round_half_away(span * pct / 100.0)
-        q = 1.0 if rank >= span else (rank + 0.5) / span
-        return self.sketch.quantile(q)
+        return self.sketch.quantile(sketch_q(self.moments.count - 1, pct))
 
     def stats(self) -> DistributionStats:
         m = self.moments
@@ -549,6 +545,21 @@ KEY_MULTIPLIER = _DEFAULT_SKETCH.multiplier      # key = ceil(ln(v) * KEY_MULTIP
 MIN_INDEXABLE = _DEFAULT_SKETCH.min_indexable    # smaller magnitudes: the zero bucket
 _LOG_GAMMA = _DEFAULT_SKETCH.log_gamma
 _KEY_SCALE = 2.0 / (1.0 + _DEFAULT_SKETCH.gamma)
+
+
+def sketch_q(span: int, pct: float) -> float:
+    """The sketch quantile ``StreamingDistribution.percentile`` reads for ``pct`` among
+    ``span + 1`` values."""
+    if span <= 0:
+        return 1.0
+    rank = round_half_away(span * pct / 100.0)
+    return 1.0 if rank >= span else (rank + 0.5) / span
+
+
+@lru_cache(maxsize=256)
+def _percentile_qs(span: int) -> tuple[float, ...]:
+    """``sketch_q`` of each of PERCENTILES (a report's histograms often share a count)."""
+    return tuple(sketch_q(span, pct) for pct in PERCENTILES)
 
 
 def summary_stats(summary: HistogramSummary) -> DistributionStats:
@@ -574,15 +585,9 @@ def summary_stats(summary: HistogramSummary) -> DistributionStats:
     total = zeros + (running[-1] if running else 0)
     floor = keys[-1] - MAX_BINS + 1 if keys and keys[-1] - keys[0] >= MAX_BINS else None
     minimum = summary.min   # the sketch's min: every value went through it
-    span = count - 1
     picks = []
-    for pct in PERCENTILES:
+    for q in _percentile_qs(count - 1):
         # StreamingDistribution.percentile's q, then DDSketch.quantile's rank
-        if span <= 0:
-            q = 1.0
-        else:
-            rank = round_half_away(span * pct / 100.0)
-            q = 1.0 if rank >= span else (rank + 0.5) / span
         if total == 0:
             picks.append(0.0)
             continue

@@ -41,7 +41,8 @@ def config_error(data, **kwargs):
 
 def driver_of(data, plugin_manager=None):
     pm = plugin_manager or make_plugin_manager()
-    return build_driver(load_payload(data), collect_registries(pm), request_factories=None)
+    return build_driver(load_payload(data), collect_registries(pm).trace_formats,
+                        request_factories=None)
 
 
 # -- the envelope ------------------------------------------------------------------------------

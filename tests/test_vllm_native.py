@@ -513,3 +513,30 @@ def test_attention_dp_groups_match_the_python_rank(mtp):
             engine = with_mtp(rng, engine)
         assert drive_group(NativeVllmRank, engine, stream, size) == \
             drive_group(VllmRank, engine, stream, size), seed
+
+
+@pytest.mark.skipif(native.BACKEND != "c", reason="the Python backend keeps the Python rank")
+def test_the_build_asks_supports_once_per_role_and_a_rank_made_alone_asks_itself(monkeypatch):
+    """worker_factory's one ``supports`` call vouches for every rank it makes on a C pool
+    (``supported=True``); a rank made without it still checks its engine and pool."""
+    import json
+    from aisimulate_core import build_simulation, load_payload
+    from aisimulate_core.engine import vllm_native
+    from aisimulate_core.runtime import build
+    from test_semantics_cases import bare_spec, req
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("pool"))
+        return supports(*args, **kwargs)
+    monkeypatch.setattr(build, "supports", counted)
+    monkeypatch.setattr(vllm_native, "supports", counted)
+    spec = bare_spec([req(0, 16, 4)])
+    spec["topology"]["workers"]["initial_workers"] = 3
+    sim = build_simulation(load_payload(json.dumps(spec)))
+    assert calls == [None]
+    assert [type(rank) for w in sim.workers for rank in w.ranks] == [NativeVllmRank] * 3
+    with pytest.raises(SimulationError, match="does not take this rank: a Python block pool"):
+        NativeVllmRank(EngineConfig(backend="vllm", num_gpu_blocks=4), StepTimer(FixedTiming(10.0, 5.0)),
+                       BlockPool(4, backend="python"), callbacks=None)
+    assert len(calls) == 2

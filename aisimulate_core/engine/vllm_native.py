@@ -223,11 +223,14 @@ class NativeVllmRank(RankBase):
     _fpm_queue = None
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0,
-                 scheduler_id=0):
-        # the pool decides, not the process
-        reason = supports(engine, role=self.role, pool=pool, backend="c")
-        if reason is not None:
-            raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
+                 scheduler_id=0, supported=False):
+        """``supported``: the caller found ``supports`` None for this engine in this role on a
+        C pool (the build's worker_factory asks once per role, not per rank)."""
+        if not supported:
+            # the pool decides, not the process
+            reason = supports(engine, role=self.role, pool=pool, backend="c")
+            if reason is not None:
+                raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
         VllmRank._take_settings(self, engine, timer, pool, callbacks, worker_idx, dp_rank,
                                 scheduler_id)

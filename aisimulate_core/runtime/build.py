@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import attrs
 
 from ..engine.request import SimRequest
 from ..engine.timing import StepTimer, TimingContext
 from ..engine import ENGINES, sglang_native
-from ..engine.vllm_native import supports
+from ..engine.vllm_native import NativeVllmRank, supports
 from ..engine.vllm_offload import VllmOffloadRank
 from ..engine.offload_g3 import VllmG3Rank
 from ..engine.vllm_native_roles import RANK_CLASSES
@@ -89,7 +91,10 @@ def worker_factory(role_config, timer, callbacks, path, engine_cls=None, role="a
         # the rank's pass in C where it covers the configuration (engine/vllm_native.py,
         # the roles' in vllm_native_roles.py), watched or not
         if supports(rank_cfg, dp_size=dp, role=role) is None:
-            native_cls = native
+            # a C rank takes this check's word (each rank's pool is checked below); another
+            # class standing in for it (a test's) is made as it is
+            native_cls = partial(native, supported=True) \
+                if issubclass(native, NativeVllmRank) else native
     rank_path = f"{path}.rank"
     # g3_offload cluster_shared: one storage pool and lanes for all the role's workers
     storage = VllmG3Rank.shared_storage(rank_cfg) if engine_cls is VllmG3Rank else None
@@ -209,9 +214,7 @@ def _common(payload, registries, timers):
         for key, value in getattr(timer.model, "report_extras", dict)().items():
             collector.add_extra(key, value)
     # the lowering looks trace formats up by name: it gets them guarded
-    lowering_registries = attrs.evolve(
-        registries, trace_formats=TraceFormatLookup(registries.trace_formats))
-    driver, max_in_flight = build_driver(payload, lowering_registries,
+    driver, max_in_flight = build_driver(payload, TraceFormatLookup(registries.trace_formats),
                                          request_factories=request_factories)
     return collector, driver, max_in_flight, placement
 

@@ -259,7 +259,9 @@ def _check_metadata(metadata: Any, p: str, c: Checker) -> None:
 def check_requests(spec: ReplaySpec, p: str, c: Checker) -> None:
     aggregated = isinstance(spec.topology, AggregatedTopology)
     decode_dp = spec.engine.role("aggregated" if aggregated else "decode").dp_size
-    prefill_dp = spec.engine.role("prefill").dp_size
+    # (read only in a disaggregated spec: an aggregated one refuses any prefill_dp_rank, and
+    # its engine's prefill role, a copy with the worker type forced, need not be made)
+    prefill_dp = None if aggregated else spec.engine.role("prefill").dp_size
     first_index: dict[str, int] = {}
     check_request_count(len(spec.requests), p, c)
     for i, r in enumerate(spec.requests):

@@ -20,8 +20,9 @@ from .transforms import (normalize_graph_starts, normalize_session_starts, speed
                          speed_up_timing)
 
 
-def build_driver(payload, registries, *, request_factories):
-    """Returns ``(driver, max_in_flight)`` for the payload's traffic.
+def build_driver(payload, trace_formats, *, request_factories):
+    """Returns ``(driver, max_in_flight)`` for the payload's traffic (``trace_formats``: the
+    trace-format registry, or a lookup of it such as guards.TraceFormatLookup).
 
     ``max_in_flight`` is the runtime's cap on requests in flight (None: none); closed-loop
     drivers hold their own session cap and return None.
@@ -34,12 +35,11 @@ def build_driver(payload, registries, *, request_factories):
         from ..spec import resolve_synthetic
         from .synthetic import synthetic_driver
         return synthetic_driver(resolve_synthetic(traffic, spec)), None
-    return trace_driver(payload, load_trace(traffic, registries)), None
+    return trace_driver(payload, load_trace(traffic, trace_formats)), None
 
 
-def load_trace(traffic, registries):
-    """Run the format plugin named by ``trace_format`` on the traffic's files."""
-    lookup = registries.trace_formats
+def load_trace(traffic, lookup):
+    """Run the format plugin named by ``trace_format`` (in ``lookup``) on the traffic's files."""
     loader = lookup.get(traffic.trace_format)()
     # a format may ask for traffic fields of its own by name (weka: its timestamp basis)
     wanted = getattr(lookup.provider(traffic.trace_format).cls, "TRAFFIC_OPTIONS", ())

@@ -132,6 +132,7 @@ UNSETTLED_FIELDS: dict[str, tuple[Any, Check]] = {
     "conditional_disagg_decode_busy_threshold": (None, _nullable(_non_negative)),
 }
 FIELDS = {**COST_FIELDS, **LIVE_ONLY_FIELDS, **UNSETTLED_FIELDS}
+COST_DEFAULTS = {key: default for key, (default, _) in COST_FIELDS.items()}
 
 
 @attrs.frozen
@@ -154,12 +155,16 @@ class KvRouterSettings:
 
     def for_pool(self, kind: str) -> "KvRouterSettings":
         """The reference's per-pool overrides of a disaggregated run (CLUSTER.md §2.9)."""
-        if kind == "prefill":
-            return attrs.evolve(self, router_track_active_blocks=False)
-        if kind == "decode":
-            return attrs.evolve(self, overlap_score_credit=0.0, router_assume_kv_reuse=False,
-                                router_track_prefill_tokens=False)
-        return self
+        overrides = POOL_OVERRIDES.get(kind)
+        return self if overrides is None else attrs.evolve(self, **overrides)
+
+
+# the reference's per-pool overrides of a disaggregated run (CLUSTER.md §2.9)
+POOL_OVERRIDES = {
+    "prefill": {"router_track_active_blocks": False},
+    "decode": {"overlap_score_credit": 0.0, "router_assume_kv_reuse": False,
+               "router_track_prefill_tokens": False},
+}
 
 
 # settings of configs seen before, by their exact items (a run builds one router per pool, a
@@ -176,7 +181,7 @@ def settings_for_pool(config: Any, kind: str) -> KvRouterSettings:
         settings = _SEEN.get(key)
         if settings is not None:
             return settings
-    settings = parse_kv_router_config(config).for_pool(kind)
+    settings = _settings(config, POOL_OVERRIDES.get(kind, {}))
     if key is not None:
         if len(_SEEN) >= 256:
             _SEEN.clear()
@@ -186,16 +191,26 @@ def settings_for_pool(config: Any, kind: str) -> KvRouterSettings:
 
 def parse_kv_router_config(config: Any) -> KvRouterSettings:
     """The settings of ``config`` (None is ``{}``); one ConfigError listing every problem."""
+    return _settings(config, {})
+
+
+def _settings(config: Any, overrides: dict) -> KvRouterSettings:
+    """``parse_kv_router_config(config)`` with ``overrides`` (fields of KvRouterSettings) laid
+    over it: one construction instead of a parse and an ``attrs.evolve``."""
     if config is None:
         config = {}
     if not isinstance(config, dict):
         raise_problems([(CONFIG_PATH, f"must be an object, got {show(config)}")])
+    # only the fields given are checked: every default passes its check, and an unsettled
+    # field is refused only away from its default (plugins/placement/tests/
+    # test_kv_router_config.py)
     problems: list[tuple[str, str]] = []
-    for key in config:
-        if key not in FIELDS:
+    for key, value in config.items():
+        field = FIELDS.get(key)
+        if field is None:
             problems.append((CONFIG_PATH + key_path(key), unknown_field_message(str(key), FIELDS)))
-    for key, (default, check) in FIELDS.items():
-        value = config.get(key, default)
+            continue
+        default, check = field
         rule = check(value)
         if rule is not None:
             problems.append((CONFIG_PATH + "." + key, f"{rule}, got {show(value)}"))
@@ -203,7 +218,8 @@ def parse_kv_router_config(config: Any) -> KvRouterSettings:
             problems.append((CONFIG_PATH + "." + key, _not_supported(value)))
     raise_problems(problems)
 
-    values = {key: config.get(key, default) for key, (default, _) in COST_FIELDS.items()}
+    values = dict(COST_DEFAULTS)
+    values.update((key, value) for key, value in config.items() if key in COST_FIELDS)
     weight = values.pop("overlap_score_weight")
     if weight is not None:
         # the deprecated alias replaces the scale; at 0 it also zeroes the credit (reference)
@@ -212,6 +228,7 @@ def parse_kv_router_config(config: Any) -> KvRouterSettings:
             values["overlap_score_credit"] = 0.0
     if values["kv_event_lag_ms"] is None:
         values["kv_event_lag_ms"] = 0.0
+    values.update(overrides)
     return KvRouterSettings(**values)
 
 

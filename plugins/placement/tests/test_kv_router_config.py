@@ -129,3 +129,19 @@ def test_pool_overrides():
 
 def test_lag_null_is_no_lag():
     assert parse_kv_router_config({"kv_event_lag_ms": None}).kv_event_lag_ms == 0.0
+
+
+def test_defaults_pass_their_checks_so_only_given_fields_are_checked():
+    """parse_kv_router_config checks only the fields a config gives: a default must pass."""
+    assert all(check(default) is None for default, check in FIELDS.values())
+
+
+@pytest.mark.parametrize("config", [{}, {"overlap_score_credit": 0.5},
+                                    {"overlap_score_weight": 0, "router_queue_policy": "wspt",
+                                     "kv_event_lag_ms": None, "router_ttl_secs": 3.0}])
+@pytest.mark.parametrize("kind", ["agg", "prefill", "decode"])
+def test_a_pools_settings_are_the_parsed_ones_with_its_overrides(config, kind):
+    from aisimulate_placement import kv_router_config
+    kv_router_config._SEEN.clear()
+    assert kv_router_config.settings_for_pool(config, kind) == \
+        parse_kv_router_config(config).for_pool(kind)

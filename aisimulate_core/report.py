@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
 import uuid as _uuid
 from array import array
-from itertools import islice
 from typing import Any, Callable, Iterable
 
 import attrs
@@ -104,14 +104,19 @@ def _nonneg(x: float) -> float:
     return x if x > 0.0 else 0.0
 
 
+# the text of a run's own numbering, 0 <= uuid < 2**48 (the usual uuid: only the last group of
+# str(uuid.UUID(int=uuid)) has digits)
+_run_uuid_text = "00000000-0000-0000-0000-{:012x}".format
+
+
 def _uuid_text(value: Any) -> str:
+    # str(uuid.UUID(int=value)), without building the object
     if not isinstance(value, int):
         return str(value)
     if not 0 <= value < 1 << 128:
         return str(_uuid.UUID(int=value))  # its error
-    # str(uuid.UUID(int=value)), without building the object
-    if value < 1 << 48:   # a run's own numbering: only the last group has digits
-        return f"00000000-0000-0000-0000-{value:012x}"
+    if value < 1 << 48:
+        return _run_uuid_text(value)
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
@@ -614,13 +619,15 @@ class _RecordStream:
     in order, which a sort takes in about one comparison each, a heap in log n.
     """
 
-    __slots__ = ("sink", "heap", "later", "count", "running")
+    __slots__ = ("sink", "heap", "later", "numbers", "running")
 
     def __init__(self, sink: Callable[[dict], Any], running: bool = True) -> None:
         self.sink = sink
         self.heap: list = []
-        self.later: list = []   # (order, count, rec) settled while not running
-        self.count = 0
+        # (order, number, record) settled while not running: a RequestRecord, or a row
+        # builder and its values (``settled_row``)
+        self.later: list = []
+        self.numbers = itertools.count()   # each entry's, after its order: ties keep their turn
         self.running = running  # False: nothing reaches the sink before ``flush``
 
     def settled(self, rec: RequestRecord) -> None:
@@ -629,22 +636,34 @@ class _RecordStream:
         if (rec.request_id is None and first_admit is not None and type(uuid) is int
                 and 0 <= uuid < 1 << 48):
             # _record_order of the usual record (no authored id, admitted, a run's uuid)
-            order = (False, "", rec.arrival_time_ms, True, first_admit,
-                     f"00000000-0000-0000-0000-{uuid:012x}")
+            order = (False, "", rec.arrival_time_ms, True, first_admit, _run_uuid_text(uuid))
         else:
             order = _record_order(rec)
-        entry = (order, self.count, rec)
-        self.count += 1
+        self._place(order, rec)
+
+    def settled_row(self, uuid: int, arrival: float, first_admit: float, make: Callable,
+                    values: tuple) -> None:
+        """The record ``make(uuid_text, *values)`` makes (a row builder: ``aggregated_record``,
+        ``disaggregated_record``) of a request of the run's own numbering (``uuid`` below
+        2**48) that arrived at ``arrival``, was first admitted at ``first_admit`` and has no
+        authored id. It is made when it reaches the sink, as a RequestRecord's is: the values
+        take less memory than the record until then."""
+        # _record_order's key of it
+        self._place((False, "", arrival, True, first_admit, _run_uuid_text(uuid)),
+                    (make, values))
+
+    def _place(self, order: tuple, record: "RequestRecord | tuple") -> None:
+        entry = (order, next(self.numbers), record)
         if not self.running:
             self.later.append(entry)
             return
         heap = self.heap
         heapq.heappush(heap, entry)
-        frontier = (False, "", rec.arrival_time_ms)
+        frontier = (False, "", order[2])
         sink = self.sink
         while heap[0][0] < frontier:
             order, _, ready = heapq.heappop(heap)
-            sink(per_request_record(ready, order[5]))
+            sink(_made(order, ready))
             if not heap:
                 break
 
@@ -653,14 +672,23 @@ class _RecordStream:
         self.running = False
 
     def flush(self) -> None:
-        # the counts are distinct: sorting the entries is the heap's pop order
+        # the numbers are distinct: sorting the entries is the heap's pop order
         entries = self.heap + self.later
         self.heap, self.later = [], []
         entries.sort(reverse=True)
         sink = self.sink
         while entries:   # popped from the end: each record is freed once its dict is made
             order, _, rec = entries.pop()
-            sink(per_request_record(rec, order[5]))
+            sink(_made(order, rec))
+
+
+def _made(order: tuple, record: "RequestRecord | tuple") -> dict:
+    """The record dict of a stream's entry (its order, its RequestRecord or (row builder,
+    values): ``_RecordStream.settled_row``)."""
+    if type(record) is tuple:
+        make, values = record
+        return make(order[5], *values)
+    return per_request_record(record, order[5])
 
 
 def _summary_order(rec: RequestRecord):
@@ -682,11 +710,11 @@ def _record_order(rec: RequestRecord):
 # per-request records
 
 
-def _route(rec: RequestRecord, route: Any) -> dict:
+def _route(route: Any, prefill_worker: Any, decode_worker: Any) -> dict:
     if isinstance(route, dict):
         pool = route.get("pool")
-        out = _route_entry(pool, rec.prefill_worker_idx if pool == "prefill"
-                           else rec.decode_worker_idx, None, None)
+        out = route_entry(pool, prefill_worker if pool == "prefill" else decode_worker,
+                          None, None)
         if route.keys() <= out.keys():   # the usual route: every key one the reference knows
             out.update(route)            # (known keys keep their places: the loop's result)
             return out
@@ -697,11 +725,11 @@ def _route(rec: RequestRecord, route: Any) -> dict:
     pool = route[0]
     scheduler = route[3] if len(route) > 3 else None
     if scheduler is None:
-        scheduler = rec.prefill_worker_idx if pool == "prefill" else rec.decode_worker_idx
-    return _route_entry(pool, scheduler, route[1], route[2])
+        scheduler = prefill_worker if pool == "prefill" else decode_worker
+    return route_entry(pool, scheduler, route[1], route[2])
 
 
-def _route_entry(pool: Any, scheduler_id: Any, logical_worker_id: Any, dp_rank: Any) -> dict:
+def route_entry(pool: Any, scheduler_id: Any, logical_worker_id: Any, dp_rank: Any) -> dict:
     """A routing_history entry of an immediate placement, keys in the reference's order."""
     return {
         "pool": pool,
@@ -720,27 +748,29 @@ def _route_entry(pool: Any, scheduler_id: Any, logical_worker_id: Any, dp_rank: 
     }
 
 
-def _admission_history(rec: RequestRecord) -> tuple[list[dict], int, dict[str, list]]:
+def _first_into_pool(ordinal: int, pool: Any, at_ms: Any, reused: Any) -> dict:
+    """The admission_history entry of a request's first admission into ``pool`` (without a
+    tier split)."""
+    return {"admission_ordinal": ordinal, "pool_admission_ordinal": 0, "pool": pool,
+            "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False}
+
+
+def _admission_history(admissions: list) -> tuple[list[dict], int, dict[str, list]]:
     """The admission history entries, the readmission count and, per pool, its first
     admission's time and its largest reuse (one walk over the admissions)."""
-    admissions = rec.admissions
     if len(admissions) == 1 and len(admissions[0]) <= 5:   # the usual record: admitted once
         at_ms, pool, reused = admissions[0][0], admissions[0][1], admissions[0][2]
-        return ([{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
-                  "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False}],
-                0, {pool: [1, at_ms, reused]})
+        return [_first_into_pool(0, pool, at_ms, reused)], 0, {pool: [1, at_ms, reused]}
     if (len(admissions) == 2 and len(admissions[0]) <= 5 and len(admissions[1]) <= 5
             and admissions[0][1] != admissions[1][1]):
         # the usual disaggregated record: once into each pool (the walk below, unrolled)
         (at_ms, pool, reused), (at2, pool2, reused2) = admissions[0][:3], admissions[1][:3]
-        return ([{"admission_ordinal": 0, "pool_admission_ordinal": 0, "pool": pool,
-                  "at_ms": at_ms, "reused_input_tokens": reused, "is_readmission": False},
-                 {"admission_ordinal": 1, "pool_admission_ordinal": 0, "pool": pool2,
-                  "at_ms": at2, "reused_input_tokens": reused2, "is_readmission": False}],
+        return ([_first_into_pool(0, pool, at_ms, reused),
+                 _first_into_pool(1, pool2, at2, reused2)],
                 0, {pool: [1, at_ms, reused], pool2: [1, at2, reused2]})
     pools: dict[str, list] = {}  # pool -> [admissions so far, first at_ms, max reuse]
     history = []
-    for ordinal, admission in enumerate(rec.admissions):
+    for ordinal, admission in enumerate(admissions):
         at_ms, pool, reused = admission[0], admission[1], admission[2]
         facts = pools.get(pool)
         if facts is None:
@@ -781,10 +811,12 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     """The reference's ``PerRequestRecord`` for one terminal request, keys in its order
     (``uuid_text``: the uuid as ``_uuid_text`` gives it, when the caller has it already).
 
-    Built as one literal of the keys every record has; the optional ones, mostly unset, are
-    put in their places only when set (``_with_optional``)."""
-    history, readmissions, pools = _admission_history(rec)
+    Built as one literal of the keys every record has (``_record``); the optional ones,
+    mostly unset, are put in their places only when set (``_with_optional``)."""
+    admissions = rec.admissions
+    history, readmissions, pools = _admission_history(admissions)
     routing = rec.routing
+    prefill_worker, decode_worker = rec.prefill_worker_idx, rec.decode_worker_idx
     prefill_overlap = rec.prefill_route_overlap_tokens
     decode_overlap = rec.decode_route_overlap_tokens
     routes = []
@@ -792,7 +824,7 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     for route in routing:
         if type(route) is tuple and len(route) > 3 and route[3] is not None:
             # an immediate placement that names its scheduler (_route's work, inline)
-            routes.append(_route_entry(route[0], route[3], route[1], route[2]))
+            routes.append(route_entry(route[0], route[3], route[1], route[2]))
             placed += (route[0],)
         else:
             placed = None
@@ -800,7 +832,7 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     if placed is None and len(routing) == 1 and type(routing[0]) is dict:
         # one placement's route keys (the kv_router's usual record): the two _route_overlap
         # walks, inline
-        entry = _route(rec, routing[0])
+        entry = _route(routing[0], prefill_worker, decode_worker)
         routes = [entry]
         pool = entry["pool"]
         if prefill_overlap is None and pool == "prefill":
@@ -808,7 +840,7 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
         if decode_overlap is None and pool == "decode":
             decode_overlap = entry["reported_overlap_tokens"]
     elif placed is None:
-        routes = [_route(rec, route) for route in routing]
+        routes = [_route(route, prefill_worker, decode_worker) for route in routing]
         if prefill_overlap is None:
             prefill_overlap = _route_overlap(routes, "prefill")
         if decode_overlap is None:
@@ -830,70 +862,92 @@ def per_request_record(rec: RequestRecord, uuid_text: str | None = None) -> dict
     decode_admit = rec.decode_admit_ms
     if decode_admit is None and decode_facts is not None:
         decode_admit = decode_facts[1]
-    first, last = rec.first_token_ms, rec.last_token_ms
-    arrival = rec.arrival_time_ms
-    # TTFT, TTST, E2E and the mean ITL, clamped at 0 (NaN too) as _nonneg does
-    ttft = ttst = e2e = itl = None
-    if first is not None:
-        ttft = first - arrival
-        if not ttft > 0.0:
-            ttft = 0.0
-        second = rec.second_token_ms
-        if second is not None:
-            ttst = second - first
-            if not ttst > 0.0:
-                ttst = 0.0
-        if last is not None:
-            gaps = rec.output_length - 1
-            if gaps > 0:
-                itl = last - first
-                itl = (itl if itl > 0.0 else 0.0) / gaps
-    if last is not None:
-        e2e = last - arrival
-        if not e2e > 0.0:
-            e2e = 0.0
-    out = {
-        "session_id": rec.session_id,
-        "turn_index": rec.turn_index,
-        "uuid": _uuid_text(rec.uuid) if uuid_text is None else uuid_text,
-        "arrival_time_ms": arrival,
-        "dispatched_at_ms": rec.dispatched_at_ms,
-        "first_admit_ms": rec.admissions[0][0] if rec.admissions else None,
-        "terminal_time_ms": rec.terminal_time_ms,
-        "first_token_ms": first,
-        "last_token_ms": last,
-        "ttft_ms": ttft,
-        "ttst_ms": ttst,
-        "e2e_latency_ms": e2e,
-        "itl_ms": itl,
-        "input_length": rec.input_length,
-        "requested_output_length": rec.requested_output_length,
-        "output_length": rec.output_length,
-        "reused_input_tokens": (prefill_facts[2] if prefill_facts is not None
-                                else rec.reused_input_tokens),
-        "prefill_worker_idx": rec.prefill_worker_idx,
-        "decode_worker_idx": rec.decode_worker_idx,
-        "prefill_admit_ms": prefill_admit,
-        "source_held_ms": rec.source_held_ms,
-        "destination_reserved_ms": rec.destination_reserved_ms,
-        "destination_activated_ms": rec.destination_activated_ms,
-        "decode_admit_ms": decode_admit,
-        "source_released_ms": rec.source_released_ms,
-        "decode_reused_input_tokens": decode_reuse,
-        "prefill_route_overlap_tokens": prefill_overlap,
-        "decode_route_overlap_tokens": decode_overlap,
-        "routing_history": routes,
-        "admission_history": history,
-        "admission_count": len(history),
-        "readmission_count": readmissions,
-        "pressure_record_ordinals": list(rec.pressure_record_ordinals or ()),
-        "terminal_status": rec.terminal_status,
-    }
+    out = _record(
+        rec.session_id, rec.turn_index, _uuid_text(rec.uuid) if uuid_text is None else uuid_text,
+        rec.arrival_time_ms, rec.dispatched_at_ms, admissions[0][0] if admissions else None,
+        rec.terminal_time_ms, rec.first_token_ms, rec.second_token_ms, rec.last_token_ms,
+        rec.input_length, rec.requested_output_length, rec.output_length,
+        prefill_facts[2] if prefill_facts is not None else rec.reused_input_tokens,
+        prefill_worker, decode_worker, prefill_admit, rec.source_held_ms,
+        rec.destination_reserved_ms, rec.destination_activated_ms, decode_admit,
+        rec.source_released_ms, decode_reuse, prefill_overlap, decode_overlap, routes, history,
+        readmissions, list(rec.pressure_record_ordinals or ()), rec.terminal_status)
     if (rec.request_id is None and rec.play_id is None and rec.agentic is None
             and rec.metadata is None and rec.first_admission_g1_reused_input_tokens is None
             and rec.first_admission_host_reused_input_tokens is None):
         return out
     return _with_optional(rec, out)
+
+
+def aggregated_record(uuid_text: str, session_id: Any, turn_index: Any, arrival: float,
+                      terminal: float, status: str, input_length: int,
+                      requested_output_length: int, output_length: int, first: Any,
+                      second: Any, last: Any, reused: int, admit_at: float,
+                      admit_reused: int, scheduler: Any, route: dict) -> dict:
+    """``per_request_record`` of the RequestRecord an aggregated run makes of a request
+    admitted once (at ``admit_at``, reusing ``admit_reused``) and placed by ``route`` (its
+    routing_history entry, ``route_entry``'s keys: copied, so a rank's can be given), with
+    none of the optional keys, made without the RequestRecord (the C loop's usual record:
+    runtime/plain_native.py). tests/test_report.py checks the two agree."""
+    return _record(
+        session_id, turn_index, uuid_text, arrival, None, admit_at, terminal, first,
+        second, last, input_length, requested_output_length, output_length, reused, None,
+        scheduler, None, None, None, None, None, None, None, None, None, [route.copy()],
+        [_first_into_pool(0, "agg", admit_at, admit_reused)], 0, [], status)
+
+
+def disaggregated_record(uuid_text: str, session_id: Any, turn_index: Any, arrival: float,
+                         terminal: float, status: str, input_length: int,
+                         requested_output_length: int, output_length: int, first: Any,
+                         second: Any, last: Any, prefill_worker: Any, decode_worker: Any,
+                         prefill_at: float, prefill_reused: int, decode_at: float,
+                         decode_reused: int, held: Any, reserved: Any, activated: Any,
+                         released: Any, prefill_route: dict, decode_route: dict) -> dict:
+    """``per_request_record`` of the RequestRecord a disaggregated run makes of a request
+    admitted once into the prefill pool and then once into the decode pool, placed by
+    ``prefill_route`` and ``decode_route`` (routing_history entries, ``route_entry``'s keys:
+    copied, so a worker's can be given), with the handoff's times and none of the optional
+    keys, made without the RequestRecord (the C loop's usual record:
+    runtime/plain_disagg_native.py). tests/test_report.py checks the two agree."""
+    return _record(
+        session_id, turn_index, uuid_text, arrival, None, prefill_at, terminal,
+        first, second, last, input_length, requested_output_length, output_length, prefill_reused,
+        prefill_worker, decode_worker, prefill_at, held, reserved, activated, decode_at,
+        released, decode_reused, prefill_route["reported_overlap_tokens"],
+        decode_route["reported_overlap_tokens"], [prefill_route.copy(), decode_route.copy()],
+        [_first_into_pool(0, "prefill", prefill_at, prefill_reused),
+         _first_into_pool(1, "decode", decode_at, decode_reused)], 0, [], status)
+
+
+def _record(session_id, turn_index, uuid_text, arrival, dispatched, first_admit, terminal,
+            first, second, last, input_length, requested_output_length, output_length,
+            reused, prefill_worker, decode_worker, prefill_admit, held, reserved, activated,
+            decode_admit, released, decode_reuse, prefill_overlap, decode_overlap, routes,
+            history, readmissions, pressure, status) -> dict:
+    """The keys every record has (``_COMMON_KEYS``) with their values, these in the keys'
+    order but for TTFT, TTST, E2E and the mean ITL, derived here from the token times
+    (clamped at 0, NaN too, as _nonneg does), and the admission count: every way a record is
+    made ends here."""
+    # (b - a if b > a else 0.0 is _nonneg(b - a): a difference of doubles is above 0 exactly
+    # when b > a, and neither is when either is NaN)
+    ttft = ttst = e2e = itl = None
+    if first is not None:
+        ttft = first - arrival if first > arrival else 0.0
+        if second is not None:
+            ttst = second - first if second > first else 0.0
+        if last is not None and output_length > 1:
+            itl = (last - first if last > first else 0.0) / (output_length - 1)
+    if last is not None:
+        e2e = last - arrival if last > arrival else 0.0
+    # (zipped with the keys, not a literal: a literal of this many keys is compiled to a
+    # store per key, as a tuple of more than 30 is to an append per value: two tuples)
+    return dict(zip(_COMMON_KEYS, (
+        session_id, turn_index, uuid_text, arrival, dispatched, first_admit, terminal, first,
+        last, ttft, ttst, e2e, itl, input_length, requested_output_length, output_length,
+        reused) + (
+        prefill_worker, decode_worker, prefill_admit, held, reserved, activated, decode_admit,
+        released, decode_reuse, prefill_overlap, decode_overlap, routes, history,
+        len(history), readmissions, pressure, status)))
 
 
 # The keys a record leaves out when unset (the reference skips them when None), each with the
@@ -919,7 +973,7 @@ def _with_optional(rec: RequestRecord, record: dict) -> dict:
             out[key] = value
     items = iter(record.items())
     for run, extras in _OPTIONAL_RUNS:
-        out.update(islice(items, run))
+        out.update(itertools.islice(items, run))
         for extra in extras:
             value = getattr(rec, extra)
             if value is not None:
@@ -931,9 +985,8 @@ def _with_optional(rec: RequestRecord, record: dict) -> dict:
 def _optional_runs():
     """(keys every record has up to and including the key, the optional keys after it) for
     each key of ``_OPTIONAL_AFTER``, in record order."""
-    base = [key for key in PER_REQUEST_KEYS if key not in OPTIONAL_KEYS]
     runs, done = [], 0
-    for at, key in enumerate(base, 1):
+    for at, key in enumerate(_COMMON_KEYS, 1):
         if key in _OPTIONAL_AFTER:
             runs.append((at - done, _OPTIONAL_AFTER[key]))
             done = at
@@ -957,4 +1010,6 @@ PER_REQUEST_KEYS = (
 first-admission G1/host split are omitted when unset."""
 # every key a record leaves out when unset
 OPTIONAL_KEYS = frozenset(_LEADING_OPTIONAL).union(*_OPTIONAL_AFTER.values())
+# the keys every record has, in order
+_COMMON_KEYS = tuple(key for key in PER_REQUEST_KEYS if key not in OPTIONAL_KEYS)
 _OPTIONAL_RUNS = _optional_runs()

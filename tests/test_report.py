@@ -6,13 +6,20 @@ import uuid as uuidlib
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aisimulate_core.report import (
     PER_REQUEST_KEYS,
     Collector,
     Report,
     RequestRecord,
+    _made,
+    _RecordStream,
+    aggregated_record,
+    disaggregated_record,
     per_request_record,
+    route_entry,
     summary_keys,
 )
 from aisimulate_core.stats import population_std
@@ -771,3 +778,139 @@ def _walked_history(admissions):
         facts[0] += 1
         history.append(entry)
     return history, sum(facts[0] - 1 for facts in pools.values()), pools
+
+
+# ---------------------------------------------------------------------- records made from rows
+
+_times = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                   st.sampled_from([0.0, 1.0, 2.5]))
+_counts = st.integers(min_value=0, max_value=2**40)
+_names = st.one_of(st.none(), st.text(max_size=8))
+
+
+@st.composite
+def _row_tokens(draw):
+    """(first, second, last, output_length) as a terminal row gives them."""
+    if not draw(st.booleans()):
+        return None, None, None, 0
+    count = draw(st.integers(min_value=1, max_value=5))
+    second = draw(_times) if count > 1 and draw(st.booleans()) else None
+    return draw(_times), second, draw(_times), count
+
+
+@st.composite
+def _placement(draw, pool):
+    """A placement into ``pool`` as the Python loop routes it (round robin's tuple, or the
+    kv_router's keys), with the routing_history entry the C loops' _Records make of it."""
+    worker, dp_rank, scheduler = (draw(st.integers(0, 9)) for _ in range(3))
+    entry = route_entry(pool, scheduler, worker, dp_rank)
+    if draw(st.booleans()):
+        return (pool, worker, dp_rank, scheduler), entry
+    route = {"pool": pool, "logical_worker_id": worker, "scheduler_id": scheduler,
+             "dp_rank": dp_rank}
+    if draw(st.booleans()):
+        queued, released = draw(_times), draw(_times)
+        route.update(outcome="queued", queue_entered_at_ms=queued, released_at_ms=released,
+                     queue_wait_ms=released - queued)
+    selected, best = draw(st.integers(0, 50)), draw(st.integers(0, 50))
+    route.update(reported_overlap_tokens=selected * 16, selected_overlap_blocks=selected,
+                 best_available_overlap_blocks=best, overlap_regret_blocks=best - selected)
+    entry.update(route)
+    return route, entry
+
+
+def _same_entries(row, general):
+    """A row's entry and a RequestRecord's take the same place in a stream and make records of
+    equal keys in the same order and equal values (NaN as NaN), the row's routes copies."""
+    assert repr(row[0]) == repr(general[0])
+    made = _made(row[0], row[2])
+    assert repr(list(made.items())) == repr(list(_made(*general[::2]).items()))
+    routes = dict.fromkeys(id(route) for route in row[2][1] if type(route) is dict)
+    assert not routes.keys() & {id(route) for route in made["routing_history"]}
+
+
+def _stream_entry(settle, *args):
+    """The entry a stream not running keeps of what ``settle`` settles (its method's name)."""
+    stream = _RecordStream(lambda record: None, running=False)
+    getattr(stream, settle)(*args)
+    return stream.later[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(uuid=st.integers(0, 2**48 - 1), session_id=_names,
+       turn_index=st.one_of(st.none(), st.integers(0, 9)), arrival=_times, terminal=_times,
+       status=st.sampled_from(["completed", "rejected"]), lengths=st.tuples(_counts, _counts),
+       tokens=_row_tokens(), reused=st.tuples(_counts, _counts, _counts), admit_at=_times,
+       readmission_flag=st.booleans(), placement=_placement("agg"))
+def test_an_aggregated_row_record_is_per_request_record_of_its_request_record(
+        uuid, session_id, turn_index, arrival, terminal, status, lengths, tokens, reused,
+        admit_at, readmission_flag, placement):
+    """aggregated_record (the C loop's usual record) is the record, and has the stream's
+    place, of the RequestRecord runtime/records.py make_record makes of the request."""
+    (first, second, last, count), (max_reused, first_reused, admit_reused) = tokens, reused
+    route, entry = placement
+    general = RequestRecord(
+        uuid, None, session_id, turn_index, None, None, arrival, None, terminal, status,
+        lengths[0], lengths[1], count, first, second, last, max_reused, first_reused,
+        [(admit_at, "agg", admit_reused, readmission_flag)], None, route[3] if type(route)
+        is tuple else route["scheduler_id"], [route])
+    values = (session_id, turn_index, arrival, terminal, status, lengths[0], lengths[1],
+              count, first, second, last, max_reused, admit_at, admit_reused,
+              general.decode_worker_idx, entry)
+    _same_entries(_stream_entry("settled_row", uuid, arrival, admit_at, aggregated_record,
+                                values), _stream_entry("settled", general))
+
+
+@settings(max_examples=300, deadline=None)
+@given(uuid=st.integers(0, 2**48 - 1), session_id=_names,
+       turn_index=st.one_of(st.none(), st.integers(0, 9)), arrival=_times, terminal=_times,
+       status=st.sampled_from(["completed", "rejected", "failed"]),
+       lengths=st.tuples(_counts, _counts), tokens=_row_tokens(),
+       reused=st.tuples(_counts, _counts, _counts, _counts),
+       admitted=st.tuples(_times, _times), flags=st.tuples(st.booleans(), st.booleans()),
+       handoff=st.tuples(*[st.one_of(st.none(), _times)] * 4),
+       workers=st.tuples(st.integers(0, 9), st.one_of(st.none(), st.integers(0, 9))),
+       prefill=_placement("prefill"), decode=_placement("decode"))
+def test_a_disaggregated_row_record_is_per_request_record_of_its_request_record(
+        uuid, session_id, turn_index, arrival, terminal, status, lengths, tokens, reused,
+        admitted, flags, handoff, workers, prefill, decode):
+    """disaggregated_record (the C loop's usual record) is the record, and has the stream's
+    place, of the RequestRecord records.make_disagg_record makes of the request."""
+    (first, second, last, count) = tokens
+    max_reused, first_reused, prefill_reused, decode_reused = reused
+    (prefill_at, decode_at), (held, reserved, activated, released) = admitted, handoff
+    general = RequestRecord(
+        uuid, None, session_id, turn_index, None, None, arrival, None, terminal, status,
+        lengths[0], lengths[1], count, first, second, last, max_reused, first_reused,
+        [(prefill_at, "prefill", prefill_reused, flags[0]),
+         (decode_at, "decode", decode_reused, flags[1])], workers[0], workers[1],
+        [prefill[0], decode[0]], None, held, reserved, activated, None, released)
+    values = (session_id, turn_index, arrival, terminal, status, lengths[0], lengths[1],
+              count, first, second, last, workers[0], workers[1], prefill_at, prefill_reused,
+              decode_at, decode_reused, held, reserved, activated, released, prefill[1],
+              decode[1])
+    _same_entries(_stream_entry("settled_row", uuid, arrival, prefill_at,
+                                disaggregated_record, values), _stream_entry("settled", general))
+
+
+def test_a_row_reaches_the_sink_in_the_reports_order_made_when_it_does():
+    """settled_row's record is made when it reaches the sink, in the order RequestRecords
+    settled with it take (running or not)."""
+    made = []
+
+    def make(uuid_text, arrival):
+        made.append(uuid_text)
+        return aggregated_record(uuid_text, None, None, arrival, arrival + 1.0, "completed", 4,
+                                 2, 2, arrival + 0.5, None, arrival + 1.0, 0, arrival, 0, 0,
+                                 route_entry("agg", 0, 0, 0))
+    for running in (True, False):
+        sunk, made[:] = [], []
+        stream = _RecordStream(sunk.append, running=running)
+        stream.settled_row(1, 0.0, 0.0, make, (0.0,))
+        stream.settled(rec(2, arrival=1.0, tokens=[1.5]))
+        stream.settled_row(3, 2.0, 2.0, make, (2.0,))
+        assert made == (["00000000-0000-0000-0000-000000000001"] if running else [])
+        stream.close()
+        stream.flush()
+        assert [record["uuid"][-1] for record in sunk] == ["1", "2", "3"]
+        assert [record["arrival_time_ms"] for record in sunk] == [0.0, 1.0, 2.0]

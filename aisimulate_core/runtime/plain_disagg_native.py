@@ -34,7 +34,7 @@ from ..engine.vllm_native_roles import NativeVllmDecodeRank, NativeVllmPrefillRa
 from array import array
 
 from ..errors import SimulationError
-from ..report import RequestRecord
+from ..report import RequestRecord, disaggregated_record, route_entry
 from ..workload.one_turn import OneTurnDriver
 from ..workload.sessions import SessionDriver
 from ..workload.synthetic import SyntheticSessions
@@ -370,12 +370,15 @@ def _take_state(sim, loop, view):
 
 
 class _Records:
-    """Per-request records from the rows C gathered (aisim_pd_records): each the
-    ``RequestRecord`` records.make_disagg_record makes of the request, handed to the
-    collector's record stream in the order the collector settles them. A source released
-    after its request's row was gathered is set on its record where the Python loop sets it:
-    before the rows gathered after the release, unless a running stream's sink has the record
-    already (its dict was made when a later arrival settled)."""
+    """Per-request records from the rows C gathered (aisim_pd_records), handed to the
+    collector's record stream in the order the collector settles them: each the record
+    ``per_request_record`` makes of the ``RequestRecord`` records.make_disagg_record makes of
+    the request. The usual one (admitted once into each pool, its source released) is settled
+    as the values report.disaggregated_record makes it of, without the RequestRecord; any
+    other as the RequestRecord. A source
+    released after its request's row was gathered is set on its record where the Python loop
+    sets it: before the rows gathered after the release, unless a running stream's sink has
+    the record already (its dict was made when a later arrival settled)."""
 
     _STATUS = {1: "completed", 2: "rejected", 3: "failed"}
 
@@ -396,21 +399,21 @@ class _Records:
                     ffi.new("size_t *"), ffi.new("size_t *"))
 
     def add_workers(self, sim, workers):
-        """By worker key: its rank's scheduler id and its route in its pool: round robin's
-        tuple, and for a kv_router's pool the route entry's fixed part with the router's
-        block size (the pick's overlaps complete it)."""
+        """By worker key: its rank's scheduler id and its routing_history entry in its pool:
+        round robin's, and for a kv_router's pool the entry of an immediate placement with
+        the router's block size (the pick's overlaps complete it)."""
         for w in workers:
             rank = w.ranks[0]
             decode = sim._is_decode[w.idx]
             router = sim.routers[decode]
             self.schedulers.append(rank.scheduler_id)
             self.kv_routes.append(None if router._native is None else (
-                {"pool": router.kind, "logical_worker_id": w.worker_id,
-                 "scheduler_id": rank.scheduler_id, "dp_rank": rank.dp_rank},
+                route_entry(router.kind, rank.scheduler_id, w.worker_id, rank.dp_rank),
                 router.block_size))
-            self.routes.append(("decode", w.worker_id, rank.dp_rank, rank.scheduler_id)
-                               if decode else
-                               ("prefill", rank.worker_idx, rank.dp_rank, rank.scheduler_id))
+            self.routes.append(route_entry("decode", rank.scheduler_id, w.worker_id,
+                                           rank.dp_rank) if decode else
+                               route_entry("prefill", rank.scheduler_id, rank.worker_idx,
+                                           rank.dp_rank))
 
     def take(self):
         ffi, lib = native.ffi, native.lib
@@ -436,67 +439,87 @@ class _Records:
         if n:
             ints.frombytes(ffi.buffer(ints_p[0], 8 * 19 * n))
             doubles.frombytes(ffi.buffer(doubles_p[0], 8 * 10 * n))
-        ints, doubles = ints.tolist(), doubles.tolist()
+        gathered = zip(plain_native.rows(ints.tolist(), 19),
+                       plain_native.rows(doubles.tolist(), 10))
         done = 0
         unreleased = self.unreleased
         for uuid, t, row in late:
             if row > done:   # the rows gathered before this release
-                self._settle(ints, doubles, done, row, rest_p[0])
+                self._settle(gathered, done, row, rest_p[0])
                 done = row
             record = unreleased.pop(uuid, None)
             if record is not None and row >= 0 and uuid:
                 record.source_released_ms = t
         native.check_status(lib.aisim_pd_clear_records(self.loop), "aisim_pd_clear_records")
 
-    def _settle(self, ints, doubles, first, end, rest_from):
-        """Rows first..end-1; from rest_from on, settled behind a request still in flight
-        when the run ended (as after the stream closed)."""
+    def _settle(self, gathered, start, end, rest_from):
+        """Rows start..end-1, the next ones of ``gathered`` (their ints, their doubles); from
+        rest_from on, settled behind a request still in flight when the run ended (as after
+        the stream closed)."""
         settled, routes, schedulers, later = self.settled, self.routes, self.schedulers, \
             self.later
         sessions, synthetic, status_of = self.sessions, self.synthetic, self._STATUS
         stream, kv_routes, unreleased = self.stream, self.kv_routes, self.unreleased
-        for i in range(first, end):
-            (uuid, prompt_len, max_output, count, max_reused, first_reused, state, pkey,
-             session, turn, n_admissions, admit_reused, flags, dkey, stages, p_overlap,
-             p_best, d_overlap, d_best) = ints[19 * i:19 * i + 19]
-            (arrival, terminal, first, second, last, admit_at, held, reserved, activated,
-             released) = doubles[10 * i:10 * i + 10]
+        settled_row = stream.settled_row
+        # (zip takes the range first: it stops without taking a row past end)
+        for i, ((uuid, prompt_len, max_output, count, max_reused, first_reused, state, pkey,
+                 session, turn, n_admissions, admit_reused, flags, dkey, stages, p_overlap,
+                 p_best, d_overlap, d_best),
+                (arrival, terminal, first, second, last, admit_at, held, reserved, activated,
+                 released)) in zip(range(start, end), gathered):
             if not flags & 1:
                 first = last = None
             if not flags & 2:
                 second = None
-            if n_admissions:
-                admissions = [(admit_at, "decode" if flags & 8 else "prefill", admit_reused,
-                               bool(flags & 4))]
-                if n_admissions > 1:
-                    admissions += later.pop(uuid)
-            else:
-                admissions = []
             if sessions is not None:
                 session_id, turn_index = sessions[session].session_id, turn
             elif synthetic:
                 session_id, turn_index = f"session_{session}", turn
             else:
                 session_id = turn_index = None
-            routing = [routes[pkey] if kv_routes[pkey] is None
-                       else _kv_route(kv_routes[pkey], p_overlap, p_best)]
-            if dkey >= 0:
-                routing.append(routes[dkey] if kv_routes[dkey] is None
-                               else _kv_route(kv_routes[dkey], d_overlap, d_best))
+            # (a record copies its routes: a worker's entry can be shared)
+            prefill_route = (routes[pkey] if kv_routes[pkey] is None
+                             else _kv_route(kv_routes[pkey], p_overlap, p_best))
+            decode_route = None if dkey < 0 else (
+                routes[dkey] if kv_routes[dkey] is None
+                else _kv_route(kv_routes[dkey], d_overlap, d_best))
+            decode_worker = schedulers[dkey] if stages & 16 else None
+            held = held if stages & 1 else None
+            reserved = reserved if stages & 2 else None
+            activated = activated if stages & 4 else None
+            released = released if stages & 8 else None
+            later_admissions = later.pop(uuid) if n_admissions > 1 else ()
+            if (n_admissions == 2 and not flags & 8 and later_admissions[0][1] == "decode"
+                    and decode_route is not None and stages & 25 != 17):
+                # the usual record, into prefill, then into decode, its source released: made
+                # from these values
+                decode_at, _, decode_reused, _ = later_admissions[0]
+                values = (session_id, turn_index, arrival, terminal, status_of[state],
+                          prompt_len, max_output, count, first, second, last, schedulers[pkey],
+                          decode_worker, admit_at, admit_reused, decode_at, decode_reused, held,
+                          reserved, activated, released, prefill_route, decode_route)
+                if i < rest_from:
+                    settled_row(uuid, arrival, admit_at, disaggregated_record, values)
+                else:   # (behind a request still in flight)
+                    plain_native.settle_behind(stream, settled_row, uuid, arrival, admit_at,
+                                               disaggregated_record, values)
+                continue
+            admissions = [(admit_at, "decode" if flags & 8 else "prefill", admit_reused,
+                           bool(flags & 4)), *later_admissions] if n_admissions else []
             # (one positional call: the handoff's times follow the routing in field order)
             record = RequestRecord(
                 uuid, None, session_id, turn_index, None, None, arrival, None, terminal,
                 status_of[state], prompt_len, max_output, count, first, second, last,
                 max_reused, None if first_reused < 0 else first_reused, admissions,
-                schedulers[pkey], schedulers[dkey] if stages & 16 else None, routing,
-                None, held if stages & 1 else None, reserved if stages & 2 else None,
-                activated if stages & 4 else None, None, released if stages & 8 else None)
+                schedulers[pkey], decode_worker,
+                [prefill_route] if decode_route is None else [prefill_route, decode_route],
+                None, held, reserved, activated, None, released)
             if stages & 25 == 17:   # held, accepted, not released: later, or never (a cutoff)
                 unreleased[uuid] = record
             if i < rest_from:
                 settled(record)
             else:   # (behind a request still in flight)
-                plain_native.settle_behind(stream, record)
+                plain_native.settle_behind(stream, settled, record)
 
 
 class _Scaling(plain_native.ScalingPause):
@@ -623,7 +646,7 @@ def _stuck_request(sim, view):
 def _kv_route(fixed, selected, best):
     """Router._place_native's route entry of a pick with these overlaps (in blocks)."""
     entry, block_size = fixed
-    entry = dict(entry)
+    entry = entry.copy()
     entry["reported_overlap_tokens"] = selected * block_size
     entry["selected_overlap_blocks"] = selected
     entry["best_available_overlap_blocks"] = best

@@ -38,7 +38,7 @@ from ..errors import SimulationError
 from ..stats import DistributionStats
 from array import array
 
-from ..report import RequestRecord
+from ..report import RequestRecord, aggregated_record, route_entry
 from ..workload.columns import (all_turns, any_given, session_start, session_turns,
                                 turn_authored, turn_delay, turn_hash_ids, turn_input, turn_output)
 from ..workload.one_turn import OneTurnDriver
@@ -734,25 +734,35 @@ def record_sessions(driver):
     return None, driver._named
 
 
-def settle_behind(stream, record):
-    """``record`` settled behind a request still in flight: as after the stream closed
-    (both loops' _Records)."""
+def rows(values, width):
+    """Consecutive tuples of ``width`` of ``values``: the rows C gathered, from their
+    concatenation (both loops' _Records)."""
+    return zip(*[iter(values)] * width)
+
+
+def settle_behind(stream, settle, *record):
+    """``settle(*record)`` (the stream's ``settled`` or ``settled_row``) behind a request still
+    in flight: as after the stream closed (both loops' _Records)."""
     running = stream.running
     stream.running = False
-    stream.settled(record)
+    settle(*record)
     stream.running = running
 
 
 class _Records:
-    """Per-request records from the rows C gathered (aisim_plain_records): each the
-    ``RequestRecord`` runtime/records.py make_record makes of the request, handed to the
-    collector's record stream in the order the collector settles them."""
+    """Per-request records from the rows C gathered (aisim_plain_records), handed to the
+    collector's record stream in the order the collector settles them: each the record
+    ``per_request_record`` makes of the ``RequestRecord`` runtime/records.py make_record makes
+    of the request. The usual one (admitted once) is settled as the values
+    report.aggregated_record makes it of, without the RequestRecord; any other as the
+    RequestRecord."""
 
     def __init__(self, sim, loop):
         self.loop = loop
         self.stream = sim.collector.record_stream
         driver = sim.driver
-        # (pool, worker id, dp rank, scheduler id) of each rank, and its scheduler id
+        # each rank's routing_history entry of an immediate placement (its pool, worker id,
+        # dp rank and scheduler id)
         self.routes = []
         self.add_routes(sim.workers)
         self.sessions, self.synthetic = record_sessions(driver)
@@ -765,7 +775,7 @@ class _Records:
                     ffi.new("size_t *"))
 
     def add_routes(self, workers):
-        self.routes.extend(("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)
+        self.routes.extend(route_entry("agg", rank.scheduler_id, rank.worker_idx, rank.dp_rank)
                            for w in workers for rank in w.ranks)
 
     def take(self):
@@ -793,17 +803,17 @@ class _Records:
             ints.frombytes(ffi.buffer(ints_p[0], 8 * 13 * n))
             doubles = array("d")
             doubles.frombytes(ffi.buffer(doubles_p[0], 8 * 6 * n))
-            self._settle(ints.tolist(), doubles.tolist(), n, rest_from, self._overlaps())
+            self._settle(zip(rows(ints.tolist(), 13), rows(doubles.tolist(), 6)), rest_from,
+                         self._overlaps())
         native.check_status(lib.aisim_plain_clear_records(self.loop),
                             "aisim_plain_clear_records")
 
     def _route(self, route, overlaps, uuid):
         """The kv_router's route entry (Router._place_native's, or route_entry's for a
-        request it queued and released)."""
+        request it queued and released), from the rank's immediate one."""
         blocks, times = overlaps
         selected, best = blocks[2 * uuid - 2], blocks[2 * uuid - 1]
-        entry = {"pool": "agg", "logical_worker_id": route[1], "scheduler_id": route[3],
-                 "dp_rank": route[2]}
+        entry = route.copy()
         queued = times[2 * uuid - 2]
         if queued == queued:   # (not NAN: it waited in the router's queue)
             released = times[2 * uuid - 1]
@@ -829,25 +839,20 @@ class _Records:
             return [], []
         return out[0], times[0]
 
-    def _settle(self, ints, doubles, n, rest_from, overlaps):
+    def _settle(self, gathered, rest_from, overlaps):
+        """The rows (their ints, their doubles); from rest_from on, settled behind a request
+        still in flight when the run ended (as after the stream closed)."""
         stream = self.stream
-        settled = stream.settled
+        settled, settled_row = stream.settled, stream.settled_row
         routes, later, sessions, synthetic = self.routes, self.later, self.sessions, \
             self.synthetic
-        for i in range(n):
-            (uuid, prompt_len, max_output, count, max_reused, first_reused, state, rank,
-             session, turn, n_admissions, admit_reused, flags) = ints[13 * i:13 * i + 13]
-            arrival, terminal, first, second, last, admit_at = doubles[6 * i:6 * i + 6]
+        for i, ((uuid, prompt_len, max_output, count, max_reused, first_reused, state, rank,
+                 session, turn, n_admissions, admit_reused, flags),
+                (arrival, terminal, first, second, last, admit_at)) in enumerate(gathered):
             if not flags & 1:
                 first = last = None
             if not flags & 2:
                 second = None
-            if n_admissions:
-                admissions = [(admit_at, "agg", admit_reused, bool(flags & 4))]
-                if n_admissions > 1:
-                    admissions += later.pop(uuid)
-            else:
-                admissions = []
             if sessions is not None:
                 session_id, turn_index = sessions[session].session_id, turn
             elif synthetic:
@@ -855,18 +860,34 @@ class _Records:
             else:
                 session_id = turn_index = None
             route = routes[rank]
-            scheduler = route[3]
+            scheduler = route["scheduler_id"]
             if overlaps is not None:
                 route = self._route(route, overlaps, uuid)
+            status = "completed" if state == 1 else "rejected"
+            if n_admissions == 1:   # the usual record: made from these values
+                values = (session_id, turn_index, arrival, terminal, status, prompt_len,
+                          max_output, count, first, second, last, max_reused, admit_at,
+                          admit_reused, scheduler, route)
+                if i < rest_from:
+                    settled_row(uuid, arrival, admit_at, aggregated_record, values)
+                else:
+                    settle_behind(stream, settled_row, uuid, arrival, admit_at,
+                                  aggregated_record, values)
+                continue
+            if n_admissions:
+                admissions = [(admit_at, "agg", admit_reused, bool(flags & 4)), *later.pop(uuid)]
+            else:
+                admissions = []
+            # (per_request_record copies a route: the rank's entry can be shared)
             record = RequestRecord(
                 uuid, None, session_id, turn_index, None, None, arrival, None, terminal,
-                "completed" if state == 1 else "rejected", prompt_len, max_output, count,
-                first, second, last, max_reused, None if first_reused < 0 else first_reused,
-                admissions, None, scheduler, [route], agentic=None)
+                status, prompt_len, max_output, count, first, second, last, max_reused,
+                None if first_reused < 0 else first_reused, admissions, None, scheduler,
+                [route], agentic=None)
             if i < rest_from:
                 settled(record)
             else:
-                settle_behind(stream, record)
+                settle_behind(stream, settled, record)
 
 
 class _Released:

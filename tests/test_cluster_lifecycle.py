@@ -266,18 +266,3 @@ def test_a_worker_ready_at_an_arrivals_time_takes_the_arrival():
                                    (150.0, "worker_ready_event", [(1, "worker_ready")])]
     assert [(r["arrival_time_ms"], r["decode_worker_idx"]) for r in by_arrival(report)] == [
         (0.0, 0), (150.0, 1)]
-
-
-def test_pool_ids_are_the_sorted_ids_in_each_state():
-    """PoolLifecycle.ids / non_draining (C loops over the states) against their rule."""
-    import random
-    from aisimulate_core.runtime.lifecycle import (ACTIVE, DRAINING, REMOVED, STARTING,
-                                                   PoolLifecycle)
-    rng = random.Random(7)
-    pool = PoolLifecycle("agg", 0)
-    for worker_id in rng.sample(range(40), 25):
-        pool.state[worker_id] = rng.choice([ACTIVE, DRAINING, REMOVED, STARTING])
-    for state in (ACTIVE, DRAINING, REMOVED, STARTING):
-        assert pool.ids(state) == sorted(i for i, s in pool.state.items() if s == state)
-    assert pool.non_draining() == sorted(i for i, s in pool.state.items()
-                                         if s in (ACTIVE, STARTING))

@@ -97,36 +97,3 @@ def test_rows_of_one_turn_with_priorities_take_the_one_turn_builder(tmp_path):
     assert [(t.priority, t.strict_priority, t.policy_class)
             for s in lone.sessions for t in s.turns] == \
         [(50, 0, None), (0, 1, None), (0, 0, "batch"), (0, 0, None)]
-
-
-@pytest.mark.parametrize("seed", range(60))
-def test_random_one_turn_rows_make_the_builders_trace(tmp_path, seed):
-    """_lone_turns (columns made in C loops) against the builder's row-by-row trace: the same
-    values of the same types, whichever optional fields the rows give or leave out."""
-    import json
-    import random
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(rng.randint(1, 8)):
-        ids = [rng.choice([1, 2, 3, 2 ** 40, 2 ** 64 - 1]) for _ in range(rng.randint(1, 4))]
-        row = {"input_length": rng.randint(1, 4 * len(ids)), "output_length": rng.randint(0, 5),
-               "hash_ids": ids}
-        for name, values in (("timestamp", [0, 1.5, 7]), ("delay", [0, 0.0, 2.5]),
-                             ("priority", [0, 3, -2]), ("strict_priority", [0, 1]),
-                             ("policy_class", ["batch", ""])):
-            if rng.random() < 0.4:
-                row[name] = rng.choice(values)
-        lines.append(json.dumps(row))
-    path = tmp_path / "t.jsonl"
-    path.write_text("\n".join(lines))
-    data = path.read_bytes()
-    lone = mooncake._lone_turns(str(path), 4, decode_all(data, mooncake.MooncakeRow))
-    assert lone is not None
-    want = streamed(str(path), 4)
-
-    def typed(trace):
-        return [[(type(v).__name__, v) for v in (s.start_ms, t.delay_ms, t.priority,
-                                                 t.strict_priority, t.policy_class)]
-                for s in trace.sessions for t in s.turns]
-    assert shape(lone) == shape(want)
-    assert typed(lone) == typed(want)

@@ -9,7 +9,6 @@ from array import array
 import pytest
 
 from aisimulate_core.errors import TraceError
-from aisimulate_core.workload import trace as trace_module
 from aisimulate_core.workload.trace import (Session, Trace, Turn, check_timestamped,
                                             fail_unstarted, validate_trace)
 from aisimulate_core.workload.transforms import normalize_session_starts
@@ -85,9 +84,6 @@ def test_facts_and_errors_are_those_of_the_separate_walks(seed):
     if new[0] != "ok":
         return
     facts = new[1]
-    # the C-loop test passes what the walk passes, but for authored outputs (the walk's call)
-    assert trace_module._plainly_valid(trace.sessions, trace.block_size) == all(
-        t.output_token_ids is None for s in trace.sessions for t in s.turns)
     assert facts.total_turns == sum(len(s.turns) for s in trace.sessions)
     assert facts.single_turn == all(len(s.turns) == 1 for s in trace.sessions)
     starts = [s.start_ms for s in trace.sessions if s.start_ms is not None]

@@ -3,7 +3,7 @@
 import math
 
 from aisimulate_core.workload.delta import PLANNED_OUTPUT_BASE
-from aisimulate_core.workload.sessions import SessionDriver, trace_start_order
+from aisimulate_core.workload.sessions import SessionDriver
 from aisimulate_core.workload.trace import Session, Trace, Turn
 
 
@@ -133,17 +133,3 @@ def test_delta_authored_outputs_are_the_plan():
     finish(driver, first, 5.0)
     (second,) = driver.pop_ready(5.0, 1)
     assert list(second.prompt.values) == [1, 42, 43, 2]
-
-
-def test_start_order_counts_a_missing_or_zero_start_as_0():
-    """trace_start_order (C loops) against its rule: ``start_ms or 0.0`` per session, ordered
-    by (start, index), each start the session's own value."""
-    starts = [None, 3.5, 0, -0.0, 0.0, False, math.nan, 2, 1.25, None, 3.5]
-    sessions = [Session(f"s{i}", start, []) for i, start in enumerate(starts)]
-    rule = [s.start_ms or 0.0 for s in sessions]
-    want = [(rule[i], i) for i in sorted(range(len(rule)), key=rule.__getitem__)]
-    got = list(trace_start_order(sessions))
-    assert [(repr(start), type(start), i) for start, i in got] == \
-        [(repr(start), type(start), i) for start, i in want]
-    assert all(got[k][0] is sessions[got[k][1]].start_ms
-               for k in range(len(got)) if sessions[got[k][1]].start_ms)

@@ -12,11 +12,7 @@ cancellations and drains in descending id, then removals of idle drained workers
 
 from __future__ import annotations
 
-from itertools import compress, repeat
-from operator import eq
-
 STARTING, ACTIVE, DRAINING, REMOVED = "starting", "active", "draining", "removed"
-_NOT_DRAINING = (ACTIVE, STARTING)
 
 
 class PoolLifecycle:
@@ -33,15 +29,11 @@ class PoolLifecycle:
         self.next_id = initial_workers
         self.draining = 0         # workers draining now (the loop asks at every pass end)
 
-    # (the ids are picked by C loops over the states, not a generator step per worker: the
-    # snapshots, telemetry and every operation ask)
     def ids(self, state):
-        states = self.state
-        return sorted(compress(states, map(eq, states.values(), repeat(state))))
+        return sorted(i for i, s in self.state.items() if s == state)
 
     def non_draining(self):
-        states = self.state
-        return sorted(compress(states, map(_NOT_DRAINING.__contains__, states.values())))
+        return sorted(i for i, s in self.state.items() if s in (ACTIVE, STARTING))
 
     def worker_seconds(self, end_ms):
         total = 0.0

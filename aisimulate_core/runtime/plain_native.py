@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-from itertools import accumulate, chain, repeat
-from operator import attrgetter, floordiv, getitem, neg
 
 from .. import native
 from ..engine.decode_run import _native_kind
@@ -39,8 +37,6 @@ from ..stats import DistributionStats
 from array import array
 
 from ..report import RequestRecord, aggregated_record, route_entry
-from ..workload.columns import (all_turns, any_given, session_start, session_turns,
-                                turn_authored, turn_delay, turn_hash_ids, turn_input, turn_output)
 from ..workload.one_turn import OneTurnDriver
 from ..workload.rng import CStdRng, StdRng
 from ..workload.sessions import SessionDriver
@@ -205,7 +201,7 @@ def _trace_reason(driver):
             or driver._release is not None:
         return "sessions other than a trace's, or accumulated deltas"
     if len(sessions) >= 1 << 31 or driver.total >= 1 << 40 \
-            or max(map(len, map(session_turns, sessions))) >= 1 << 31:
+            or max(len(session.turns) for session in sessions) >= 1 << 31:
         return "a trace too large"
     heap = driver._heap
     if driver.max_sessions is None:
@@ -237,50 +233,46 @@ def _prepared(driver):
 
 
 def _trace_arrays(driver):
-    """The trace's sessions as aisim_plain_config's arrays, or the reason they cannot be.
-
-    Each column is gathered by a C loop over the sessions or the turns (map, chain,
-    accumulate), not a Python step per turn: a millisecond case's trace is a large part of
-    its whole run otherwise."""
-    sessions = driver.sessions
-    if not {Session}.issuperset(map(type, sessions)):
-        return "sessions other than a trace's"
-    turn_lists = list(map(session_turns, sessions))
-    turns = list(chain.from_iterable(turn_lists))
-    lengths = list(map(turn_input, turns))
-    outs = list(map(turn_output, turns))
-    if any_given(map(turn_authored, turns)) \
-            or not _ints_within(lengths, 1, 1 << 50) or not _ints_within(outs, 0, 1 << 50):
-        return "authored outputs or lengths"
+    """The trace's sessions as aisim_plain_config's arrays, or the reason they cannot be."""
     block = driver.block_size
-    # each turn's ids up to its prompt's last block: -(-length // block) of them
-    kept = list(map(getitem, map(turn_hash_ids, turns),
-                    map(slice, map(neg, map(floordiv, map(neg, lengths), repeat(block))))))
-    ids_off = array("q", accumulate(map(len, kept), initial=0))
-    ids_off.pop()   # (where each turn's ids start: the running total before it)
-    arrays = dict(turn_base=array("q", accumulate(map(len, turn_lists), initial=0)),
-                  turn_input=array("q", lengths), turn_output=array("q", outs),
-                  turn_delay=array("d", map(turn_delay, turns)), ids_off=ids_off,
-                  ids=array("I", chain.from_iterable(kept)))
-    if driver.max_sessions is None:
-        starts = list(map(session_start, sessions))
-        if not {float, type(None)}.issuperset(map(type, starts)):
-            return "a session start that is not a float"
-        if None in starts:
-            starts = [0.0 if start is None else start for start in starts]
-        arrays["start_ms"] = starts = array("d", starts)
+    timed = driver.max_sessions is None
+    turn_base, inputs, outputs = array("q", [0]), array("q"), array("q")
+    delays, ids_off, ids = array("d"), array("q"), array("I")
+    starts = array("d")
+    longest = 0
+    for session in driver.sessions:
+        if type(session) is not Session:
+            return "sessions other than a trace's"
+        start = session.start_ms
+        if timed:
+            if start is None:
+                start = 0.0
+            elif type(start) is not float:
+                return "a session start that is not a float"
+            starts.append(start)
+        for turn in session.turns:
+            length, out = turn.input_length, turn.max_output_tokens
+            if turn.output_token_ids is not None or type(length) is not int \
+                    or type(out) is not int or not 1 <= length < 1 << 50 \
+                    or not 0 <= out < 1 << 50:
+                return "authored outputs or lengths"
+            inputs.append(length)
+            outputs.append(out)
+            delays.append(turn.delay_ms)
+            ids_off.append(len(ids))
+            n = -(-length // block)
+            hash_ids = turn.hash_ids
+            ids.extend(hash_ids if len(hash_ids) == n else hash_ids[:n])
+            if length > longest:
+                longest = length
+        turn_base.append(len(inputs))
+    arrays = dict(turn_base=turn_base, turn_input=inputs, turn_output=outputs,
+                  turn_delay=delays, ids_off=ids_off, ids=ids)
+    if timed:
         # trace_start_order's (start, index) order
+        arrays["start_ms"] = starts
         arrays["start_order"] = array("q", sorted(range(len(starts)), key=starts.__getitem__))
-    return arrays, max(lengths, default=0)
-
-
-_PRIORITIES = attrgetter("priority", "strict_priority")
-
-
-def _ints_within(values, low, high):
-    """Whether every value of the list ``values`` is an int (not a bool) in [low, high)."""
-    return {int}.issuperset(map(type, values)) and (
-        not values or (low <= min(values) and max(values) < high))
+    return arrays, longest
 
 
 def _deployment_reason(sim):
@@ -356,8 +348,10 @@ def _kv_router_reason(sim):
     driver = sim.driver
     if type(driver) is not SessionDriver or type(driver.sessions) is not list:
         return "kv_router placement of prompts other than a trace's"
-    priorities = chain.from_iterable(map(_PRIORITIES, all_turns(driver.sessions)))
-    if not _ints_within(list(priorities), -1 << 63, 1 << 63):
+    if any(type(turn.priority) is not int or type(turn.strict_priority) is not int
+           or not -1 << 63 <= turn.priority < 1 << 63
+           or not -1 << 63 <= turn.strict_priority < 1 << 63
+           for session in driver.sessions for turn in session.turns):
         return "kv_router placement with priorities beyond int64"
     if [w.worker_id for w in sim.workers] != list(range(len(sim.workers))) \
             or router.kind != "agg" or not policy._uses_index or policy._given is not None:

@@ -33,7 +33,6 @@ import heapq
 from array import array
 
 from ..engine.request import SimRequest
-from .columns import replaced, session_start
 from .delta import History, OutputPlanner
 from .driver import HeapDriver
 from .prompt import Prompt
@@ -45,13 +44,9 @@ _AUTHORED = (1 << 64) - 1  # a planned-output start meaning "the turn authored i
 
 def trace_start_order(sessions):
     """(start_ms, index) of a trace's sessions in (start, index) order; no start counts as 0."""
-    # ``start_ms or 0.0`` of each, the sessions' own values (no copies), in C loops
-    starts = list(replaced(list(map(session_start, sessions)), _NO_START))
+    starts = [s.start_ms or 0.0 for s in sessions]      # the sessions' own values (no copies)
     order = array("Q", sorted(range(len(sessions)), key=starts.__getitem__))  # stable: by index
-    return zip(map(starts.__getitem__, order), order)
-
-
-_NO_START = {None: 0.0, 0: 0.0}   # (the key 0 stands for every zero: -0.0, False)
+    return ((starts[i], i) for i in order)
 
 
 class SessionDriver(HeapDriver):

@@ -17,15 +17,11 @@ names (input_length, output_length, hash_ids, delay, timestamp).
 
 from __future__ import annotations
 
+import math
 from array import array
-from itertools import chain, repeat
-from math import isfinite
-from operator import gt, itemgetter, mul, ne
 from typing import NamedTuple
 
 from ..errors import TraceError
-from .columns import (any_given, given, session_start, session_turns, turn_authored, turn_delay,
-                      turn_hash_ids, turn_input)
 
 
 class Turn:
@@ -105,9 +101,9 @@ def _fail(where, field, rule):
 
 
 class TraceFacts(NamedTuple):
-    """What ``validate_trace`` learns of a trace, so that the lowering walks it no more: its
-    turn count, whether every session is one turn, the earliest session start (``min``'s
-    pick; None: no session has one) and the first session without a start."""
+    """What ``validate_trace`` learns of a trace on its walk, so that the lowering walks it no
+    more: its turn count, whether every session is one turn, the earliest session start
+    (``min``'s pick; None: no session has one) and the first session without a start."""
 
     total_turns: int
     single_turn: bool
@@ -121,50 +117,28 @@ def validate_trace(trace):
     block = trace.block_size
     if not isinstance(block, int) or block <= 0:
         raise TraceError(f"trace block size must be a positive integer, got {block!r}")
-    sessions = trace.sessions
-    if not sessions:
+    if not trace.sessions:
         raise TraceError("the trace holds no requests")
-    if not _plainly_valid(sessions, block):
-        _word_first_problem(sessions, block)
-    counts = list(map(len, map(session_turns, sessions)))
-    starts = list(map(session_start, sessions))
-    return TraceFacts(sum(counts), max(counts) == 1, min(given(starts), default=None),
-                      sessions[starts.index(None)] if None in starts else None)
-
-
-def _plainly_valid(sessions, block):
-    """Whether the trace keeps every rule ``_word_first_problem`` checks, tested a column at a
-    time in C loops (map, chain, min), not a Python step per turn. False also where it cannot
-    tell (authored outputs, values it cannot compare): the walk then decides, and words the
-    first problem."""
-    turn_lists = list(map(session_turns, sessions))
-    try:
-        if not all(map(isfinite, given(list(map(session_start, sessions))))) \
-                or min(map(len, turn_lists)) == 0:
-            return False
-        turns = list(chain.from_iterable(turn_lists))
-        lengths = list(map(turn_input, turns))
-        delays = list(map(turn_delay, turns))
-        return (min(lengths) > 0
-                and not any(map(gt, lengths, map(mul, map(len, map(turn_hash_ids, turns)),
-                                                 repeat(block))))
-                and not any_given(map(turn_authored, turns))
-                and all(map(isfinite, delays)) and min(delays) >= 0.0
-                and not any(map(ne, map(turn_delay, map(itemgetter(0), turn_lists)),
-                                repeat(0.0))))
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
-def _word_first_problem(sessions, block):
-    """Raises the error for the trace's first broken rule, in session and turn order."""
-    for session in sessions:
+    total = 0
+    single = True
+    earliest = unstarted = None
+    isfinite = math.isfinite
+    for session in trace.sessions:
         start = session.start_ms
-        if start is not None and not isfinite(start):
-            _fail(session.where, "timestamp", f"must be finite, got {start}")
+        if start is None:
+            if unstarted is None:
+                unstarted = session
+        else:
+            if not isfinite(start):
+                _fail(session.where, "timestamp", f"must be finite, got {start}")
+            if earliest is None or start < earliest:
+                earliest = start
         turns = session.turns
         if not turns:
             raise TraceError(f"{session.where}: session {session.session_id!r} has no turns")
+        total += len(turns)
+        if len(turns) != 1:
+            single = False
         for index, turn in enumerate(turns):
             length = turn.input_length
             if length <= 0:
@@ -184,6 +158,7 @@ def _word_first_problem(sessions, block):
                 if index == 0:
                     _fail(turn.where, "delay", f"must be 0 on the first turn of a session, "
                           f"got {delay}")
+    return TraceFacts(total, single, earliest, unstarted)
 
 
 def fail_unstarted(session):

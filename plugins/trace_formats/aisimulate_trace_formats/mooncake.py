@@ -13,13 +13,10 @@ describe only its new input, which the core appends to the session's history.
 from __future__ import annotations
 
 from array import array
-from itertools import chain, islice, repeat
-from operator import attrgetter, getitem, gt, mul
+from itertools import chain
 
 import msgspec
 
-from aisimulate_core.workload.columns import (all_turns, any_given, column, made, replaced,
-                                              session_turns)
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
@@ -157,32 +154,25 @@ _LOADED = {}
 
 
 def _snapshot(trace):
-    """What ``_rebuild`` makes the trace again of: its fields a column at a time, the turns'
-    hash and output ids copied."""
-    sessions = trace.sessions
-    turns = all_turns(sessions)
-    return (trace.block_size, trace.accumulate_deltas, len(sessions),
-            {name: column(sessions, name) for name in ("session_id", "start_ms", "where")},
-            list(map(len, map(session_turns, sessions))),
-            _copied({name: column(turns, name) for name in Turn.__slots__}))
+    sessions = [(s.session_id, s.start_ms, s.where,
+                 [(t.input_length, t.max_output_tokens, t.hash_ids[:], t.delay_ms,
+                   None if t.output_token_ids is None else t.output_token_ids[:], t.priority, t.strict_priority, t.policy_class, t.where)
+                  for t in s.turns]) for s in trace.sessions]
+    return trace.block_size, trace.accumulate_deltas, sessions
 
 
-def _rebuild(block_size, accumulate_deltas, count, session_columns, turn_counts, turn_columns):
-    turns = iter(made(Turn, sum(turn_counts), _copied(turn_columns)))
-    sessions = made(Session, count, dict(
-        session_columns, turns=map(list, map(islice, repeat(turns), turn_counts))))
-    return Trace(block_size, sessions, accumulate_deltas=accumulate_deltas)
-
-
-def _copied(turn_columns):
-    """``turn_columns`` with new copies of its hash id and output id sequences (what a run
-    may change in place)."""
-    copies = dict(turn_columns)
-    copies["hash_ids"] = list(map(getitem, copies["hash_ids"], repeat(slice(None))))
-    outputs = copies["output_token_ids"]
-    if any_given(outputs):
-        copies["output_token_ids"] = [None if ids is None else ids[:] for ids in outputs]
-    return copies
+def _rebuild(block_size, accumulate_deltas, sessions):
+    out = []
+    for session_id, start_ms, where, turns in sessions:
+        made = []
+        for (input_length, output_length, hash_ids, delay_ms, outputs, priority, strict,
+             policy_class, turn_where) in turns:
+            made.append(Turn(input_length, output_length, hash_ids[:], delay_ms,
+                             output_token_ids=None if outputs is None else outputs[:],
+                             priority=priority, strict_priority=strict,
+                             policy_class=policy_class, where=turn_where))
+        out.append(Session(session_id, start_ms, made, where=where))
+    return Trace(block_size, out, accumulate_deltas=accumulate_deltas)
 
 
 def _decode_mooncake(path, block_size, accumulate_deltas, data=None):
@@ -218,46 +208,32 @@ def _lone_turns(path, block_size, rows):
     """The Trace ``MooncakeBuilder`` makes of rows that are each a session of one turn (no
     session id, alias or authored outputs, explicit lengths within the hash ids' capacity;
     priorities and a policy class may be given), or None when a row is not one (the builder
-    then reads them all, and words any error). Each field is taken of all rows at once, and
-    the sessions and turns made, in C loops (``columns``).
+    then reads them all, and words any error).
 
     The hash ids are interned for the whole file at once, as the builder's row-by-row
     interning numbers them: dense ids in first-seen order over the rows in file order."""
-    hash_lists = column(rows, "hash_ids")
-    lengths = column(rows, "input_length")
-    outputs = column(rows, "output_length")
-    if None in hash_lists or None in lengths or None in outputs \
-            or any(map(gt, lengths, map(mul, map(len, hash_lists), repeat(block_size)))) \
-            or any_given(chain.from_iterable(map(_BUILDER_ONLY, rows))):
-        return None
-    first_seen = dict.fromkeys(chain.from_iterable(hash_lists))
+    for row in rows:
+        hash_ids, input_length, output_length = row.hash_ids, row.input_length, row.output_length
+        if (hash_ids is None or output_length is None or input_length is None
+                or input_length > len(hash_ids) * block_size or row.session_id is not None
+                or row.input_tokens is not None or row.output_tokens is not None
+                or row.created_time is not None or row.delay_ms is not None
+                or row.output_token_ids is not None):
+            return None
+    first_seen = dict.fromkeys(chain.from_iterable(row.hash_ids for row in rows))
     if first_seen and max(first_seen) > U64_MAX:
         return None
     dense = dict(zip(first_seen, range(len(first_seen)))).__getitem__
-    count = len(rows)
-    numbers = list(map(str, range(1, count + 1)))
-    wheres = list(map(f"{path}:".__add__, numbers))     # f"{path}:{number}"
-    turns = made(Turn, count, dict(
-        input_length=lengths, max_output_tokens=outputs,
-        hash_ids=map(array, repeat("I"), map(map, repeat(dense), hash_lists)),
-        delay_ms=replaced(column(rows, "delay"), _NONE_AS_ZERO_MS),
-        output_token_ids=repeat(None), priority=replaced(column(rows, "priority"), _NONE_AS_0),
-        strict_priority=replaced(column(rows, "strict_priority"), _NONE_AS_0),
-        policy_class=column(rows, "policy_class"), where=wheres))
-    sessions = made(Session, count, dict(
-        session_id=map("request_".__add__, numbers), start_ms=column(rows, "timestamp"),
-        turns=map(list, zip(turns)), where=wheres))
+    sessions = []
+    for number, row in enumerate(rows, 1):
+        where = f"{path}:{number}"
+        delay = row.delay
+        turn = Turn(row.input_length, row.output_length, array("I", map(dense, row.hash_ids)),
+                    0.0 if delay is None else delay, priority=row.priority or 0,
+                    strict_priority=row.strict_priority or 0, policy_class=row.policy_class,
+                    where=where)
+        sessions.append(Session(f"request_{number}", row.timestamp, [turn], where=where))
     return Trace(model_block_size(block_size), sessions)
-
-
-# the fields only the builder reads: a session id, the aliases and authored outputs
-_BUILDER_ONLY = attrgetter("session_id", "input_tokens", "output_tokens", "created_time",
-                           "delay_ms", "output_token_ids")
-
-# a field the row left out: the builder's ``0.0 if delay is None else delay`` and
-# ``priority or 0`` (msgspec's ints are never False)
-_NONE_AS_ZERO_MS = {None: 0.0}
-_NONE_AS_0 = {None: 0}
 
 
 class Mooncake(TraceFormat):

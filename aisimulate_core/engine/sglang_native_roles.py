@@ -22,7 +22,7 @@ from ..native import check_status as _check
 from .native_roles import DestinationCounts, HeldSources
 from .request import WAITING
 from .sglang import SglangRank
-from .sglang_native import NativeSglangRank, supports
+from .sglang_native import _PROMOTED, NativeSglangRank, supports
 from .sglang_roles import SglangDecodeRank, SglangPrefillRank
 
 
@@ -121,7 +121,7 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
     def schedule(self, now_ms):
         end = NativeSglangRank.schedule(self, now_ms)
         self._idle_pass = (end == now_ms and not self.pass_effect
-                           and not self._view.promoted)
+                           and not self._i32[_PROMOTED])
         return end
 
 

@@ -22,6 +22,7 @@ from aisimulate_core.engine.sglang import SglangRank
 from aisimulate_core.spec import load_payload
 
 from test_sglang_extension import WALL_CLOCK_KEYS, _payload as extension_payload
+from test_sglang_pd_extension import _payload as pd_payload
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the C core is not built")
 
@@ -143,3 +144,62 @@ def test_synthetic_id_ranges_past_the_scratch_size(monkeypatch, block_size):
     assert used == 2
     assert len(scratch.firsts) >= 2       # grown for a prefix and a fresh range
     assert got == expected
+
+
+# the view fields the rank reads as memoryview items: (field, the rank's memory, its index)
+_ITEMS = () if native.lib is None else (
+    ("n_running", "_i64", sglang_native._N_RUNNING),
+    ("n_waiting", "_i64", sglang_native._N_WAITING),
+    ("rounds_left", "_i64", sglang_native._ROUNDS_LEFT),
+    ("n_prebuilt", "_i64", sglang_native._N_PREBUILT),
+    ("pf_count", "_i64", sglang_native._PF_COUNT),
+    ("dec_batch", "_i64", sglang_native._DEC_BATCH),
+    ("n_events", "_i64", sglang_native._N_EVENTS),
+    ("decode_ms", "_f64", sglang_native._DECODE_MS),
+    ("decode_known", "_i32", sglang_native._DECODE_KNOWN),
+    ("formed", "_i32", sglang_native._FORMED),
+    ("pass_effect", "_i32", sglang_native._PASS_EFFECT),
+    ("stuck", "_i32", sglang_native._STUCK),
+    ("extendable", "_i32", sglang_native._EXTENDABLE),
+    ("retry_due", "_i32", sglang_native._RETRY_DUE),
+    ("promoted", "_i32", sglang_native._PROMOTED),
+)
+
+
+@pytest.mark.skipif(native.BACKEND != "c", reason="the C ranks run on the C backend only")
+@pytest.mark.parametrize("disaggregated", [False, True])
+def test_view_items_read_the_view_fields(monkeypatch, disaggregated):
+    """The hot view fields are read as items of the view's memory: after every call that
+    changes them, each item is its cffi field (a wrong offset or width would differ)."""
+    checked = []
+
+    def compare(rank):
+        view = rank._view
+        values = [(name, getattr(rank, memory)[index], getattr(view, name))
+                  for name, memory, index in _ITEMS]
+        assert [(name, item) for name, item, _ in values] == \
+            [(name, field) for name, _, field in values]
+        checked.append(values)
+
+    for method in ("schedule", "extend", "complete"):
+        original = getattr(NativeSglangRank, method)
+
+        def wrapped(self, *args, _original=original, **kwargs):
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                compare(self)
+
+        monkeypatch.setattr(NativeSglangRank, method, wrapped)
+    payloads = [pd_payload(seed) for seed in range(8)] if disaggregated else [_payload(5)]
+    for payload in payloads:
+        build_simulation(load_payload(json.dumps(payload))).run()
+    assert len(checked) > 50
+    # every field the runs move took more than one value (a read stuck at a constant shows)
+    seen = {name: {value for values in checked for n, value, _ in values if n == name}
+            for name, _, _ in _ITEMS}
+    moving = ["n_running", "n_waiting", "pf_count", "dec_batch", "n_events", "decode_ms",
+              "extendable"]
+    moving += ["n_prebuilt", "retry_due", "promoted"] if disaggregated else ["formed",
+                                                                           "pass_effect"]
+    assert [name for name in moving if len(seen[name]) < 2] == [], seen

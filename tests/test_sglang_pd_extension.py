@@ -18,7 +18,9 @@ import json
 import random
 from array import array
 
-from aisimulate_core import Prompt, SimRequest, build_simulation, load_payload
+import pytest
+
+from aisimulate_core import Prompt, SimRequest, build_simulation, load_payload, native
 from aisimulate_core.engine.sglang import SglangRank
 from aisimulate_core.engine.sglang_native_roles import SGLANG_RANK_CLASSES
 from aisimulate_core.engine.sglang_roles import SglangDecodeRank, _share_tokens
@@ -176,6 +178,8 @@ def _quiet_outcome(payload):
     return report, history
 
 
+@pytest.mark.skipif(native.lib is None or native.BACKEND != "c",
+                    reason="runs are left uncut only on the C decode roles")
 def test_runs_left_uncut_at_quiet_pass_ends_match_cut_runs(monkeypatch):
     """A C decode role's run with a pass end at a visited time is left uncut when only the rank
     sees that pass end (``_quiet_pass_end``), and cut and completed there only when something

@@ -103,6 +103,29 @@ class _Scratch:
 _SCRATCH = _Scratch() if native.ffi is not None else None
 
 
+def _item(name, size):
+    """The index of view field ``name`` in the view's memory read as items of ``size`` bytes
+    (0 without the C library: no rank reads it then)."""
+    if native.ffi is None:
+        return 0
+    offset = native.ffi.offsetof("aisim_sglang_view", name)
+    if offset % size:
+        raise AssertionError(f"aisim_sglang_view.{name} is not {size}-byte aligned")
+    return offset // size
+
+
+# The view fields every pass reads, as indexes into the view's memory (``_i64``, ``_i32``,
+# ``_f64`` of a rank): a memoryview subscript costs a third of a cffi field read, and the loop
+# reads a dozen of them per pass (tests/test_sglang_native.py checks them against the fields)
+_N_RUNNING, _N_WAITING, _ROUNDS_LEFT, _N_PREBUILT, _PF_COUNT, _DEC_BATCH, _N_EVENTS = (
+    _item(name, 8) for name in ("n_running", "n_waiting", "rounds_left", "n_prebuilt",
+                                "pf_count", "dec_batch", "n_events"))
+_DECODE_MS = _item("decode_ms", 8)
+_DECODE_KNOWN, _FORMED, _PASS_EFFECT, _STUCK, _EXTENDABLE, _RETRY_DUE, _PROMOTED = (
+    _item(name, 4) for name in ("decode_known", "formed", "pass_effect", "stuck",
+                                "extendable", "retry_due", "promoted"))
+
+
 class _Queue(QueueView):
     """The running batch (which 0) or the waiting queue (which 1): iterating brings the
     requests' counts up to date from C (their ``generated``, ``computed``, ``held_blocks``,
@@ -225,6 +248,8 @@ class NativeSglangRank:
         self._rank = native.open_handle("aisim_sglang_rank", lib.aisim_sglang_new,
                                         lib.aisim_sglang_free, "aisim_sglang_new", config)
         self._view = native.handle_view(self._rank, "aisim_sglang_view", lib.aisim_sglang_view_of)
+        memory = memoryview(ffi.buffer(self._view, ffi.sizeof("aisim_sglang_view")))
+        self._i64, self._i32, self._f64 = memory.cast("q"), memory.cast("i"), memory.cast("d")
         box = ffi.new("aisim_radix **")
         _check(lib.aisim_sglang_cache(self._rank, box), "aisim_sglang_cache")
         self.cache = NativeRadixCache.borrow(box[0], self._rank, ps)
@@ -337,9 +362,10 @@ class NativeSglangRank:
         return out[0]
 
     def has_work(self):
-        view = self._view
+        counts = self._i64
         # (a decode role's prebuilt requests are work too; no other rank has any)
-        return bool(view.n_running or view.n_waiting or view.rounds_left or view.n_prebuilt)
+        return bool(counts[_N_RUNNING] or counts[_N_WAITING] or counts[_ROUNDS_LEFT]
+                    or counts[_N_PREBUILT])
 
     # ------------------------------------------------------------------ queue entry
     def submit(self, request):
@@ -414,41 +440,43 @@ class NativeSglangRank:
     # ------------------------------------------------------------------ scheduling
     def schedule(self, now_ms):
         """Form one pass at ``now_ms``; returns its end time, or None with nothing to do."""
-        view = self._view
-        if (not view.n_running and not view.n_waiting and not view.rounds_left
-                and not view.n_prebuilt):
+        i64 = self._i64
+        if (not i64[_N_RUNNING] and not i64[_N_WAITING] and not i64[_ROUNDS_LEFT]
+                and not i64[_N_PREBUILT]):
             self.stuck = False
             return None
         lib = native.lib
         status = lib.aisim_sglang_schedule(self._rank, now_ms)
-        if view.n_events:
+        if i64[_N_EVENTS]:
             self._schedule_events(now_ms)
         if status:   # (AISIM_OK: no check's call; this runs per pass)
             if status == lib.AISIM_SG_STALLED:
                 raise SimulationError(self.stall_reason(self.waiting[0]))
             _check(status, "aisim_sglang_schedule")
-        if not view.formed:     # (a decode role's prebuilt requests without a slot)
+        i32 = self._i32
+        if not i32[_FORMED]:     # (a decode role's prebuilt requests without a slot)
             self.stuck = False
             return None
-        count = view.pf_count
+        count = i64[_PF_COUNT]
         if count:
+            view = self._view
             end_ms = now_ms + (self.timer.prefill(count, view.pf_isl // count,
                                                   view.pf_prefix // count)
                                if self.charges_prefill else 0.0)
         else:
-            n = view.dec_batch
+            n = i64[_DEC_BATCH]
             if not n:
                 decode = 0.0
-            elif view.decode_known:
-                decode = view.decode_ms
+            elif i32[_DECODE_KNOWN]:
+                decode = self._f64[_DECODE_MS]
             else:   # a time only Python knows (or an error only it can word): ask, remember
-                active = view.dec_active
+                active = self._view.dec_active
                 decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
                 _check(lib.aisim_decode_timing_put(self._decode_timing, n, active, decode),
                        "aisim_decode_timing_put")
             end_ms = now_ms + decode
-        self.pass_effect = bool(view.pass_effect)
-        self.stuck = bool(view.stuck)
+        self.pass_effect = bool(i32[_PASS_EFFECT])
+        self.stuck = bool(i32[_STUCK])
         self.pass_end_ms = end_ms
         return end_ms
 
@@ -474,10 +502,10 @@ class NativeSglangRank:
     def extend(self, horizon_ms, cutoff_ms, max_passes=MAX_PASSES):
         """Lengthen the pass just formed by the decode-only passes that follow it (as
         ``SglangRank.extend``, in C). Returns the end time of the last pass."""
-        view = self._view
+        i32 = self._i32
         # (a decode role's pass end that the handoff needs, retry_due, is never extended:
         # SglangDecodeRank.extend; C sets it only for that role)
-        if not view.extendable or view.retry_due or self.pass_end_ms >= horizon_ms:
+        if not i32[_EXTENDABLE] or i32[_RETRY_DUE] or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
         lib = native.lib
         scratch = _SCRATCH
@@ -516,9 +544,9 @@ class NativeSglangRank:
         if status < 0:
             _check(status, "aisim_sglang_complete")
         self._ends_finishing = False
-        view = self._view
-        if not view.n_events:
+        if not self._i64[_N_EVENTS]:
             return
+        view = self._view
         ffi = native.ffi
         values = ffi.unpack(view.events, view.n_events * 5)
         n_values = view.n_stretch_values

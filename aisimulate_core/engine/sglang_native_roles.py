@@ -22,7 +22,7 @@ from ..native import check_status as _check
 from .native_roles import DestinationCounts, HeldSources
 from .request import WAITING
 from .sglang import SglangRank
-from .sglang_native import NativeSglangRank, supports
+from .sglang_native import _PROMOTED, NativeSglangRank, supports
 from .sglang_roles import SglangDecodeRank, SglangPrefillRank
 
 
@@ -94,8 +94,9 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
         if not self.pending and not idle:
             return None
         slot, fresh, node = self._retry_out
-        _check(native.lib.aisim_sglang_retry(self._rank, idle, slot, fresh, node),
-               "aisim_sglang_retry")
+        status = native.lib.aisim_sglang_retry(self._rank, idle, slot, fresh, node)
+        if status < 0:   # (no check's call on AISIM_OK: a decode rank retries at every pass end)
+            _check(status, "aisim_sglang_retry")
         if slot[0] < 0:
             return None
         head = self.pending.popleft()
@@ -121,7 +122,7 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
     def schedule(self, now_ms):
         end = NativeSglangRank.schedule(self, now_ms)
         self._idle_pass = (end == now_ms and not self.pass_effect
-                           and not self._view.promoted)
+                           and not self._i32[_PROMOTED])
         return end
 
 

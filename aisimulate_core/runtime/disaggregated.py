@@ -248,13 +248,15 @@ class DisaggregatedSimulation(Simulation):
         times are never visited."""
         passes = self._passes
         stale = self._stale
+        workers = self.workers
         t = passes[0][0]
         while t in stale:
-            if self._is_stale(passes[0][1]):
-                heapq.heappop(passes)
-                self._unstale(t)
-            else:
-                break
+            ident = passes[0][1]
+            worker = workers[ident >> 32]
+            if worker.busy and worker.generation == ident & _GEN_MASK:
+                break    # (a live completion: its time is visited)
+            heapq.heappop(passes)
+            self._unstale(t)
             t = passes[0][0]
         return t
 
@@ -264,10 +266,6 @@ class DisaggregatedSimulation(Simulation):
             self._stale[t] = count
         else:
             del self._stale[t]
-
-    def _is_stale(self, ident):
-        worker = self.workers[ident >> 32]
-        return not worker.busy or worker.generation != ident & _GEN_MASK
 
     def _step(self, t):
         telemetry = self.telemetry

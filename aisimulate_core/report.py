@@ -890,18 +890,9 @@ def aggregated_record(uuid_text: str, session_id: Any, turn_index: Any, arrival:
     none of the optional keys, made without the RequestRecord (the C loop's usual record:
     runtime/plain_native.py). tests/test_report.py checks the two agree."""
     # the template's None stands for every disaggregated key (no _record call of 30 values)
-    record = _BLANK_RECORD.copy()
-    record["session_id"] = session_id
-    record["turn_index"] = turn_index
-    record["uuid"] = uuid_text
-    record["arrival_time_ms"] = arrival
-    record["first_admit_ms"] = admit_at
-    record["terminal_time_ms"] = terminal
-    _set_token_times(record, arrival, first, second, last, output_length)
-    record["input_length"] = input_length
-    record["requested_output_length"] = requested_output_length
-    record["output_length"] = output_length
-    record["reused_input_tokens"] = reused
+    record = _request_record(session_id, turn_index, uuid_text, arrival, admit_at, terminal,
+                             first, second, last, input_length, requested_output_length,
+                             output_length, reused)
     record["decode_worker_idx"] = scheduler
     record["routing_history"] = [route.copy()]
     record["admission_history"] = [_first_into_pool(0, "agg", admit_at, admit_reused)]
@@ -941,26 +932,16 @@ def _record(session_id, turn_index, uuid_text, arrival, dispatched, first_admit,
             decode_admit, released, decode_reuse, prefill_overlap, decode_overlap, routes,
             history, readmissions, pressure, status) -> dict:
     """The keys every record has (``_COMMON_KEYS``) with their values, these in the keys'
-    order but for TTFT, TTST, E2E and the mean ITL, derived here from the token times
-    (clamped at 0, NaN too, as _nonneg does), and the admission count: every way a record is
-    made ends here.
+    order but for TTFT, TTST, E2E and the mean ITL (``_request_record`` derives them) and the
+    admission count: every way a record is made but aggregated_record's ends here.
 
     A record is a copy of _BLANK_RECORD (its keys already in place: a copy of a dict is one
     copy of its table, where a dict grown key by key resizes 4 times) with its values stored
     in: about 11K instructions a record against dict(zip(keys, values))'s 18K."""
-    record = _BLANK_RECORD.copy()
-    record["session_id"] = session_id
-    record["turn_index"] = turn_index
-    record["uuid"] = uuid_text
-    record["arrival_time_ms"] = arrival
+    record = _request_record(session_id, turn_index, uuid_text, arrival, first_admit, terminal,
+                             first, second, last, input_length, requested_output_length,
+                             output_length, reused)
     record["dispatched_at_ms"] = dispatched
-    record["first_admit_ms"] = first_admit
-    record["terminal_time_ms"] = terminal
-    _set_token_times(record, arrival, first, second, last, output_length)
-    record["input_length"] = input_length
-    record["requested_output_length"] = requested_output_length
-    record["output_length"] = output_length
-    record["reused_input_tokens"] = reused
     record["prefill_worker_idx"] = prefill_worker
     record["decode_worker_idx"] = decode_worker
     record["prefill_admit_ms"] = prefill_admit
@@ -981,10 +962,23 @@ def _record(session_id, turn_index, uuid_text, arrival, dispatched, first_admit,
     return record
 
 
-def _set_token_times(record, arrival, first, second, last, output_length):
-    """The token times' keys of ``record`` (a copy of _BLANK_RECORD: None where unset) and
-    TTFT, TTST, E2E and the mean ITL derived from them, clamped at 0 (NaN too, as _nonneg
-    does)."""
+def _request_record(session_id, turn_index, uuid_text, arrival, first_admit, terminal, first,
+                    second, last, input_length, requested_output_length, output_length,
+                    reused) -> dict:
+    """A copy of _BLANK_RECORD with the request's own keys set: its ids, times, lengths and
+    reuse, and TTFT, TTST, E2E and the mean ITL derived from its token times, clamped at 0
+    (NaN too, as _nonneg does); the placement and handoff keys are left None."""
+    record = _BLANK_RECORD.copy()
+    record["session_id"] = session_id
+    record["turn_index"] = turn_index
+    record["uuid"] = uuid_text
+    record["arrival_time_ms"] = arrival
+    record["first_admit_ms"] = first_admit
+    record["terminal_time_ms"] = terminal
+    record["input_length"] = input_length
+    record["requested_output_length"] = requested_output_length
+    record["output_length"] = output_length
+    record["reused_input_tokens"] = reused
     # (b - a if b > a else 0.0 is _nonneg(b - a): a difference of doubles is above 0 exactly
     # when b > a, and neither is when either is NaN)
     if first is not None:
@@ -997,6 +991,7 @@ def _set_token_times(record, arrival, first, second, last, output_length):
     if last is not None:
         record["last_token_ms"] = last
         record["e2e_latency_ms"] = last - arrival if last > arrival else 0.0
+    return record
 
 
 # The keys a record leaves out when unset (the reference skips them when None), each with the

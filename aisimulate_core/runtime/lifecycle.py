@@ -29,11 +29,13 @@ class PoolLifecycle:
         self.next_id = initial_workers
         self.draining = 0         # workers draining now (the loop asks at every pass end)
 
+    # ``state`` holds every worker ever added, in ascending id: ids are given out in order
+    # (``next_id``) and a removed worker keeps its entry, so its walks need no sort
     def ids(self, state):
-        return sorted(i for i, s in self.state.items() if s == state)
+        return [i for i, s in self.state.items() if s == state]
 
     def non_draining(self):
-        return sorted(i for i, s in self.state.items() if s in (ACTIVE, STARTING))
+        return [i for i, s in self.state.items() if s == ACTIVE or s == STARTING]
 
     def worker_seconds(self, end_ms):
         total = 0.0

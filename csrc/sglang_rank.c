@@ -12,6 +12,9 @@
  */
 #include "sglang_rank.h"
 
+/* output tokens a request's token buffer has room for from its submission (at most) */
+#define TOKEN_ROOM 4096
+
 /* ------------------------------------------------------------------ small helpers */
 
 static int64_t stamp0(aisim_sglang_rank *r)
@@ -1143,11 +1146,16 @@ static int submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
     q->out_tag = out_tag;
     int status = AISIM_OK;
     if (r->cfg.caching && prompt_len) {
-        q->tok = malloc((size_t)prompt_len * sizeof(uint32_t));
+        /* room for the outputs too (up to a bound): a finished request's tokens then go on
+         * the tree without a reallocation that copies its prompt (sgl_ensure_tokens) */
+        int64_t room = out_limit > 0 ? (out_limit < TOKEN_ROOM ? out_limit : TOKEN_ROOM) : 0;
+        int64_t cap = prompt_len + room;
+        q->tok = malloc((size_t)cap * sizeof(uint32_t));
         status = q->tok ? AISIM_OK : AISIM_ENOMEM;
         if (q->tok) {
             form_fill(form, q->tok, prompt_len);
-            q->n_tok = q->cap_tok = prompt_len;
+            q->n_tok = prompt_len;
+            q->cap_tok = cap;
         }
     }
     if (status == AISIM_OK && n_authored) {

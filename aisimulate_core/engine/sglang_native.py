@@ -102,6 +102,16 @@ class _Scratch:
 # made as the module loads, as vllm_native's (a run's first rank would pay for them)
 _SCRATCH = _Scratch() if native.ffi is not None else None
 
+# the C calls every pass makes, bound once: a global's read is specialized, a cffi library's
+# attribute read is not (about 300 instructions a call; ~60K calls a run)
+if native.lib is not None:
+    _C_SCHEDULE = native.lib.aisim_sglang_schedule
+    _C_EXTEND = native.lib.aisim_sglang_extend
+    _C_COMPLETE = native.lib.aisim_sglang_complete
+    _DECODE_MISS = native.lib.AISIM_DECODE_MISS
+else:
+    _C_SCHEDULE = _C_EXTEND = _C_COMPLETE = _DECODE_MISS = None
+
 
 def _item(name, size):
     """The index of view field ``name`` in the view's memory read as items of ``size`` bytes
@@ -445,12 +455,11 @@ class NativeSglangRank:
                 and not i64[_N_PREBUILT]):
             self.stuck = False
             return None
-        lib = native.lib
-        status = lib.aisim_sglang_schedule(self._rank, now_ms)
+        status = _C_SCHEDULE(self._rank, now_ms)
         if i64[_N_EVENTS]:
             self._schedule_events(now_ms)
         if status:   # (AISIM_OK: no check's call; this runs per pass)
-            if status == lib.AISIM_SG_STALLED:
+            if status == native.lib.AISIM_SG_STALLED:
                 raise SimulationError(self.stall_reason(self.waiting[0]))
             _check(status, "aisim_sglang_schedule")
         i32 = self._i32
@@ -472,7 +481,7 @@ class NativeSglangRank:
             else:   # a time only Python knows (or an error only it can word): ask, remember
                 active = self._view.dec_active
                 decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
-                _check(lib.aisim_decode_timing_put(self._decode_timing, n, active, decode),
+                _check(native.lib.aisim_decode_timing_put(self._decode_timing, n, active, decode),
                        "aisim_decode_timing_put")
             end_ms = now_ms + decode
         self.pass_effect = bool(i32[_PASS_EFFECT])
@@ -507,14 +516,14 @@ class NativeSglangRank:
         # SglangDecodeRank.extend; C sets it only for that role)
         if not i32[_EXTENDABLE] or i32[_RETRY_DUE] or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
-        lib = native.lib
         scratch = _SCRATCH
         run, ends, finishing = scratch.run, scratch.ends, scratch.finishing
         if max_passes > MAX_PASSES:
             max_passes = MAX_PASSES
-        status = lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
-                                         max_passes, ends, MAX_PASSES, run, 0, finishing)
-        if status == lib.AISIM_DECODE_MISS:   # (an external provider's time: the memo missed)
+        status = _C_EXTEND(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms, max_passes, ends,
+                           MAX_PASSES, run, 0, finishing)
+        if status == _DECODE_MISS:   # (an external provider's time: the memo missed)
+            lib = native.lib
             status = answer_misses(
                 status, run, self._decode_timing, self.timer.decode, self.total_kv_tokens,
                 lambda: lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms,
@@ -540,7 +549,7 @@ class NativeSglangRank:
         else:
             extra = 0
             self.pass_ends.append(end_ms)
-        status = native.lib.aisim_sglang_complete(self._rank, extra, self._ends_finishing)
+        status = _C_COMPLETE(self._rank, extra, self._ends_finishing)
         if status < 0:
             _check(status, "aisim_sglang_complete")
         self._ends_finishing = False

@@ -26,6 +26,10 @@ from .sglang_native import _PROMOTED, NativeSglangRank, supports
 from .sglang_roles import SglangDecodeRank, SglangPrefillRank
 
 
+# (bound once, as sglang_native's per-pass calls: a decode rank retries at every pass end)
+_C_RETRY = native.lib.aisim_sglang_retry if native.lib is not None else None
+
+
 class _Roles:
     """What both C roles add to the C rank."""
 
@@ -94,7 +98,7 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
         if not self.pending and not idle:
             return None
         slot, fresh, node = self._retry_out
-        status = native.lib.aisim_sglang_retry(self._rank, idle, slot, fresh, node)
+        status = _C_RETRY(self._rank, idle, slot, fresh, node)
         if status < 0:   # (no check's call on AISIM_OK: a decode rank retries at every pass end)
             _check(status, "aisim_sglang_retry")
         if slot[0] < 0:

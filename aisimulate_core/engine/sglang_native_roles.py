@@ -61,6 +61,7 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
     role = "decode"
     TWIN = SglangDecodeRank
     charges_prefill = False
+    _tracks_idle_pass = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -17,7 +17,7 @@ from ..engine.request import request_name
 class Worker:
     __slots__ = ("idx", "worker_id", "ranks", "busy", "_active", "pass_end_ms", "generation",
                  "extendable", "_round_ranks", "_pass_start", "_lone", "_plain_truncate",
-                 "wave", "_cadence")
+                 "wave", "_cadence", "_start_run")
 
     def __init__(self, idx, ranks, worker_id=None):
         self.idx = idx                # the simulation's key for this worker
@@ -42,6 +42,10 @@ class Worker:
         self.wave = 0
         self._cadence = [rank.psi for rank in ranks
                          if getattr(rank, "psi", None) is not None] if len(ranks) > 1 else []
+        # the lone rank's fused schedule-and-extend (a C SGLang rank's ``schedule_extended``),
+        # bound at its first pass: a rank that formed one holds requests, so it keeps its class
+        # (a C rank becomes its Python twin only before it takes any)
+        self._start_run = None
 
     def has_work(self):
         for rank in self.ranks:
@@ -60,11 +64,18 @@ class Worker:
         """Start a grouped pass; returns its end time, or None when no rank has work."""
         rank = self._lone
         if rank is not None:
-            end = rank.schedule(now_ms)
-            if end is None:
-                return None
-            if self.extendable:
-                end = rank.extend(horizon_ms, cutoff_ms)
+            start_run = self._start_run
+            if start_run is not None:
+                end = start_run(now_ms, horizon_ms, cutoff_ms)
+                if end is None:
+                    return None
+            else:
+                end = rank.schedule(now_ms)
+                if end is None:
+                    return None
+                if self.extendable:
+                    end = rank.extend(horizon_ms, cutoff_ms)
+                    self._start_run = getattr(rank, "schedule_extended", None)
             self._active = self.ranks
         else:
             end = None

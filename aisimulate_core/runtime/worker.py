@@ -43,8 +43,8 @@ class Worker:
         self._cadence = [rank.psi for rank in ranks
                          if getattr(rank, "psi", None) is not None] if len(ranks) > 1 else []
         # the lone rank's fused schedule-and-extend (a C SGLang rank's ``schedule_extended``),
-        # bound at its first pass: a rank that formed one holds requests, so it keeps its class
-        # (a C rank becomes its Python twin only before it takes any)
+        # bound at its first pass (False: it has none): a rank that formed one holds requests,
+        # so it keeps its class (a C rank becomes its Python twin only before it takes any)
         self._start_run = None
 
     def has_work(self):
@@ -65,7 +65,7 @@ class Worker:
         rank = self._lone
         if rank is not None:
             start_run = self._start_run
-            if start_run is not None:
+            if start_run:
                 end = start_run(now_ms, horizon_ms, cutoff_ms)
                 if end is None:
                     return None
@@ -75,7 +75,8 @@ class Worker:
                     return None
                 if self.extendable:
                     end = rank.extend(horizon_ms, cutoff_ms)
-                    self._start_run = getattr(rank, "schedule_extended", None)
+                    if start_run is None:   # (False: the rank has none)
+                        self._start_run = getattr(rank, "schedule_extended", None) or False
             self._active = self.ranks
         else:
             end = None

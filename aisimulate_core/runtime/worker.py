@@ -9,6 +9,8 @@ a grouped pass every rank, idle ones included, hears whether any rank prefilled 
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 from ..engine import fpm
 from ..engine.rank_base import RankBase
 from ..engine.request import request_name
@@ -149,12 +151,20 @@ class Worker:
         if not self.extendable:
             return None
         rank = self._lone
-        # RankBase.truncate's answer without the call when no extended pass runs (an arrival
-        # per request meets a pass in flight)
-        if rank._macro_ends is None and self._plain_truncate:
+        if self._plain_truncate:
+            # RankBase.truncate, inline (a decode worker's run is cut about three times per
+            # request of the SGLang handoff)
             end = rank.pass_end_ms
-        elif started and self._plain_truncate:
-            end = rank.truncate(arrival_ms, True)
+            ends = rank._macro_ends
+            if ends is not None:
+                i = (bisect_right if started else bisect_left)(ends, arrival_ms)
+                if i < len(ends) - 1:
+                    if i == 0:
+                        rank._macro_ends = None
+                    else:
+                        del ends[i + 1:]
+                    rank._run_cut()
+                    end = rank.pass_end_ms = ends[i]
         else:
             end = rank.truncate(arrival_ms)
         if end < self.pass_end_ms:

@@ -232,7 +232,14 @@ class DisaggregatedSimulation(Simulation):
         transfers = self._transfers
         if transfers and transfers[0][0] < t:
             t = transfers[0][0]
-        return self._next_time_after(t)
+        # (Simulation._next_time_after, inline)
+        if self.max_in_flight is None or self.in_flight < self.max_in_flight:
+            ready = self.driver.next_ready_ms()
+            if ready < t:
+                t = ready if ready > self.now_ms else self.now_ms
+        if self.cluster is not None:
+            t = self._cluster_time(t)
+        return t
 
     def _event_time(self):
         t = self._passes[0][0]
@@ -461,7 +468,15 @@ class DisaggregatedSimulation(Simulation):
         if extended:
             extended.pop(key, None)
         held = self._held = []
-        worker.complete_pass()
+        lone = worker._lone
+        if lone is not None:
+            # Worker.complete_pass of a lone rank, inline (a call fewer per pass)
+            worker.busy = False
+            if worker._active:
+                lone.complete()
+                worker._active = ()
+        else:
+            worker.complete_pass()
         actions = self._actions
         deferred = None if immediate else self._deferred
         # each rank of the group completes in turn, idle ones included
@@ -532,10 +547,24 @@ class DisaggregatedSimulation(Simulation):
             # prefill pass end would cost more than the passes a cut throws away.
             inbound = self._inbound.get(key)
             horizon = inbound[0] if inbound else math.inf
-        end = worker.start_pass(t, horizon, self.max_sim_time_ms if self.cluster is None
-                                and self.telemetry is None else self._extension_cutoff())
-        if end is None:
-            return False
+        cutoff = (self.max_sim_time_ms if self.cluster is None and self.telemetry is None
+                  else self._extension_cutoff())
+        start_run = worker._start_run
+        if start_run:
+            # Worker.start_pass of a lone rank with a fused start, inline (a call fewer per pass)
+            end = start_run(t, horizon, cutoff)
+            if end is None:
+                return False
+            worker._active = worker.ranks
+            if end == t:
+                worker._check_stuck(t)
+            worker.busy = True
+            worker._pass_start = t
+            worker.pass_end_ms = end
+        else:
+            end = worker.start_pass(t, horizon, cutoff)
+            if end is None:
+                return False
         if end > t:
             heapq.heappush(self._passes, (end, (key << 32) | worker.generation))
             self._idle[decode].discard(key)

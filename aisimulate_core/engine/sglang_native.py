@@ -452,7 +452,9 @@ class NativeSglangRank:
                              counts, n, block, authored, n_authored, tag)
         if slot == native.EINVAL:
             return None               # ids past u32 or a short range: the runs say why
-        return _check(slot, "aisim_sglang_submit_ranges")
+        if slot < 0:   # (no check's call on a slot: two submissions per request)
+            _check(slot, "aisim_sglang_submit_ranges")
+        return slot
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self, now_ms):
@@ -589,8 +591,10 @@ class NativeSglangRank:
                                                 finishing))
         if status < 0:
             _check(status, "aisim_sglang_extend")
-        if run.n_ends > 1:
-            out = native.c_array("d", ends, run.n_ends)
+        n_ends = run.n_ends
+        if n_ends > 1:
+            out = array("d")   # (native.c_array, inline: most passes start a run)
+            out.frombytes(native.ffi.buffer(ends, 8 * n_ends))
             self._macro_ends = out
             self._ends_finishing = bool(finishing[0])
             self.pass_end_ms = out[-1]

@@ -263,7 +263,11 @@ class DisaggregatedSimulation(Simulation):
             if worker.busy and worker.generation == ident & _GEN_MASK:
                 break    # (a live completion: its time is visited)
             heapq.heappop(passes)
-            self._unstale(t)
+            count = stale[t] - 1    # (_unstale, inline)
+            if count:
+                stale[t] = count
+            else:
+                del stale[t]
             t = passes[0][0]
         return t
 
@@ -397,7 +401,9 @@ class DisaggregatedSimulation(Simulation):
                     return
             self._visited.append(t)
             for key, rank in self._extended.items():
-                if rank.ends_pass_at(t):
+                # rank.ends_pass_at(t), inline (as _step's)
+                ends = rank._macro_ends
+                if ends is not None and t < ends[-1] and ends[bisect_left(ends, t)] == t:
                     self._cut(key, t)
             for _, _, handoff in due:
                 self._arrived(handoff)

@@ -12,6 +12,9 @@
  */
 #include "sglang_rank.h"
 
+/* output tokens a request's token buffer has room for from its submission (at most) */
+#define TOKEN_ROOM 4096
+
 /* ------------------------------------------------------------------ small helpers */
 
 static int64_t stamp0(aisim_sglang_rank *r)
@@ -1143,11 +1146,16 @@ static int submit(aisim_sglang_rank *r, int64_t prompt_len, int64_t out_limit,
     q->out_tag = out_tag;
     int status = AISIM_OK;
     if (r->cfg.caching && prompt_len) {
-        q->tok = malloc((size_t)prompt_len * sizeof(uint32_t));
+        /* room for the outputs too (up to a bound): a finished request's tokens then go on
+         * the tree without a reallocation that copies its prompt (sgl_ensure_tokens) */
+        int64_t room = out_limit > 0 ? (out_limit < TOKEN_ROOM ? out_limit : TOKEN_ROOM) : 0;
+        int64_t cap = prompt_len + room;
+        q->tok = malloc((size_t)cap * sizeof(uint32_t));
         status = q->tok ? AISIM_OK : AISIM_ENOMEM;
         if (q->tok) {
             form_fill(form, q->tok, prompt_len);
-            q->n_tok = q->cap_tok = prompt_len;
+            q->n_tok = prompt_len;
+            q->cap_tok = cap;
         }
     }
     if (status == AISIM_OK && n_authored) {
@@ -1249,6 +1257,53 @@ int aisim_sglang_extend(aisim_sglang_rank *r, double end_ms, double horizon_ms,
     if (status == AISIM_DECODE_MISS)
         return status;
     return sgl_guard(r, status);
+}
+
+int aisim_sglang_set_start_buffers(aisim_sglang_rank *r, double *ends, size_t cap,
+                                   aisim_decode_run *run, int32_t *finishing)
+{
+    if (!r || !ends || !run || !finishing || cap < 1 || cap > (size_t)INT64_MAX)
+        return AISIM_EINVAL;
+    r->start_ends = ends;
+    r->start_cap = cap;
+    r->start_run = run;
+    r->start_finishing = finishing;
+    return AISIM_OK;
+}
+
+int aisim_sglang_start(aisim_sglang_rank *r, double now_ms, double horizon_ms, double cutoff_ms,
+                       int32_t charges_prefill)
+{
+    if (!r)
+        return AISIM_EINVAL;
+    aisim_sglang_view *v = &r->view;
+    v->start_timed = 0;
+    int status = aisim_sglang_schedule(r, now_ms);
+    if (status != AISIM_OK || !v->formed)
+        return status;
+    /* the pass's time as SglangRank.schedule takes it, when C knows it */
+    double took;
+    if (v->pf_count) {
+        if (charges_prefill)
+            return AISIM_OK;
+        took = 0.0;
+    } else if (!v->dec_batch) {
+        took = 0.0;
+    } else if (v->decode_known) {
+        took = v->decode_ms;
+    } else {
+        return AISIM_OK;
+    }
+    double end_ms = now_ms + took;
+    v->start_end_ms = end_ms;
+    v->start_timed = 1;
+    /* SglangRank.extend's own test (a decode role's retry_due pass end is never extended) */
+    if (!v->extendable || v->retry_due || !(end_ms < horizon_ms) || !r->start_ends)
+        return AISIM_OK;
+    v->start_timed = 2;
+    return aisim_sglang_extend(r, end_ms, horizon_ms, cutoff_ms, (int64_t)r->start_cap,
+                               r->start_ends, r->start_cap, r->start_run, 0,
+                               r->start_finishing);
 }
 
 int aisim_sglang_complete(aisim_sglang_rank *r, int64_t extra_passes, int32_t finishing)

@@ -101,6 +101,11 @@ typedef struct aisim_sglang_view {
     int32_t retry_due;          /* decode: the next pass end matters to the handoff (a head not
                                  * tried at this generation, or a prebuilt one with a slot) */
     int32_t promoted;           /* decode: the pass just formed started prebuilt requests */
+    /* aisim_sglang_start: the end of the pass formed when C timed it (start_timed 1: not
+     * extended; 2: the extension was tried, its run in the start buffers; 0: Python times the
+     * pass and extends it) */
+    int32_t start_timed;
+    double start_end_ms;
 } aisim_sglang_view;
 
 int aisim_sglang_new(aisim_sglang_rank **out, const aisim_sglang_config *config);
@@ -136,6 +141,18 @@ int aisim_sglang_schedule(aisim_sglang_rank *r, double now_ms);
 int aisim_sglang_extend(aisim_sglang_rank *r, double end_ms, double horizon_ms,
                         double cutoff_ms, int64_t max_passes, double *ends, size_t cap,
                         aisim_decode_run *run, int32_t resume, int32_t *finishing);
+/* Where aisim_sglang_start extends a pass: as aisim_sglang_extend's ends (cap of them), run and
+ * finishing (kept for the rank's life; the caller's buffers outlive it). */
+int aisim_sglang_set_start_buffers(aisim_sglang_rank *r, double *ends, size_t cap,
+                                   aisim_decode_run *run, int32_t *finishing);
+/* aisim_sglang_schedule, then, when the pass formed has a time C knows (no prefill, or one not
+ * charged (charges_prefill 0); a decode forward of a known time, or none), its end in
+ * view.start_end_ms and, when it is extendable, not retry_due and before horizon_ms,
+ * aisim_sglang_extend of it into the start buffers (max passes: their cap), as
+ * SglangRank.schedule then .extend. Returns aisim_sglang_schedule's status or the extension's
+ * (AISIM_DECODE_MISS: resume it with aisim_sglang_extend). */
+int aisim_sglang_start(aisim_sglang_rank *r, double now_ms, double horizon_ms, double cutoff_ms,
+                       int32_t charges_prefill);
 /* Completes the pass formed, lengthened by extra_passes decode-only passes (the last one a
  * pass in which members finish when finishing). */
 int aisim_sglang_complete(aisim_sglang_rank *r, int64_t extra_passes, int32_t finishing);

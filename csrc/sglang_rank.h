@@ -122,6 +122,12 @@ struct aisim_sglang_rank {
     size_t p_head, b_head;
     int64_t k3;                  /* the roles' between-passes stamp counter (never reset) */
     int32_t broken;
+    /* aisim_sglang_start's extension buffers (Python's, set by aisim_sglang_set_start_buffers;
+     * NULL: it never extends) */
+    double *start_ends;
+    size_t start_cap;
+    aisim_decode_run *start_run;
+    int32_t *start_finishing;
 };
 
 /* ------------------------------------------------------------------ inlined helpers */

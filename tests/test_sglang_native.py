@@ -162,6 +162,8 @@ _ITEMS = () if native.lib is None else (
     ("stuck", "_i32", sglang_native._STUCK),
     ("extendable", "_i32", sglang_native._EXTENDABLE),
     ("retry_due", "_i32", sglang_native._RETRY_DUE),
+    ("start_timed", "_i32", sglang_native._START_TIMED),
+    ("start_end_ms", "_f64", sglang_native._START_END_MS),
     ("promoted", "_i32", sglang_native._PROMOTED),
 )
 
@@ -181,7 +183,7 @@ def test_view_items_read_the_view_fields(monkeypatch, disaggregated):
             [(name, field) for name, _, field in values]
         checked.append(values)
 
-    for method in ("schedule", "extend", "complete"):
+    for method in ("schedule", "schedule_extended", "extend", "complete"):
         original = getattr(NativeSglangRank, method)
 
         def wrapped(self, *args, _original=original, **kwargs):
@@ -194,12 +196,16 @@ def test_view_items_read_the_view_fields(monkeypatch, disaggregated):
     payloads = [pd_payload(seed) for seed in range(8)] if disaggregated else [_payload(5)]
     for payload in payloads:
         build_simulation(load_payload(json.dumps(payload))).run()
+    # and with schedule and extend as calls of their own (a worker binds no fused start)
+    monkeypatch.setattr(NativeSglangRank, "schedule_extended", None)
+    for payload in payloads:
+        build_simulation(load_payload(json.dumps(payload))).run()
     assert len(checked) > 50
     # every field the runs move took more than one value (a read stuck at a constant shows)
     seen = {name: {value for values in checked for n, value, _ in values if n == name}
             for name, _, _ in _ITEMS}
     moving = ["n_running", "n_waiting", "pf_count", "dec_batch", "n_events", "decode_ms",
-              "extendable"]
+              "extendable", "start_timed", "start_end_ms"]
     moving += ["n_prebuilt", "retry_due", "promoted"] if disaggregated else ["formed",
                                                                            "pass_effect"]
     assert [name for name in moving if len(seen[name]) < 2] == [], seen

@@ -102,6 +102,17 @@ class _Scratch:
 # made as the module loads, as vllm_native's (a run's first rank would pay for them)
 _SCRATCH = _Scratch() if native.ffi is not None else None
 
+# the C calls every pass makes, bound once: a global's read is specialized, a cffi library's
+# attribute read is not (about 300 instructions a call; ~60K calls a run)
+if native.lib is not None:
+    _C_SCHEDULE = native.lib.aisim_sglang_schedule
+    _C_START = native.lib.aisim_sglang_start
+    _C_EXTEND = native.lib.aisim_sglang_extend
+    _C_COMPLETE = native.lib.aisim_sglang_complete
+    _DECODE_MISS = native.lib.AISIM_DECODE_MISS
+else:
+    _C_SCHEDULE = _C_START = _C_EXTEND = _C_COMPLETE = _DECODE_MISS = None
+
 
 def _item(name, size):
     """The index of view field ``name`` in the view's memory read as items of ``size`` bytes
@@ -124,6 +135,8 @@ _DECODE_MS = _item("decode_ms", 8)
 _DECODE_KNOWN, _FORMED, _PASS_EFFECT, _STUCK, _EXTENDABLE, _RETRY_DUE, _PROMOTED = (
     _item(name, 4) for name in ("decode_known", "formed", "pass_effect", "stuck",
                                 "extendable", "retry_due", "promoted"))
+_START_TIMED = _item("start_timed", 4)
+_START_END_MS = _item("start_end_ms", 8)
 
 
 class _Queue(QueueView):
@@ -263,6 +276,10 @@ class NativeSglangRank:
             self.total_kv_tokens, MEMO_LIMIT)
         _check(lib.aisim_sglang_set_decode_timing(self._rank, self._decode_timing),
                "aisim_sglang_set_decode_timing")
+        # aisim_sglang_start extends into the module's scratch buffers (they live as long)
+        _check(lib.aisim_sglang_set_start_buffers(self._rank, _SCRATCH.ends, MAX_PASSES,
+                                                  _SCRATCH.run, _SCRATCH.finishing),
+               "aisim_sglang_set_start_buffers")
         self._requests = []          # slot -> SimRequest (None while free)
         self._submitted = 0
         self.running = _Queue(self, 0)
@@ -435,7 +452,9 @@ class NativeSglangRank:
                              counts, n, block, authored, n_authored, tag)
         if slot == native.EINVAL:
             return None               # ids past u32 or a short range: the runs say why
-        return _check(slot, "aisim_sglang_submit_ranges")
+        if slot < 0:   # (no check's call on a slot: two submissions per request)
+            _check(slot, "aisim_sglang_submit_ranges")
+        return slot
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self, now_ms):
@@ -445,39 +464,82 @@ class NativeSglangRank:
                 and not i64[_N_PREBUILT]):
             self.stuck = False
             return None
-        lib = native.lib
-        status = lib.aisim_sglang_schedule(self._rank, now_ms)
+        status = _C_SCHEDULE(self._rank, now_ms)
         if i64[_N_EVENTS]:
             self._schedule_events(now_ms)
         if status:   # (AISIM_OK: no check's call; this runs per pass)
-            if status == lib.AISIM_SG_STALLED:
+            if status == native.lib.AISIM_SG_STALLED:
                 raise SimulationError(self.stall_reason(self.waiting[0]))
             _check(status, "aisim_sglang_schedule")
         i32 = self._i32
         if not i32[_FORMED]:     # (a decode role's prebuilt requests without a slot)
             self.stuck = False
             return None
-        count = i64[_PF_COUNT]
-        if count:
-            view = self._view
-            end_ms = now_ms + (self.timer.prefill(count, view.pf_isl // count,
-                                                  view.pf_prefix // count)
-                               if self.charges_prefill else 0.0)
-        else:
-            n = i64[_DEC_BATCH]
-            if not n:
-                decode = 0.0
-            elif i32[_DECODE_KNOWN]:
-                decode = self._f64[_DECODE_MS]
-            else:   # a time only Python knows (or an error only it can word): ask, remember
-                active = self._view.dec_active
-                decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
-                _check(lib.aisim_decode_timing_put(self._decode_timing, n, active, decode),
-                       "aisim_decode_timing_put")
-            end_ms = now_ms + decode
+        end_ms = self._pass_end(now_ms)
         self.pass_effect = bool(i32[_PASS_EFFECT])
         self.stuck = bool(i32[_STUCK])
         self.pass_end_ms = end_ms
+        return end_ms
+
+    def _pass_end(self, now_ms):
+        """The end of the pass just formed at ``now_ms``: its prefill (where this rank charges
+        one) or its decode forward."""
+        i64 = self._i64
+        count = i64[_PF_COUNT]
+        if count:
+            view = self._view
+            return now_ms + (self.timer.prefill(count, view.pf_isl // count,
+                                                view.pf_prefix // count)
+                             if self.charges_prefill else 0.0)
+        n = i64[_DEC_BATCH]
+        if not n:
+            decode = 0.0
+        elif self._i32[_DECODE_KNOWN]:
+            decode = self._f64[_DECODE_MS]
+        else:   # a time only Python knows (or an error only it can word): ask, remember
+            active = self._view.dec_active
+            decode = self.timer.decode(n, active, active // n, self.total_kv_tokens)
+            _check(native.lib.aisim_decode_timing_put(self._decode_timing, n, active, decode),
+                   "aisim_decode_timing_put")
+        return now_ms + decode
+
+    # whether the pass just formed sets ``_idle_pass`` (the decode role's: its next retry reads it)
+    _tracks_idle_pass = False
+
+    def schedule_extended(self, now_ms, horizon_ms, cutoff_ms):
+        """``schedule`` then ``extend`` (a lone rank's pass start: Worker.start_pass), the same
+        answers, in one C call (aisim_sglang_start) where C knows the pass's time."""
+        i64 = self._i64
+        if (not i64[_N_RUNNING] and not i64[_N_WAITING] and not i64[_ROUNDS_LEFT]
+                and not i64[_N_PREBUILT]):
+            self.stuck = False
+            if self._tracks_idle_pass:
+                self._idle_pass = False
+            return None
+        status = _C_START(self._rank, now_ms, horizon_ms, cutoff_ms, self.charges_prefill)
+        if i64[_N_EVENTS]:
+            self._schedule_events(now_ms)
+        i32 = self._i32
+        timed = i32[_START_TIMED]
+        if status and timed != 2:   # (the schedule's status: an extension's is read below)
+            if status == native.lib.AISIM_SG_STALLED:
+                raise SimulationError(self.stall_reason(self.waiting[0]))
+            _check(status, "aisim_sglang_schedule")
+        if not i32[_FORMED]:
+            self.stuck = False
+            if self._tracks_idle_pass:
+                self._idle_pass = False
+            return None
+        end_ms = self._f64[_START_END_MS] if timed else self._pass_end(now_ms)
+        effect = self.pass_effect = bool(i32[_PASS_EFFECT])
+        self.stuck = bool(i32[_STUCK])
+        self.pass_end_ms = end_ms
+        if self._tracks_idle_pass:
+            self._idle_pass = end_ms == now_ms and not effect and not i32[_PROMOTED]
+        if timed == 2:
+            return self._extended(status, horizon_ms, cutoff_ms, MAX_PASSES)
+        if not timed:
+            return self.extend(horizon_ms, cutoff_ms)
         return end_ms
 
     def _schedule_events(self, now_ms):
@@ -507,14 +569,21 @@ class NativeSglangRank:
         # SglangDecodeRank.extend; C sets it only for that role)
         if not i32[_EXTENDABLE] or i32[_RETRY_DUE] or self.pass_end_ms >= horizon_ms:
             return self.pass_end_ms
-        lib = native.lib
         scratch = _SCRATCH
         run, ends, finishing = scratch.run, scratch.ends, scratch.finishing
         if max_passes > MAX_PASSES:
             max_passes = MAX_PASSES
-        status = lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms,
-                                         max_passes, ends, MAX_PASSES, run, 0, finishing)
-        if status == lib.AISIM_DECODE_MISS:   # (an external provider's time: the memo missed)
+        status = _C_EXTEND(self._rank, self.pass_end_ms, horizon_ms, cutoff_ms, max_passes, ends,
+                           MAX_PASSES, run, 0, finishing)
+        return self._extended(status, horizon_ms, cutoff_ms, max_passes)
+
+    def _extended(self, status, horizon_ms, cutoff_ms, max_passes):
+        """``extend`` after its C call returned ``status``: the run it made, in the scratch
+        buffers (resumed while C misses a decode time only Python knows)."""
+        scratch = _SCRATCH
+        run, ends, finishing = scratch.run, scratch.ends, scratch.finishing
+        if status == _DECODE_MISS:   # (an external provider's time: the memo missed)
+            lib = native.lib
             status = answer_misses(
                 status, run, self._decode_timing, self.timer.decode, self.total_kv_tokens,
                 lambda: lib.aisim_sglang_extend(self._rank, self.pass_end_ms, horizon_ms,
@@ -522,8 +591,10 @@ class NativeSglangRank:
                                                 finishing))
         if status < 0:
             _check(status, "aisim_sglang_extend")
-        if run.n_ends > 1:
-            out = native.c_array("d", ends, run.n_ends)
+        n_ends = run.n_ends
+        if n_ends > 1:
+            out = array("d")   # (native.c_array, inline: most passes start a run)
+            out.frombytes(native.ffi.buffer(ends, 8 * n_ends))
             self._macro_ends = out
             self._ends_finishing = bool(finishing[0])
             self.pass_end_ms = out[-1]
@@ -540,7 +611,7 @@ class NativeSglangRank:
         else:
             extra = 0
             self.pass_ends.append(end_ms)
-        status = native.lib.aisim_sglang_complete(self._rank, extra, self._ends_finishing)
+        status = _C_COMPLETE(self._rank, extra, self._ends_finishing)
         if status < 0:
             _check(status, "aisim_sglang_complete")
         self._ends_finishing = False

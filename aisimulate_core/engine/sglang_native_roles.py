@@ -26,6 +26,11 @@ from .sglang_native import _PROMOTED, NativeSglangRank, supports
 from .sglang_roles import SglangDecodeRank, SglangPrefillRank
 
 
+# (bound once, as sglang_native's per-pass calls: a decode rank retries at every pass end)
+_C_RETRY = native.lib.aisim_sglang_retry if native.lib is not None else None
+_C_ACTIVATE = native.lib.aisim_sglang_activate if native.lib is not None else None
+
+
 class _Roles:
     """What both C roles add to the C rank."""
 
@@ -57,6 +62,7 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
     role = "decode"
     TWIN = SglangDecodeRank
     charges_prefill = False
+    _tracks_idle_pass = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -94,7 +100,7 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
         if not self.pending and not idle:
             return None
         slot, fresh, node = self._retry_out
-        status = native.lib.aisim_sglang_retry(self._rank, idle, slot, fresh, node)
+        status = _C_RETRY(self._rank, idle, slot, fresh, node)
         if status < 0:   # (no check's call on AISIM_OK: a decode rank retries at every pass end)
             _check(status, "aisim_sglang_retry")
         if slot[0] < 0:
@@ -105,8 +111,9 @@ class NativeSglangDecodeRank(DestinationCounts, _Roles, NativeSglangRank):
 
     def activate(self, r):
         """The prompt's KV has arrived: on the tree, and prebuilt for the next pass."""
-        _check(native.lib.aisim_sglang_activate(self._rank, self._reserved.pop(id(r))),
-               "aisim_sglang_activate")
+        status = _C_ACTIVATE(self._rank, self._reserved.pop(id(r)))
+        if status < 0:   # (no check's call on AISIM_OK: an activation per request)
+            _check(status, "aisim_sglang_activate")
         r.computed = r.prompt_len
         r.status = WAITING
 

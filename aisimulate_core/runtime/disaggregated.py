@@ -232,7 +232,14 @@ class DisaggregatedSimulation(Simulation):
         transfers = self._transfers
         if transfers and transfers[0][0] < t:
             t = transfers[0][0]
-        return self._next_time_after(t)
+        # (Simulation._next_time_after, inline)
+        if self.max_in_flight is None or self.in_flight < self.max_in_flight:
+            ready = self.driver.next_ready_ms()
+            if ready < t:
+                t = ready if ready > self.now_ms else self.now_ms
+        if self.cluster is not None:
+            t = self._cluster_time(t)
+        return t
 
     def _event_time(self):
         t = self._passes[0][0]
@@ -256,7 +263,11 @@ class DisaggregatedSimulation(Simulation):
             if worker.busy and worker.generation == ident & _GEN_MASK:
                 break    # (a live completion: its time is visited)
             heapq.heappop(passes)
-            self._unstale(t)
+            count = stale[t] - 1    # (_unstale, inline)
+            if count:
+                stale[t] = count
+            else:
+                del stale[t]
             t = passes[0][0]
         return t
 
@@ -390,7 +401,9 @@ class DisaggregatedSimulation(Simulation):
                     return
             self._visited.append(t)
             for key, rank in self._extended.items():
-                if rank.ends_pass_at(t):
+                # rank.ends_pass_at(t), inline (as _step's)
+                ends = rank._macro_ends
+                if ends is not None and t < ends[-1] and ends[bisect_left(ends, t)] == t:
                     self._cut(key, t)
             for _, _, handoff in due:
                 self._arrived(handoff)
@@ -461,7 +474,15 @@ class DisaggregatedSimulation(Simulation):
         if extended:
             extended.pop(key, None)
         held = self._held = []
-        worker.complete_pass()
+        lone = worker._lone
+        if lone is not None:
+            # Worker.complete_pass of a lone rank, inline (a call fewer per pass)
+            worker.busy = False
+            if worker._active:
+                lone.complete()
+                worker._active = ()
+        else:
+            worker.complete_pass()
         actions = self._actions
         deferred = None if immediate else self._deferred
         # each rank of the group completes in turn, idle ones included
@@ -532,10 +553,24 @@ class DisaggregatedSimulation(Simulation):
             # prefill pass end would cost more than the passes a cut throws away.
             inbound = self._inbound.get(key)
             horizon = inbound[0] if inbound else math.inf
-        end = worker.start_pass(t, horizon, self.max_sim_time_ms if self.cluster is None
-                                and self.telemetry is None else self._extension_cutoff())
-        if end is None:
-            return False
+        cutoff = (self.max_sim_time_ms if self.cluster is None and self.telemetry is None
+                  else self._extension_cutoff())
+        start_run = worker._start_run
+        if start_run:
+            # Worker.start_pass of a lone rank with a fused start, inline (a call fewer per pass)
+            end = start_run(t, horizon, cutoff)
+            if end is None:
+                return False
+            worker._active = worker.ranks
+            if end == t:
+                worker._check_stuck(t)
+            worker.busy = True
+            worker._pass_start = t
+            worker.pass_end_ms = end
+        else:
+            end = worker.start_pass(t, horizon, cutoff)
+            if end is None:
+                return False
         if end > t:
             heapq.heappush(self._passes, (end, (key << 32) | worker.generation))
             self._idle[decode].discard(key)
@@ -574,9 +609,14 @@ class DisaggregatedSimulation(Simulation):
 
     def _cut(self, key, t):
         """End the extended pass of decode worker ``key`` at its pass in flight at ``t``."""
-        end = self._shorten(key, t)
+        # (_shorten, inline: a run is cut about three times per request)
+        worker = self.workers[key]
+        before = worker.pass_end_ms
+        end = worker.truncate(t)
         if end is not None:
-            heapq.heappush(self._passes, (end, (key << 32) | self.workers[key].generation))
+            stale = self._stale
+            stale[before] = stale.get(before, 0) + 1
+            heapq.heappush(self._passes, (end, (key << 32) | worker.generation))
 
     def _shorten(self, key, t):
         """``_cut`` but for the new completion: the new end of the pass in flight, or None."""

@@ -9,6 +9,8 @@ a grouped pass every rank, idle ones included, hears whether any rank prefilled 
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 from ..engine import fpm
 from ..engine.rank_base import RankBase
 from ..engine.request import request_name
@@ -17,7 +19,7 @@ from ..engine.request import request_name
 class Worker:
     __slots__ = ("idx", "worker_id", "ranks", "busy", "_active", "pass_end_ms", "generation",
                  "extendable", "_round_ranks", "_pass_start", "_lone", "_plain_truncate",
-                 "wave", "_cadence")
+                 "wave", "_cadence", "_start_run")
 
     def __init__(self, idx, ranks, worker_id=None):
         self.idx = idx                # the simulation's key for this worker
@@ -42,6 +44,10 @@ class Worker:
         self.wave = 0
         self._cadence = [rank.psi for rank in ranks
                          if getattr(rank, "psi", None) is not None] if len(ranks) > 1 else []
+        # the lone rank's fused schedule-and-extend (a C SGLang rank's ``schedule_extended``),
+        # bound at its first pass (False: it has none): a rank that formed one holds requests,
+        # so it keeps its class (a C rank becomes its Python twin only before it takes any)
+        self._start_run = None
 
     def has_work(self):
         for rank in self.ranks:
@@ -60,11 +66,19 @@ class Worker:
         """Start a grouped pass; returns its end time, or None when no rank has work."""
         rank = self._lone
         if rank is not None:
-            end = rank.schedule(now_ms)
-            if end is None:
-                return None
-            if self.extendable:
-                end = rank.extend(horizon_ms, cutoff_ms)
+            start_run = self._start_run
+            if start_run:
+                end = start_run(now_ms, horizon_ms, cutoff_ms)
+                if end is None:
+                    return None
+            else:
+                end = rank.schedule(now_ms)
+                if end is None:
+                    return None
+                if self.extendable:
+                    end = rank.extend(horizon_ms, cutoff_ms)
+                    if start_run is None:   # (False: the rank has none)
+                        self._start_run = getattr(rank, "schedule_extended", None) or False
             self._active = self.ranks
         else:
             end = None
@@ -137,12 +151,20 @@ class Worker:
         if not self.extendable:
             return None
         rank = self._lone
-        # RankBase.truncate's answer without the call when no extended pass runs (an arrival
-        # per request meets a pass in flight)
-        if rank._macro_ends is None and self._plain_truncate:
+        if self._plain_truncate:
+            # RankBase.truncate, inline (a decode worker's run is cut about three times per
+            # request of the SGLang handoff)
             end = rank.pass_end_ms
-        elif started and self._plain_truncate:
-            end = rank.truncate(arrival_ms, True)
+            ends = rank._macro_ends
+            if ends is not None:
+                i = (bisect_right if started else bisect_left)(ends, arrival_ms)
+                if i < len(ends) - 1:
+                    if i == 0:
+                        rank._macro_ends = None
+                    else:
+                        del ends[i + 1:]
+                    rank._run_cut()
+                    end = rank.pass_end_ms = ends[i]
         else:
             end = rank.truncate(arrival_ms)
         if end < self.pass_end_ms:

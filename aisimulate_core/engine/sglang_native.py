@@ -468,9 +468,7 @@ class NativeSglangRank:
         if i64[_N_EVENTS]:
             self._schedule_events(now_ms)
         if status:   # (AISIM_OK: no check's call; this runs per pass)
-            if status == native.lib.AISIM_SG_STALLED:
-                raise SimulationError(self.stall_reason(self.waiting[0]))
-            _check(status, "aisim_sglang_schedule")
+            self._schedule_failed(status)
         i32 = self._i32
         if not i32[_FORMED]:     # (a decode role's prebuilt requests without a slot)
             self.stuck = False
@@ -480,6 +478,13 @@ class NativeSglangRank:
         self.stuck = bool(i32[_STUCK])
         self.pass_end_ms = end_ms
         return end_ms
+
+    def _schedule_failed(self, status):
+        """A pass's schedule returned ``status`` (not AISIM_OK): the stall's own error, or the
+        status's."""
+        if status == native.lib.AISIM_SG_STALLED:
+            raise SimulationError(self.stall_reason(self.waiting[0]))
+        _check(status, "aisim_sglang_schedule")
 
     def _pass_end(self, now_ms):
         """The end of the pass just formed at ``now_ms``: its prefill (where this rank charges
@@ -522,9 +527,7 @@ class NativeSglangRank:
         i32 = self._i32
         timed = i32[_START_TIMED]
         if status and timed != 2:   # (the schedule's status: an extension's is read below)
-            if status == native.lib.AISIM_SG_STALLED:
-                raise SimulationError(self.stall_reason(self.waiting[0]))
-            _check(status, "aisim_sglang_schedule")
+            self._schedule_failed(status)
         if not i32[_FORMED]:
             self.stuck = False
             if self._tracks_idle_pass:

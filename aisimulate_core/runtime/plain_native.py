@@ -40,6 +40,7 @@ from ..report import RequestRecord, aggregated_record, route_entry
 from ..workload.one_turn import OneTurnDriver
 from ..workload.rng import CStdRng, StdRng
 from ..workload.sessions import SessionDriver
+from ..workload.lone_turns import LoneTurns
 from ..workload.synthetic import SyntheticSessions
 from ..workload.trace import Session
 from .lifecycle import ACTIVE, DRAINING
@@ -197,11 +198,12 @@ def _trace_reason(driver):
     sessions = driver.sessions
     if type(sessions) is SyntheticSessions:
         return _synthetic_sessions_reason(driver)
-    if type(sessions) is not list or not sessions or driver._histories is not None \
+    lone = type(sessions) is LoneTurns
+    if not (lone or type(sessions) is list) or not sessions or driver._histories is not None \
             or driver._release is not None:
         return "sessions other than a trace's, or accumulated deltas"
-    if len(sessions) >= 1 << 31 or driver.total >= 1 << 40 \
-            or max(len(session.turns) for session in sessions) >= 1 << 31:
+    if len(sessions) >= 1 << 31 or driver.total >= 1 << 40 or not lone \
+            and max(len(session.turns) for session in sessions) >= 1 << 31:
         return "a trace too large"
     heap = driver._heap
     if driver.max_sessions is None:
@@ -236,6 +238,8 @@ def _trace_arrays(driver):
     """The trace's sessions as aisim_plain_config's arrays, or the reason they cannot be."""
     block = driver.block_size
     timed = driver.max_sessions is None
+    if type(driver.sessions) is LoneTurns:
+        return _lone_arrays(driver.sessions, timed)
     turn_base, inputs, outputs = array("q", [0]), array("q"), array("q")
     delays, ids_off, ids = array("d"), array("q"), array("I")
     starts = array("d")
@@ -273,6 +277,25 @@ def _trace_arrays(driver):
         arrays["start_ms"] = starts
         arrays["start_order"] = array("q", sorted(range(len(starts)), key=starts.__getitem__))
     return arrays, longest
+
+
+def _lone_arrays(sessions, timed):
+    """``_trace_arrays`` of sessions of one turn each, from their columns: the lengths, delays
+    and hash ids as they are (the loop reads a turn's first ceil(input / block) ids from its
+    offset on); the loader's types and bounds (lone_turns.py) leave only the lengths' lower
+    bound to check."""
+    inputs = sessions.inputs
+    n = len(inputs)
+    if min(inputs) < 1:
+        return "authored outputs or lengths"
+    arrays = dict(turn_base=array("q", range(n + 1)), turn_input=inputs,
+                  turn_output=sessions.outputs, turn_delay=sessions.delays,
+                  ids_off=sessions.ids_off, ids=sessions.ids)
+    if timed:
+        starts = array("d", [0.0 if start is None else start for start in sessions.starts])
+        arrays["start_ms"] = starts
+        arrays["start_order"] = array("q", sorted(range(n), key=starts.__getitem__))
+    return arrays, max(inputs)
 
 
 def _deployment_reason(sim):
@@ -346,9 +369,10 @@ def _kv_router_reason(sim):
     """Why the loop cannot place with the run's C kv_router (None: it can)."""
     router, policy = sim.router, sim.router.policy.policy
     driver = sim.driver
-    if type(driver) is not SessionDriver or type(driver.sessions) is not list:
+    if type(driver) is not SessionDriver or type(driver.sessions) not in (list, LoneTurns):
         return "kv_router placement of prompts other than a trace's"
-    if any(type(turn.priority) is not int or type(turn.strict_priority) is not int
+    # (lone turns' priorities are the loader's i32 and u32)
+    if type(driver.sessions) is list and any(type(turn.priority) is not int or type(turn.strict_priority) is not int
            or not -1 << 63 <= turn.priority < 1 << 63
            or not -1 << 63 <= turn.strict_priority < 1 << 63
            for session in driver.sessions for turn in session.turns):
@@ -571,10 +595,8 @@ def _config(sim):
             kv_router._sync()
         config.kvr = kv_router._r
         config.kvr_queue = kv_router.holds_requests
-        turns = [turn for session in driver.sessions for turn in session.turns]
-        for name, field in (("turn_priority", "priority"), ("turn_strict", "strict_priority")):
-            values = [getattr(turn, field) for turn in turns]
-            if any(values):
+        for name, values in _turn_priorities(driver.sessions):
+            if values is not None and any(values):
                 buffer = keep[name] = ffi.new("int64_t[]", values)
                 setattr(config, name, buffer)
         config.kvr_report = lib.AISIM_VLLM_REPORT_KV if sim.router.wants_kv else \
@@ -601,6 +623,17 @@ def _config(sim):
     set_report_config(config, sim.collector.totals)
     return config, keep
 
+
+
+def _turn_priorities(sessions):
+    """(config field, every turn's value or None) of the turns' priority and strict
+    priority."""
+    if type(sessions) is LoneTurns:
+        return ("turn_priority", sessions.priorities), ("turn_strict", sessions.stricts)
+    turns = [turn for session in sessions for turn in session.turns]
+    return tuple((name, [getattr(turn, field) for turn in turns])
+                 for name, field in (("turn_priority", "priority"),
+                                     ("turn_strict", "strict_priority")))
 
 
 def set_report_config(config, totals):

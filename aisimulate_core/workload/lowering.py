@@ -14,6 +14,7 @@ from ..spec.converter import show
 from .agentic import AgenticDriver
 from .driver import TimedDriver
 from .graph import AgenticTrace
+from .lone_turns import LoneTurns
 from .sessions import SessionDriver
 from .trace import Trace, fail_unstarted, validate_trace
 from .transforms import (normalize_graph_starts, normalize_session_starts, speed_up_graph,
@@ -66,7 +67,11 @@ def trace_driver(payload, loaded):
         # the reference's rule: lanes pace plays, which a session trace has none of
         raise ConfigError(f"$.traffic.agentic_lanes: requires an agentic trace (trace_format "
                           f"'{traffic.trace_format}' loaded sessions), got {traffic.agentic_lanes}")
-    facts = validate_trace(loaded)   # (the walks below need none of their own)
+    # (the walks below need none of their own; lone turns' columns are checked as columns)
+    sessions = loaded.sessions
+    facts = sessions.facts(loaded.block_size) if type(sessions) is LoneTurns else None
+    if facts is None:
+        facts = validate_trace(loaded)
     trace = speed_up_timing(normalize_session_starts(loaded, facts.earliest_start), ratio)
     cap = traffic.replay_concurrency
     if payload.spec.max_in_flight is not None:

@@ -7,18 +7,26 @@ from __future__ import annotations
 
 import math
 
+from .lone_turns import LoneTurns
+
 _UNKNOWN = object()
 
 
 def normalize_session_starts(trace, earliest=_UNKNOWN):
     """Shift every session start so that the earliest is 0 (``earliest``: the earliest start,
     as ``min`` picks it, when known; None: no session has one)."""
+    sessions = trace.sessions
+    lone = type(sessions) is LoneTurns   # (its columns, not sessions made of them)
     if earliest is _UNKNOWN:
-        starts = [s.start_ms for s in trace.sessions if s.start_ms is not None]
+        starts = [s for s in sessions.starts if s is not None] if lone else \
+            [s.start_ms for s in sessions if s.start_ms is not None]
         earliest = min(starts) if starts else None
     if earliest is None or (earliest == 0.0 and math.copysign(1.0, earliest) > 0.0):
         return trace   # x - 0.0 == x, bit for bit (-0.0 too): nothing to shift
-    for session in trace.sessions:
+    if lone:
+        sessions.shifted(earliest)
+        return trace
+    for session in sessions:
         if session.start_ms is not None:
             session.start_ms -= earliest
     return trace
@@ -28,6 +36,9 @@ def speed_up_timing(trace, ratio):
     """Divide session starts and think delays by ``ratio`` (> 0)."""
     if ratio == 1.0:
         return trace  # x / 1.0 == x: nothing to do
+    if type(trace.sessions) is LoneTurns:
+        trace.sessions.scaled(ratio)
+        return trace
     for session in trace.sessions:
         if session.start_ms is not None:
             session.start_ms /= ratio

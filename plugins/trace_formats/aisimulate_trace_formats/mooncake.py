@@ -13,10 +13,12 @@ describe only its new input, which the core appends to the session's history.
 from __future__ import annotations
 
 from array import array
+from itertools import accumulate
 
 import msgspec
 
 from aisimulate_core.workload.formats import TraceFormat
+from aisimulate_core.workload.lone_turns import LoneTurns
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
 from .rows import (I32, U32, U64_MAX, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64,
@@ -153,14 +155,19 @@ _LOADED = {}
 
 
 def _snapshot(trace):
+    sessions = trace.sessions
+    if type(sessions) is LoneTurns:
+        return trace.block_size, trace.accumulate_deltas, sessions.copy()
     sessions = [(s.session_id, s.start_ms, s.where,
                  [(t.input_length, t.max_output_tokens, t.hash_ids[:], t.delay_ms,
                    None if t.output_token_ids is None else t.output_token_ids[:], t.priority, t.strict_priority, t.policy_class, t.where)
-                  for t in s.turns]) for s in trace.sessions]
+                  for t in s.turns]) for s in sessions]
     return trace.block_size, trace.accumulate_deltas, sessions
 
 
 def _rebuild(block_size, accumulate_deltas, sessions):
+    if type(sessions) is LoneTurns:
+        return Trace(block_size, sessions.copy(), accumulate_deltas=accumulate_deltas)
     out = []
     for session_id, start_ms, where, turns in sessions:
         made = []
@@ -205,8 +212,8 @@ def _decode_mooncake(path, block_size, accumulate_deltas, data=None):
 def _lone_turns(path, block_size, rows):
     """The Trace ``MooncakeBuilder`` makes of rows that are each a session of one turn (no
     session id, alias or authored outputs, explicit lengths within the hash ids' capacity;
-    priorities and a policy class may be given), or None when a row is not one (the builder
-    then reads them all, and words any error).
+    priorities and a policy class may be given), as columns (workload/lone_turns.py), or
+    None when a row is not one (the builder then reads them all, and words any error).
 
     The hash ids are interned for the whole file at once, as the builder's row-by-row
     interning numbers them: dense ids in first-seen order over the rows in file order."""
@@ -223,18 +230,21 @@ def _lone_turns(path, block_size, rows):
     # zipped from it and a map over it
     ids = {}
     intern = ids.setdefault
-    dense_ids = [array("I", [intern(raw, len(ids)) for raw in row.hash_ids]) for row in rows]
+    dense = array("I", [intern(raw, len(ids)) for row in rows for raw in row.hash_ids])
     if ids and max(ids) > U64_MAX:
         return None
-    sessions = []
-    for number, row in enumerate(rows, 1):
-        where = f"{path}:{number}"
-        delay = row.delay
-        # (positional: see Turn.__init__)
-        turn = Turn(row.input_length, row.output_length, dense_ids[number - 1],
-                    0.0 if delay is None else delay, None, row.priority or 0,
-                    row.strict_priority or 0, row.policy_class, where)
-        sessions.append(Session(f"request_{number}", row.timestamp, [turn], where))
+    ids_off = array("q", accumulate([len(row.hash_ids) for row in rows], initial=0))
+    priorities = [row.priority or 0 for row in rows]
+    stricts = [row.strict_priority or 0 for row in rows]
+    policies = [row.policy_class for row in rows]
+    sessions = LoneTurns(
+        path, array("q", [row.input_length for row in rows]),
+        array("q", [row.output_length for row in rows]),
+        array("d", [0.0 if row.delay is None else row.delay for row in rows]),
+        [row.timestamp for row in rows], ids_off, dense,
+        priorities if any(priorities) else None, stricts if any(stricts) else None,
+        policies if policies.count(None) != len(policies) else None,
+        checked_block=block_size)
     return Trace(model_block_size(block_size), sessions)
 
 

@@ -344,3 +344,27 @@ int aisim_hc_remove(aisim_hash_counts *m, uint64_t h)
     erase_slot(m, slot);
     return 1;
 }
+
+int aisim_hc_intern(aisim_hash_counts *m, const uint64_t *raw, size_t n, uint32_t *out)
+{
+    if (!m || ((!raw || !out) && n))
+        return AISIM_EINVAL;
+    for (size_t k = 0; k < n; k++) {
+        hc_slot *slot = &m->slots[find(m, raw[k])];
+        if (!slot->used) {
+            if (m->view.len > UINT32_MAX)
+                return AISIM_EINVAL;   /* (dense ids are u32: no trace holds 2^32 blocks) */
+            /* grown one key at a time: a trace's ids repeat, room for all n would waste */
+            if ((m->view.len + 1) * 2 > m->mask + 1) {
+                if (reserve(m, 1) != AISIM_OK)
+                    return AISIM_ENOMEM;
+                slot = &m->slots[find(m, raw[k])];
+            }
+            slot->used = 1;
+            slot->key = raw[k];
+            slot->count = (int64_t)m->view.len++;
+        }
+        out[k] = (uint32_t)slot->count;
+    }
+    return AISIM_OK;
+}

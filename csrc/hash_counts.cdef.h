@@ -40,3 +40,8 @@ int64_t aisim_hc_leading_absent(const aisim_hash_counts *m, const uint64_t *hash
 int aisim_hc_clear(aisim_hash_counts *m);
 int aisim_hc_set(aisim_hash_counts *m, uint64_t h, int64_t count);
 int aisim_hc_remove(aisim_hash_counts *m, uint64_t h);
+
+/* interning use (a trace's raw hash ids): out[k] = raw[k]'s dense id, the number
+ * of distinct ids before its first appearance, in this call or an earlier one
+ * (an id is inserted with that number as its count); AISIM_EINVAL past 2^32 ids */
+int aisim_hc_intern(aisim_hash_counts *m, const uint64_t *raw, size_t n, uint32_t *out);

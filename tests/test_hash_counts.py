@@ -96,3 +96,24 @@ def test_large_maps_keep_every_hash():
     assert len(c) == len(py)
     assert dict(c.items()) == dict(py.items())
     assert c.leading(keys[1:3]) == 2 and c.leading(keys[:2]) == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_interning_in_c_matches_python_twin(seed):
+    """A trace's raw ids to dense ids (mooncake._lone_turns): the same numbers in C and in
+    Python over seeded batches of repeats, extremes and fresh ids, the map growing past its
+    first tables, and the map's counts are the dense ids."""
+    from array import array
+    rng = random.Random(seed)
+    c, py = CHashCounts(), PyHashCounts()
+    seen = []
+    for _ in range(40):
+        raw = array("Q", [rng.choice([0, MASK, rng.getrandbits(64), rng.randrange(50)]
+                                     if not seen or rng.random() < 0.5 else [rng.choice(seen)])
+                          for _ in range(rng.randrange(0, 200))])
+        seen.extend(raw)
+        got, want = c.intern(raw), py.intern(raw)
+        assert got.typecode == want.typecode == "I" and got == want
+        assert len(c) == len(py) == len(set(seen))
+    assert sorted(c.items()) == sorted(py.items())
+    assert sorted(count for _, count in c.items()) == list(range(len(c)))

@@ -22,6 +22,7 @@ from aisimulate_core.native import (EINVAL, ffi, handle_view, lib, open_handle, 
                                     status_error)
 
 _U64_ARRAY = ffi.typeof("uint64_t[]") if ffi is not None else None
+_U32_ARRAY = ffi.typeof("uint32_t[]") if ffi is not None else None
 
 
 def _broken(operation):
@@ -52,6 +53,14 @@ class PyHashCounts:
 
     def items(self) -> list:
         return list(self._counts.items())
+
+    def intern(self, raw: array) -> array:
+        """Dense ids of the u64s ``raw`` in first-seen order (this call's and earlier ones'):
+        an id new to the map is inserted with the number of ids before it as its count."""
+        intern = self._counts.setdefault
+        counts = self._counts
+        # len(counts) is read before each insertion: a new id gets the next dense value
+        return array("I", [intern(h, len(counts)) for h in raw])
 
     def held_prefix(self, hashes: Sequence[int]) -> int:
         counts = self._counts
@@ -191,6 +200,15 @@ class CHashCounts:
                 raise _broken(operation)
             raise status_error(status, f"HashCounts.{operation}")
         return status
+
+    def intern(self, raw: array) -> array:
+        """PyHashCounts.intern in one C call (``raw``: an array of typecode Q)."""
+        out = array("I", bytes(4 * len(raw)))
+        status = lib.aisim_hc_intern(self._map, ffi.from_buffer(_U64_ARRAY, raw), len(raw),
+                                     ffi.from_buffer(_U32_ARRAY, out))
+        if status < 0:
+            raise status_error(status, "HashCounts.intern")
+        return out
 
     def held_prefix(self, hashes: Sequence[int]) -> int:
         return self._call(lib.aisim_hc_held_prefix, "held_prefix", hashes)

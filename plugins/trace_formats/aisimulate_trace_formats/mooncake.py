@@ -13,10 +13,11 @@ describe only its new input, which the core appends to the session's history.
 from __future__ import annotations
 
 from array import array
-from itertools import accumulate
+from itertools import accumulate, chain
 
 import msgspec
 
+from aisimulate_core.kv.hash_counts import hash_counts
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.lone_turns import LoneTurns
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
@@ -225,14 +226,13 @@ def _lone_turns(path, block_size, rows):
                 or row.created_time is not None or row.delay_ms is not None
                 or row.output_token_ids is not None):
             return None
-    # one setdefault per id (len(ids) read before each insertion: the next dense value), as
-    # HashInterner does: a third of the instructions of a first-seen dict, a dense-id dict
-    # zipped from it and a map over it
-    ids = {}
-    intern = ids.setdefault
-    dense = array("I", [intern(raw, len(ids)) for row in rows for raw in row.hash_ids])
-    if ids and max(ids) > U64_MAX:
-        return None
+    # every id at once, as HashInterner numbers them row by row (in C: one call, not a
+    # dict insertion per id; the Python backend's map is a dict)
+    try:
+        raw = array("Q", chain.from_iterable([row.hash_ids for row in rows]))
+    except OverflowError:
+        return None   # an id beyond 64 bits
+    dense = hash_counts().intern(raw)
     ids_off = array("q", accumulate([len(row.hash_ids) for row in rows], initial=0))
     priorities = [row.priority or 0 for row in rows]
     stricts = [row.strict_priority or 0 for row in rows]

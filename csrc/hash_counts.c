@@ -349,6 +349,10 @@ int aisim_hc_intern(aisim_hash_counts *m, const uint64_t *raw, size_t n, uint32_
 {
     if (!m || ((!raw || !out) && n))
         return AISIM_EINVAL;
+    /* room for the ids up front (regrowing from a small table costs more than the
+     * interning), but at most 2^16 at once: a large trace's ids repeat */
+    if (reserve(m, n < 65536 ? n : 65536) != AISIM_OK)
+        return AISIM_ENOMEM;
     for (size_t k = 0; k < n; k++) {
         hc_slot *slot = &m->slots[find(m, raw[k])];
         if (!slot->used) {

@@ -40,7 +40,7 @@ from ..report import RequestRecord, aggregated_record, route_entry
 from ..workload.one_turn import OneTurnDriver
 from ..workload.rng import CStdRng, StdRng
 from ..workload.sessions import SessionDriver
-from ..workload.lone_turns import LoneTurns
+from ..workload.lone_turns import LoneTurns, int64s
 from ..workload.synthetic import SyntheticSessions
 from ..workload.trace import Session
 from .lifecycle import ACTIVE, DRAINING
@@ -288,13 +288,13 @@ def _lone_arrays(sessions, timed):
     n = len(inputs)
     if min(inputs) < 1:
         return "authored outputs or lengths"
-    arrays = dict(turn_base=array("q", range(n + 1)), turn_input=inputs,
+    arrays = dict(turn_base=int64s(range(n + 1)), turn_input=inputs,
                   turn_output=sessions.outputs, turn_delay=sessions.delays,
                   ids_off=sessions.ids_off, ids=sessions.ids)
     if timed:
         starts = array("d", [0.0 if start is None else start for start in sessions.starts])
         arrays["start_ms"] = starts
-        arrays["start_order"] = array("q", sorted(range(n), key=starts.__getitem__))
+        arrays["start_order"] = int64s(sorted(range(n), key=starts.__getitem__))
     return arrays, max(inputs)
 
 

@@ -19,7 +19,7 @@ import msgspec
 
 from aisimulate_core.kv.hash_counts import hash_counts
 from aisimulate_core.workload.formats import TraceFormat
-from aisimulate_core.workload.lone_turns import LoneTurns
+from aisimulate_core.workload.lone_turns import LoneTurns, int64s
 from aisimulate_core.workload.trace import HashInterner, Session, Trace, Turn
 
 from .rows import (I32, U32, U64_MAX, Milliseconds, NonNegative, TokenLength, check_prompt_tokens, check_u64,
@@ -228,18 +228,18 @@ def _lone_turns(path, block_size, rows):
             return None
     # every id at once, as HashInterner numbers them row by row (in C: one call, not a
     # dict insertion per id; the Python backend's map is a dict)
-    try:
-        raw = array("Q", chain.from_iterable([row.hash_ids for row in rows]))
+    try:   # (from a list: an array made from an iterator takes twice the instructions)
+        raw = array("Q", list(chain.from_iterable([row.hash_ids for row in rows])))
     except OverflowError:
         return None   # an id beyond 64 bits
     dense = hash_counts().intern(raw)
-    ids_off = array("q", accumulate([len(row.hash_ids) for row in rows], initial=0))
+    ids_off = int64s(list(accumulate([len(row.hash_ids) for row in rows], initial=0)))
     priorities = [row.priority or 0 for row in rows]
     stricts = [row.strict_priority or 0 for row in rows]
     policies = [row.policy_class for row in rows]
     sessions = LoneTurns(
-        path, array("q", [row.input_length for row in rows]),
-        array("q", [row.output_length for row in rows]),
+        path, int64s([row.input_length for row in rows]),
+        int64s([row.output_length for row in rows]),
         array("d", [0.0 if row.delay is None else row.delay for row in rows]),
         [row.timestamp for row in rows], ids_off, dense,
         priorities if any(priorities) else None, stricts if any(stricts) else None,

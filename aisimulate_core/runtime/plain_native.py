@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+from itertools import islice
 
 from .. import native
 from ..engine.decode_run import _native_kind
@@ -744,8 +745,8 @@ def _take_trace_state(driver, loop, view, ready):
         # (the sessions still running at a cutoff are not made again: nothing reads them)
         driver.sessions._made = view.sessions_made
     if driver.max_sessions is None:
-        for _ in range(view.next_start - 1):   # (__init__ took the first start)
-            next(driver._starts, None)
+        skip = view.next_start - 1   # (__init__ took the first start)
+        next(islice(driver._starts, skip, skip), None)   # (consumed in C)
     else:
         driver._active = view.active
         driver._next_pending = view.next_pending

@@ -34,6 +34,7 @@ from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
 from .sglang import SglangRank
 from .sglang_cluster import SglangClusterHooks
+from .sglang_layout import SglangLayout
 
 MAX_PAGE_SIZE = 65536
 _EXACT = 2 ** 62                 # counts the C rank keeps in int64 without overflow
@@ -202,14 +203,13 @@ def _becomes_python(name):
     return property(get, put)
 
 
-class NativeSglangRank:
+class NativeSglangRank(SglangLayout):
+    __slots__ = ()
     config_path = "$.spec.engine.rank"
     extension = True             # SglangRank.extension's switch (the differential tests')
     charges_prefill = True       # SglangRank.charges_prefill (a decode role's prefill is free)
     role = "aggregated"          # the C rank's role (engine/sglang_native_roles.py)
     TWIN = SglangRank            # the Python rank a watched one becomes
-    pass_effect = False
-    stuck = False
     grouped = False
     group_size = 1
     # what only a watched rank counts (the Python rank's, unwatched: nothing)
@@ -237,6 +237,8 @@ class NativeSglangRank:
         if reason is not None:
             raise SimulationError(f"the C SGLang rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
+        self.pass_effect = False
+        self.stuck = False
         self._args = (engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id)
         SglangRank._take_settings(self, engine, timer, callbacks, worker_idx, dp_rank,
                                   scheduler_id)
@@ -303,6 +305,7 @@ class NativeSglangRank:
         kept = {key: self.__dict__[key] for key in ("config_path", "extension")
                 if key in self.__dict__}
         twin = self.TWIN
+        self._clear_slots()
         self.__dict__.clear()
         self.__class__ = twin
         twin.__init__(self, engine, timer, pool, callbacks=callbacks, worker_idx=worker_idx,

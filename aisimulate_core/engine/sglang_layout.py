@@ -19,7 +19,8 @@ class SglangLayout:
                  "chunk_setting", "num_blocks", "interval", "_rank", "_view", "_i64", "_i32",
                  "_f64", "cache", "pool", "_decode_timing", "_requests", "_submitted",
                  "running", "waiting", "ratio", "pass_ends", "_break_gaps", "_breaks_read",
-                 "pass_end_ms", "_macro_ends", "_ends_finishing", "pass_effect", "stuck")
+                 "pass_end_ms", "_macro_ends", "_ends_finishing", "pass_effect", "stuck",
+                 "_prefill_charged", "_sets_idle_pass")
 
     def _clear_slots(self):
         """Unset every slot (the C rank's state, before its twin's __init__ runs)."""

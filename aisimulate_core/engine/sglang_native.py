@@ -239,6 +239,10 @@ class NativeSglangRank(SglangLayout):
         ffi, lib = native.ffi, native.lib
         self.pass_effect = False
         self.stuck = False
+        # the role's switches, read per pass: slots (a class default read through ``self``
+        # never specializes)
+        self._prefill_charged = self.charges_prefill
+        self._sets_idle_pass = self._tracks_idle_pass
         self._args = (engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id)
         SglangRank._take_settings(self, engine, timer, callbacks, worker_idx, dp_rank,
                                   scheduler_id)
@@ -498,7 +502,7 @@ class NativeSglangRank(SglangLayout):
             view = self._view
             return now_ms + (self.timer.prefill(count, view.pf_isl // count,
                                                 view.pf_prefix // count)
-                             if self.charges_prefill else 0.0)
+                             if self._prefill_charged else 0.0)
         n = i64[_DEC_BATCH]
         if not n:
             decode = 0.0
@@ -521,10 +525,10 @@ class NativeSglangRank(SglangLayout):
         if (not i64[_N_RUNNING] and not i64[_N_WAITING] and not i64[_ROUNDS_LEFT]
                 and not i64[_N_PREBUILT]):
             self.stuck = False
-            if self._tracks_idle_pass:
+            if self._sets_idle_pass:
                 self._idle_pass = False
             return None
-        status = _C_START(self._rank, now_ms, horizon_ms, cutoff_ms, self.charges_prefill)
+        status = _C_START(self._rank, now_ms, horizon_ms, cutoff_ms, self._prefill_charged)
         if i64[_N_EVENTS]:
             self._schedule_events(now_ms)
         i32 = self._i32
@@ -533,14 +537,14 @@ class NativeSglangRank(SglangLayout):
             self._schedule_failed(status)
         if not i32[_FORMED]:
             self.stuck = False
-            if self._tracks_idle_pass:
+            if self._sets_idle_pass:
                 self._idle_pass = False
             return None
         end_ms = self._f64[_START_END_MS] if timed else self._pass_end(now_ms)
         effect = self.pass_effect = bool(i32[_PASS_EFFECT])
         self.stuck = bool(i32[_STUCK])
         self.pass_end_ms = end_ms
-        if self._tracks_idle_pass:
+        if self._sets_idle_pass:
             self._idle_pass = end_ms == now_ms and not effect and not i32[_PROMOTED]
         if timed == 2:
             return self._extended(status, horizon_ms, cutoff_ms, MAX_PASSES)

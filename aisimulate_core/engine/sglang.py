@@ -39,13 +39,14 @@ from .request import FINISHED, PREEMPTED, RUNNING, never_scheduled
 from .sglang_budget import PrefillBudget, RatioSchedule, TotalRoom, refused_passes, retraction_ratio
 from .sglang_cluster import SglangClusterHooks
 from .sglang_kv import SglangKv, stamp
+from .sglang_layout import SglangLayout
 from .sglang_mtp import SglangBursts, SglangMtpSteps
 from .sglang_running import RunningBatch
 from .sglang_stall import fit_reason, head_stall_reason, starved_decoder_reason
 from .sglang_tokens import ensure_tokens, lpm_order, lpm_ranked
 
 
-class SglangRank(SglangClusterHooks, SglangMtpSteps, SglangKv, RankBase):
+class SglangRank(SglangClusterHooks, SglangMtpSteps, SglangKv, RankBase, SglangLayout):
     config_path = "$.spec.engine.rank"     # SGLang runs aggregated only
     # run the decode-only passes that follow a pass as one event (``extend``); the
     # differential test switches it off to compare

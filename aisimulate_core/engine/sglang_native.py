@@ -34,6 +34,7 @@ from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING
 from .sglang import SglangRank
 from .sglang_cluster import SglangClusterHooks
+from .sglang_layout import SglangLayout
 
 MAX_PAGE_SIZE = 65536
 _EXACT = 2 ** 62                 # counts the C rank keeps in int64 without overflow
@@ -202,14 +203,13 @@ def _becomes_python(name):
     return property(get, put)
 
 
-class NativeSglangRank:
+class NativeSglangRank(SglangLayout):
+    __slots__ = ()
     config_path = "$.spec.engine.rank"
     extension = True             # SglangRank.extension's switch (the differential tests')
     charges_prefill = True       # SglangRank.charges_prefill (a decode role's prefill is free)
     role = "aggregated"          # the C rank's role (engine/sglang_native_roles.py)
     TWIN = SglangRank            # the Python rank a watched one becomes
-    pass_effect = False
-    stuck = False
     grouped = False
     group_size = 1
     # what only a watched rank counts (the Python rank's, unwatched: nothing)
@@ -237,6 +237,12 @@ class NativeSglangRank:
         if reason is not None:
             raise SimulationError(f"the C SGLang rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
+        self.pass_effect = False
+        self.stuck = False
+        # the role's switches, read per pass: slots (a class default read through ``self``
+        # never specializes)
+        self._prefill_charged = self.charges_prefill
+        self._sets_idle_pass = self._tracks_idle_pass
         self._args = (engine, timer, pool, callbacks, worker_idx, dp_rank, scheduler_id)
         SglangRank._take_settings(self, engine, timer, callbacks, worker_idx, dp_rank,
                                   scheduler_id)
@@ -303,6 +309,7 @@ class NativeSglangRank:
         kept = {key: self.__dict__[key] for key in ("config_path", "extension")
                 if key in self.__dict__}
         twin = self.TWIN
+        self._clear_slots()
         self.__dict__.clear()
         self.__class__ = twin
         twin.__init__(self, engine, timer, pool, callbacks=callbacks, worker_idx=worker_idx,
@@ -495,7 +502,7 @@ class NativeSglangRank:
             view = self._view
             return now_ms + (self.timer.prefill(count, view.pf_isl // count,
                                                 view.pf_prefix // count)
-                             if self.charges_prefill else 0.0)
+                             if self._prefill_charged else 0.0)
         n = i64[_DEC_BATCH]
         if not n:
             decode = 0.0
@@ -518,10 +525,10 @@ class NativeSglangRank:
         if (not i64[_N_RUNNING] and not i64[_N_WAITING] and not i64[_ROUNDS_LEFT]
                 and not i64[_N_PREBUILT]):
             self.stuck = False
-            if self._tracks_idle_pass:
+            if self._sets_idle_pass:
                 self._idle_pass = False
             return None
-        status = _C_START(self._rank, now_ms, horizon_ms, cutoff_ms, self.charges_prefill)
+        status = _C_START(self._rank, now_ms, horizon_ms, cutoff_ms, self._prefill_charged)
         if i64[_N_EVENTS]:
             self._schedule_events(now_ms)
         i32 = self._i32
@@ -530,14 +537,14 @@ class NativeSglangRank:
             self._schedule_failed(status)
         if not i32[_FORMED]:
             self.stuck = False
-            if self._tracks_idle_pass:
+            if self._sets_idle_pass:
                 self._idle_pass = False
             return None
         end_ms = self._f64[_START_END_MS] if timed else self._pass_end(now_ms)
         effect = self.pass_effect = bool(i32[_PASS_EFFECT])
         self.stuck = bool(i32[_STUCK])
         self.pass_end_ms = end_ms
-        if self._tracks_idle_pass:
+        if self._sets_idle_pass:
             self._idle_pass = end_ms == now_ms and not effect and not i32[_PROMOTED]
         if timed == 2:
             return self._extended(status, horizon_ms, cutoff_ms, MAX_PASSES)

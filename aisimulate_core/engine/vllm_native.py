@@ -208,19 +208,19 @@ class NativeVllmRank(RankBase):
     charges_prefill = True
     charges_decode = True
     holds_sources = False
-    # what watches the rank, as VllmRank's: telemetry gauges (captured as of the latest pass
-    # completion or submission), a router's observer, forward-pass metrics
-    watched = False
-    capture_gauges = False
-    in_flight = False            # a pass formed by schedule() has not completed yet
-    completed_preemptions = 0    # as of the latest completed pass
-    _gauges = None
-    _observer = None
-    _fpm_on = False
-    fpm_last = None              # (end ms, row) of the latest completed pass
-    fpm_clock = 0.0              # when its last row was reported, or the rank activated
-    _fpm_pending = None
-    _fpm_queue = None
+
+    # The rank's attributes in slots: past 30 instance attributes CPython 3.11 keeps them in a
+    # dict of their own, and no ``self.method()`` of the rank specializes; the watch switches
+    # are slots set in __init__, not class defaults (a class default read through ``self``
+    # never specializes). RankBase's ``__dict__`` stays for the rest (a role's, a caller's).
+    __slots__ = ("worker_idx", "dp_rank", "scheduler_id", "timer", "pool", "cb", "block_size",
+                 "num_blocks", "total_kv_tokens", "max_batched", "max_seqs", "max_model_len",
+                 "caching", "chunked", "lifo", "no_evict", "_rank", "_view", "_decode_timing",
+                 "psi", "mtp_nextn", "_requests", "running", "waiting", "pass_ends",
+                 "_break_gaps", "_breaks_read", "pass_end_ms", "pass_effect", "_macro_ends",
+                 "_decode_run", "_evicted_in_flight", "_index", "_index_key",
+                 "watched", "capture_gauges", "in_flight", "completed_preemptions", "_gauges",
+                 "_observer", "_fpm_on", "fpm_last", "fpm_clock", "_fpm_pending", "_fpm_queue")
 
     def __init__(self, engine, timer, pool, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0, supported=False):
@@ -232,6 +232,19 @@ class NativeVllmRank(RankBase):
             if reason is not None:
                 raise SimulationError(f"the C vLLM rank does not take this rank: {reason}")
         ffi, lib = native.ffi, native.lib
+        # what watches the rank, as VllmRank's: telemetry gauges (captured as of the latest
+        # pass completion or submission), a router's observer, forward-pass metrics
+        self.watched = False
+        self.capture_gauges = False
+        self.in_flight = False            # a pass formed by schedule() has not completed yet
+        self.completed_preemptions = 0    # as of the latest completed pass
+        self._gauges = None
+        self._observer = None
+        self._fpm_on = False
+        self.fpm_last = None              # (end ms, row) of the latest completed pass
+        self.fpm_clock = 0.0              # when its last row was reported, or it activated
+        self._fpm_pending = None
+        self._fpm_queue = None
         VllmRank._take_settings(self, engine, timer, pool, callbacks, worker_idx, dp_rank,
                                 scheduler_id)
         config = ffi.new("aisim_vllm_config *")

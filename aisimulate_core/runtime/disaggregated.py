@@ -131,6 +131,13 @@ class DisaggregatedSimulation(Simulation):
     FIRST_ACTION = SUBMIT
     HELD_ACTION = RESERVE
 
+    # (slots, as Simulation's: see there)
+    __slots__ = ("transfer", "prefill_gpus_per_worker", "prefill_workers", "decode_workers",
+                 "_is_decode", "_order_keys", "_spawned", "_actions", "_deferred", "_idle",
+                 "_extended", "_no_extend", "_uncut", "_uncut_started", "_passes", "_stale",
+                 "_transfers", "_inbound", "_transfer_order", "_held", "_late_terminals",
+                 "_late", "_visited", "_until", "make_workers")
+
     def __init__(self, *, transfer, prefill_gpus_per_worker, **kwargs):
         super().__init__(**kwargs)
         self.transfer = transfer

@@ -121,6 +121,18 @@ def watch_engines(sim, router, workers):
 class Simulation:
     """One replay. Build it with ``aisimulate_core.build_simulation`` (or ``run_replay``)."""
 
+    # The loop's state lives in slots. CPython 3.11 keeps an instance's attributes inline only
+    # while its class holds at most 30 of them (the disaggregated loops hold 55); past that its
+    # ``self.method()`` loads stop specializing. ``__dict__`` stays: for what a caller sets on
+    # one simulation, as a replaced method (the plain C loops' eligibility checks for those).
+    __slots__ = ("__dict__", "__weakref__",
+                 "workers", "router", "routers", "cluster", "telemetry", "windows",
+                 "_routes_terminals", "make_worker", "pools", "driver", "collector",
+                 "gpus_per_worker", "max_in_flight", "max_sim_time_ms", "on_event", "progress",
+                 "now_ms", "queue", "in_flight", "completed", "arrived", "_next_uuid", "_dirty",
+                 "_passes_started_at", "_wall_ms", "_finished", "events", "_external",
+                 "_spin_t", "_spins")
+
     def __init__(self, *, driver, collector: Collector, gpus_per_worker,
                  max_in_flight=None, max_sim_time_ms=None, on_event=None, progress=None):
         self.workers = []

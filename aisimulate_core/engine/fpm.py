@@ -111,7 +111,7 @@ def snapshot_rows(pool, since_ms, now_ms):
     rows = []
     for worker in pool.router.active:
         for rank in worker.ranks:
-            if not getattr(rank, "fpm_on", False):
+            if not rank.fpm_on:
                 continue
             last = rank.fpm_last
             if last is not None and last[0] > since_ms and last[1] is not None:

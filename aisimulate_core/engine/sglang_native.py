@@ -210,6 +210,13 @@ class NativeSglangRank(SglangLayout):
     charges_prefill = True       # SglangRank.charges_prefill (a decode role's prefill is free)
     role = "aggregated"          # the C rank's role (engine/sglang_native_roles.py)
     TWIN = SglangRank            # the Python rank a watched one becomes
+    # what it can do (engine/rank.py: Rank): attention-DP groups keep the Python rank
+    # (``supports``), so it never joins one
+    extends = True
+    joins_groups = False
+    indexes_prefix = False
+    psi = None
+    tier_split = None
     grouped = False
     group_size = 1
     # what only a watched rank counts (the Python rank's, unwatched: nothing)

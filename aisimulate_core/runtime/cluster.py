@@ -333,7 +333,6 @@ def watch_passes(workers, now_ms):
     """The ranks of ``workers`` keep forward-pass metrics, their idle clock starting now."""
     for worker in workers:
         for rank in worker.ranks:
-            if hasattr(rank, "fpm_on"):
-                rank.fpm_on = True
-                rank.watched = True
-                rank.fpm_clock = now_ms
+            rank.fpm_on = True
+            rank.watched = True
+            rank.fpm_clock = now_ms

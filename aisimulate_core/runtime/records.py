@@ -57,7 +57,7 @@ def make_record(request, status):
                      None, rank.scheduler_id,
                      [route if route is not None else
                       ("agg", rank.worker_idx, rank.dp_rank, rank.scheduler_id)])
-    splits = getattr(rank, "tier_split", None)   # KV offload tiers (engine/vllm_offload.py)
+    splits = rank.tier_split   # KV offload tiers (engine/vllm_offload.py), else None
     if splits is not None:
         add_tier_split(record, splits.pop(request.uuid, None))
     return record

@@ -59,7 +59,7 @@ class Router:
         self.view = PoolView(kind, block_size=block_size,
                              max_num_batched_tokens=max_num_batched_tokens,
                              release=self._on_release,
-                             engine_index=all(hasattr(rank, "indexed_prefix")
+                             engine_index=all(rank.indexes_prefix
                                               for w in workers for rank in w.ranks),
                              native=_native_core.BACKEND == "c")
         for worker in workers:

@@ -33,17 +33,17 @@ class Worker:
         # the rank of a worker without attention DP (the common case: no group to form)
         self._lone = ranks[0] if len(ranks) == 1 else None
         # a lone rank that can run decode-only passes as one event
-        self.extendable = len(ranks) == 1 and hasattr(ranks[0], "extend")
+        self.extendable = len(ranks) == 1 and ranks[0].extends
         self._plain_truncate = self.extendable and type(ranks[0]).truncate is RankBase.truncate
         # ranks that take the group's round signal (a lone rank signals itself)
-        self._round_ranks = [r for r in ranks if hasattr(r, "join_group")] if len(ranks) > 1 else []
+        self._round_ranks = [r for r in ranks if r.joins_groups] if len(ranks) > 1 else []
         for rank in self._round_ranks:
             rank.join_group(len(ranks))
         # vLLM's prefill_schedule_interval (engine/vllm_psi.py): the grouped passes since the
         # worker was last drained, told to the ranks' gates before each pass
         self.wave = 0
         self._cadence = [rank.psi for rank in ranks
-                         if getattr(rank, "psi", None) is not None] if len(ranks) > 1 else []
+                         if rank.psi is not None] if len(ranks) > 1 else []
         # the lone rank's fused schedule-and-extend (a C SGLang rank's ``schedule_extended``),
         # bound at its first pass (False: it has none): a rank that formed one holds requests,
         # so it keeps its class (a C rank becomes its Python twin only before it takes any)
@@ -185,7 +185,7 @@ class Worker:
             rank.complete()
         if self._cadence:
             self.wave = self.wave + 1 if self.has_work() else 0
-        if len(active) < len(self.ranks) and getattr(self.ranks[0], "fpm_on", False):
+        if len(active) < len(self.ranks) and self.ranks[0].fpm_on:
             self._idle_ranks_passed(active)
         self._active = ()
 

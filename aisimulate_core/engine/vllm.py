@@ -489,13 +489,13 @@ class VllmRank(RankBase):
             cached = length
         if active_cached > length:
             active_cached = length
-        cached, active_cached = admission.usable_hits(self, r, length, cached, active_cached)
-        if self.state is not None:
-            cached, active_cached = self._restorable(r, hashes, cached, active_cached)
-        footprint = admission.reservation(self, r, length, cached, active_cached, hashes)
-        if footprint is None:
+        # whether it fits now, the cached tokens it reuses (what its state restores included,
+        # state_cache) and the blocks it reserves: the policy's
+        admitted = admission.admit(self, r, length, cached, active_cached, hashes)
+        if admitted is None:
             self._blocked = (r, self.kv_version, pool.active())
             return None
+        cached, footprint = admitted
         remaining = length - cached
         prompt_left = r.prompt_len - cached
         if prompt_left > 1 and self.psi is not None and self.psi.defer:
@@ -843,9 +843,11 @@ class VllmRank(RankBase):
         r.seq = -1
         self.held_total -= r.held_blocks
         r.held_blocks = 0
-        self.completion_total -= r.footprint_blocks
-        r.footprint_blocks = 0
         r.committed_blocks = 0
+        if r.footprint_blocks:
+            # the blocks it reserved through completion (TRT-LLM's, engine/vllm_admission.py)
+            self.completion_total -= r.footprint_blocks
+            r.footprint_blocks = 0
 
     def _take_blocks(self, r, hashes, hits, fresh, footprint):
         """Give ``r`` a KV table: its first ``hits`` blocks found cached (pinned before fresh
@@ -860,8 +862,9 @@ class VllmRank(RankBase):
         r.held_blocks = hits + fresh
         r.committed_blocks = hits
         self.held_total += hits + fresh
-        r.footprint_blocks = footprint
-        self.completion_total += footprint
+        if footprint:
+            r.footprint_blocks = footprint
+            self.completion_total += footprint
 
     def _commit_full_blocks(self, r, full_blocks):
         done = r.committed_blocks

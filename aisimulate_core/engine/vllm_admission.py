@@ -6,8 +6,8 @@ wherever vLLM's scheduler and TensorRT-LLM's GUARANTEED_NO_EVICT capacity schedu
 - ``limit_output``: the output limit a request takes on entering the rank;
 - ``never_fits``: whether a prompt can never be admitted (the submission check);
 - ``rejects``: whether admission rejects the head of the queue outright;
-- ``usable_hits``: how much of a cached prefix an admission reuses;
-- ``reservation``: whether the head fits now, and the blocks it reserves through completion;
+- ``admit``: whether the head fits now, how much of its cached prefix it reuses and how many
+  blocks it reserves through completion;
 - ``victim``: which running request gives way when growth does not fit, if any;
 - ``destination_blocks`` / ``reserve_destination``: the same questions for a disaggregated
   decode destination (engine/vllm_roles.py).
@@ -53,10 +53,13 @@ class VllmAdmission(AdmissionPolicy):
         blocks = -(-(r.prompt_len + r.generated) // rank.block_size)
         return blocks + (state.blocks if state is not None else 0) > rank.num_blocks
 
-    def usable_hits(self, rank, r, length, cached, active_cached):
-        """The last block is recomputed to get logits while there is output left to sample."""
+    def admit(self, rank, r, length, cached, active_cached, hashes):
+        """``(cached tokens reused, 0)`` when the blocks of the ``length`` known tokens (and
+        working state), less the cached ones active already, fit the blocks no running request
+        references, else None. The last block is recomputed to get logits while there is
+        output left to sample."""
+        bs = rank.block_size
         if r.generated < r.max_output:
-            bs = rank.block_size
             cap = ((length - 1) // bs) * bs
             if cached > cap:
                 cached = cap
@@ -64,18 +67,15 @@ class VllmAdmission(AdmissionPolicy):
                 active_cached = cap
             if rank.mtp is not None:
                 cached, active_cached = mtp_prefix_hit(cached, active_cached, bs)
-        return cached, active_cached
-
-    def reservation(self, rank, r, length, cached, active_cached, hashes):
-        """0 when the known tokens' blocks (less those the cache already holds active) fit the
-        blocks no running request references, else None."""
-        needed = -(-length // rank.block_size) - active_cached // rank.block_size
+        needed = -(-length // bs)
         state = rank.state
-        if state is not None and state.blocks:
-            needed += state.blocks + rank._restore_need(hashes, cached)
-        if needed > rank.num_blocks - rank.pool.active():
+        if state is not None:
+            cached, active_cached = rank._restorable(r, hashes, cached, active_cached)
+            if state.blocks:
+                needed += state.blocks + rank._restore_need(hashes, cached)
+        if needed - active_cached // bs > rank.num_blocks - rank.pool.active():
             return None
-        return 0
+        return cached, 0
 
     def victim(self, candidates):
         if not candidates:
@@ -133,17 +133,16 @@ class GuaranteedNoEvict(AdmissionPolicy):
             return True
         return self.never_fits(rank, r)
 
-    def usable_hits(self, rank, r, length, cached, active_cached):
-        """Every cached block is reused (no last block recomputed)."""
-        return cached, active_cached
-
-    def reservation(self, rank, r, length, cached, active_cached, hashes):
-        """The footprint when it (less the cached blocks active already) fits the unreserved
-        blocks, else None."""
+    def admit(self, rank, r, length, cached, active_cached, hashes):
+        """``(cached tokens reused, footprint)`` when the footprint, less the cached blocks
+        active already, fits the unreserved blocks, else None. Every cached block is reused
+        (no last block recomputed)."""
+        if rank.state is not None:      # (state_cache takes backend vllm only)
+            cached, active_cached = rank._restorable(r, hashes, cached, active_cached)
         footprint = self.footprint(rank, r)
         if footprint - active_cached // rank.block_size > self.unreserved(rank):
             return None
-        return footprint
+        return cached, footprint
 
     def victim(self, candidates):
         return None     # the reservation covers all growth: TRT-LLM declines to preempt

@@ -95,10 +95,10 @@ class MtpBursts:
         while need > pool.allocatable():
             # requests whose generation is complete already leave at this pass end
             candidates = [r for r in rank.running if r.generated < r.out_limit]
-            if not candidates or rank.no_evict:
+            victim = rank.admission.victim(candidates)
+            if victim is None:
                 emitters = []  # (TensorRT-LLM never preempts; nothing runs: nothing to emit)
                 break
-            victim = candidates[-1] if rank.lifo else candidates[0]
             rank._preempt(victim, P)
             self.preempted = True
             emitters = [r for r in rank.partial if r.generated < r.out_limit

@@ -20,7 +20,8 @@ from ..errors import SimulationError
 from . import fpm
 from ..kv.hash_counts import hash_counts
 from .decode_run import MAX_PASSES, decode_runner
-from .mtp import MtpBursts, mtp_prefix_hit
+from .mtp import MtpBursts
+from .vllm_admission import admission_policy
 from .vllm_psi import cadence_of
 from .rank_base import RankBase
 from .request import FINISHED, PREEMPTED, RUNNING, request_name
@@ -127,9 +128,10 @@ class VllmRank(RankBase):
         self.max_model_len = engine.max_model_len
         self.caching = engine.enable_prefix_caching
         self.chunked = engine.enable_chunked_prefill
+        # how requests are admitted and make room to grow (engine/vllm_admission.py): vLLM's,
+        # or TensorRT-LLM's GUARANTEED_NO_EVICT; the flags are the C rank's config
+        self.admission = admission_policy(engine)
         self.lifo = engine.preemption_mode != "fifo"
-        # TensorRT-LLM GUARANTEED_NO_EVICT: admission reserves every request's whole
-        # prompt + output footprint, so nothing is ever preempted
         self.no_evict = engine.backend == "trtllm"
 
     # ------------------------------------------------------------------ queue entry
@@ -140,16 +142,13 @@ class VllmRank(RankBase):
             self._gauges = self.submission_gauges()
 
     def _limit_output(self, request):
-        """Take ``request`` onto this rank: its output limit under max_model_len (and TRT-LLM's
-        pool-size clamp)."""
+        """Take ``request`` onto this rank: its output limit under max_model_len (and the
+        admission policy's clamp)."""
         request.rank = self
         limit = self.max_model_len
         if limit is not None and request.prompt_len < limit:
             request.out_limit = min(request.max_output, limit - request.prompt_len)
-        if self.no_evict:
-            capacity = self.num_blocks * self.block_size
-            # enqueue normalization: prompt + output may reserve at most the whole pool
-            request.out_limit = min(request.out_limit, max(capacity - request.prompt_len, 0))
+        self.admission.limit_output(self, request)
 
     def has_work(self):
         return bool(self.running or self.waiting)
@@ -390,21 +389,16 @@ class VllmRank(RankBase):
                         self._reject_running(r)
                         continue
                     need += self._state_need(r, end)
-            dropped = False
-            if self.no_evict and need > pool.allocatable():
-                break  # the reservation under-counted: TRT-LLM declines to preempt
-            while need > pool.allocatable():
-                victim = running[-1] if self.lifo else running[0]
-                if victim.uuid in scheduled:
-                    budget += self._roll_back(victim, P)
-                self._preempt(victim, P)
+            if need > pool.allocatable():
+                # the admission policy's victims give way (the reference does not move its
+                # cursor when an earlier request leaves), or none does
+                refund = self._preempt_for(r, need, P, scheduled)
+                if refund is None:
+                    break  # (TRT-LLM's reservation under-counted: r and those after it wait)
+                budget += refund
                 preempted = True
-                if victim is r:
-                    dropped = True
-                    break
-                # the reference does not move its cursor when an earlier request leaves
-            if dropped:
-                continue
+                if r.status == PREEMPTED:
+                    continue  # r gave way itself: the next request took its place
             if r.in_stretch:
                 if need:
                     pool.allocate(r.seq, 1)
@@ -420,6 +414,25 @@ class VllmRank(RankBase):
             if r.in_stretch and r.uuid not in scheduled:
                 self._break_stretch(r, P)
         return budget, preempted
+
+    def _preempt_for(self, r, need, P, scheduled):
+        """Preempt the admission policy's victims until ``need`` more blocks of ``r`` fit or
+        ``r`` itself gave way; returns the budget refunded by victims this pass had scheduled,
+        or None when the policy lets nothing give way."""
+        pool = self.pool
+        running = self.running
+        victim_of = self.admission.victim
+        refund = 0
+        while need > pool.allocatable():
+            victim = victim_of(running)
+            if victim is None:
+                return None
+            if victim.uuid in scheduled:
+                refund += self._roll_back(victim, P)
+            self._preempt(victim, P)
+            if victim is r:
+                break
+        return refund
 
     def _roll_back(self, r, P):
         """Undo this pass's work of an already scheduled victim; returns the refunded budget."""
@@ -458,13 +471,8 @@ class VllmRank(RankBase):
         if self.max_model_len is not None and r.prompt_len >= self.max_model_len:
             self._reject_head()
             return budget
-        footprint = -(-(r.prompt_len + r.out_limit) // bs) if self.no_evict else 0
-        # a request's working state takes blocks of the same pool (state_cache)
-        state_blocks = self.state.blocks if self.state is not None else 0
-        if fresh and (footprint if self.no_evict else -(-length // bs) + state_blocks) > self.num_blocks:
-            self._reject_head()
-            return budget
-        if self.no_evict and r.prompt_len >= self.num_blocks * bs:
+        admission = self.admission
+        if admission.rejects(self, r, fresh):
             self._reject_head()
             return budget
         # hashed only once it may fit: an over-capacity prompt of 10^7 tokens would cost ~2 GB
@@ -481,28 +489,13 @@ class VllmRank(RankBase):
             cached = length
         if active_cached > length:
             active_cached = length
-        if r.generated < r.max_output and not self.no_evict:
-            # the last block is recomputed to get logits (TensorRT-LLM reuses all of it)
-            cap = ((length - 1) // bs) * bs
-            if cached > cap:
-                cached = cap
-            if active_cached > cap:
-                active_cached = cap
-            if self.mtp is not None:
-                cached, active_cached = mtp_prefix_hit(cached, active_cached, bs)
-        if self.state is not None:
-            cached, active_cached = self._restorable(r, hashes, cached, active_cached)
-        available = self.num_blocks - pool.active()
-        if self.no_evict:
-            needed = footprint - active_cached // bs
-            available -= self.completion_total - self.held_total
-        else:
-            needed = -(-length // bs) - active_cached // bs + state_blocks
-            if state_blocks:
-                needed += self._restore_need(hashes, cached)
-        if needed > available:
+        # whether it fits now, the cached tokens it reuses (what its state restores included,
+        # state_cache) and the blocks it reserves: the policy's
+        admitted = admission.admit(self, r, length, cached, active_cached, hashes)
+        if admitted is None:
             self._blocked = (r, self.kv_version, pool.active())
             return None
+        cached, footprint = admitted
         remaining = length - cached
         prompt_left = r.prompt_len - cached
         if prompt_left > 1 and self.psi is not None and self.psi.defer:
@@ -550,13 +543,9 @@ class VllmRank(RankBase):
     def fit_error(self, r):
         """Why ``r`` can never be admitted here (checked when an embedder submits it), or None;
         traffic that large is rejected at admission, as the reference does."""
-        blocks = -(-r.prompt_len // self.block_size)
-        if self.no_evict:
-            never = r.prompt_len >= self.num_blocks * self.block_size
-        else:
-            never = blocks > self.num_blocks
-        if not never:
+        if not self.admission.never_fits(self, r):
             return None
+        blocks = -(-r.prompt_len // self.block_size)
         return (f"{self.setting_prefix('num_gpu_blocks')}the prompt of request {request_name(r)} "
                 f"({r.prompt_len} tokens) needs {blocks} KV blocks of {self.block_size} tokens, "
                 f"a rank has {self.num_blocks}")
@@ -854,13 +843,16 @@ class VllmRank(RankBase):
         r.seq = -1
         self.held_total -= r.held_blocks
         r.held_blocks = 0
-        if self.no_evict:
-            self.completion_total -= r.footprint_blocks
         r.committed_blocks = 0
+        if r.footprint_blocks:
+            # the blocks it reserved through completion (TRT-LLM's, engine/vllm_admission.py)
+            self.completion_total -= r.footprint_blocks
+            r.footprint_blocks = 0
 
     def _take_blocks(self, r, hashes, hits, fresh, footprint):
         """Give ``r`` a KV table: its first ``hits`` blocks found cached (pinned before fresh
-        blocks are taken, so that they cannot be evicted for them), then ``fresh`` new ones."""
+        blocks are taken, so that they cannot be evicted for them), then ``fresh`` new ones,
+        and ``footprint`` blocks reserved through completion (the admission policy's)."""
         pool = self.pool
         r.seq = pool.new_seq()
         if hits:
@@ -870,7 +862,7 @@ class VllmRank(RankBase):
         r.held_blocks = hits + fresh
         r.committed_blocks = hits
         self.held_total += hits + fresh
-        if self.no_evict:
+        if footprint:
             r.footprint_blocks = footprint
             self.completion_total += footprint
 

@@ -215,10 +215,10 @@ class NativeVllmRank(RankBase):
     # never specializes). RankBase's ``__dict__`` stays for the rest (a role's, a caller's).
     __slots__ = ("worker_idx", "dp_rank", "scheduler_id", "timer", "pool", "cb", "block_size",
                  "num_blocks", "total_kv_tokens", "max_batched", "max_seqs", "max_model_len",
-                 "caching", "chunked", "lifo", "no_evict", "_rank", "_view", "_decode_timing",
-                 "psi", "mtp_nextn", "_requests", "running", "waiting", "pass_ends",
-                 "_break_gaps", "_breaks_read", "pass_end_ms", "pass_effect", "_macro_ends",
-                 "_decode_run", "_evicted_in_flight", "_index", "_index_key",
+                 "caching", "chunked", "lifo", "no_evict", "admission", "_rank", "_view",
+                 "_decode_timing", "psi", "mtp_nextn", "_requests", "running", "waiting",
+                 "pass_ends", "_break_gaps", "_breaks_read", "pass_end_ms", "pass_effect",
+                 "_macro_ends", "_decode_run", "_evicted_in_flight", "_index", "_index_key",
                  "watched", "capture_gauges", "in_flight", "completed_preemptions", "_gauges",
                  "_observer", "_fpm_on", "fpm_last", "fpm_clock", "_fpm_pending", "_fpm_queue")
 

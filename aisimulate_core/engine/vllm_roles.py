@@ -43,10 +43,11 @@ class VllmPrefillRank(VllmRank):
         r.status = FINISHED
         self.held_total -= r.held_blocks
         r.held_blocks = 0
-        if self.no_evict:
+        if r.footprint_blocks:
+            # the room it reserved for its output (TRT-LLM's) frees: a waiting head may fit now
             self.completion_total -= r.footprint_blocks
             r.footprint_blocks = 0
-            self.kv_version += 1  # its output room is free: a waiting head may fit now
+            self.kv_version += 1
         self.held_sources += 1
         self.cb.on_source_held(r, end_ms)
 
@@ -97,12 +98,7 @@ class VllmDecodeRank(VllmRank):
 
     def _destination_fits(self, r):
         """Whether destination ``r`` can ever fit this rank (the C rank's check too)."""
-        tokens = r.prompt_len
-        if self.no_evict:
-            # the whole footprint must fit (the output clamped to the pool, as at enqueue)
-            capacity = self.num_blocks * self.block_size
-            tokens += r.max_output if tokens >= capacity else min(r.max_output, capacity - tokens)
-        return -(-tokens // self.block_size) <= self.num_blocks
+        return self.admission.destination_blocks(self, r) <= self.num_blocks
 
     def retry(self):
         """Reserve the prompt blocks of the pending head if it fits; returns ``(request,
@@ -117,24 +113,12 @@ class VllmDecodeRank(VllmRank):
             return None
         head.last_attempt = generation
         bs = self.block_size
-        pool = self.pool
         blocks = -(-head.prompt_len // bs)
-        hashes = None
-        hits = footprint = 0
-        room = pool.allocatable()
-        if self.no_evict:
-            # TensorRT-LLM reserves to completion and takes only fresh blocks
-            footprint = -(-(head.prompt_len + head.out_limit) // bs)
-            available = self.num_blocks - pool.active() - (self.completion_total - self.held_total)
-            if footprint > available:
-                return None
-        elif self.caching:
-            hashes = self._lookup_hashes(head, head.prompt_len // bs)
-            hits, active_hits = pool.match_counts(hashes)
-            room -= hits - active_hits  # evicting for the fresh blocks may not take a hit
-        fresh = blocks - hits
-        if fresh > room:
+        taken = self.admission.reserve_destination(self, head, blocks)
+        if taken is None:
             return None
+        hashes, hits, footprint = taken
+        fresh = blocks - hits
         pending.popleft()
         self._take_blocks(head, hashes, hits, fresh, footprint)
         self.holds += 1

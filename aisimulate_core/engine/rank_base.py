@@ -27,10 +27,10 @@ class RankBase:
     # end times of the passes of an extended pass (its decode-only run), None for one pass
     _macro_ends = None
     # what the rank can do (engine/rank.py: Rank), read when a worker or router is built,
-    # never per pass; the defaults are VllmRank's (engine/vllm.py), other engines state theirs
+    # never per pass; an engine states what it adds (engine/vllm.py, engine/sglang.py)
     extends = True           # has extend (ExtendableRank; truncate is below)
     joins_groups = False     # no join_group/finish_round (GroupedRank)
-    indexes_prefix = True    # has indexed_prefix (IndexedRank)
+    indexes_prefix = False   # no indexed_prefix (IndexedRank)
     psi = None               # no prefill_schedule_interval gate (engine/vllm_psi.py)
     tier_split = None        # no KV offload tiers (engine/vllm_offload.py sets its own)
 

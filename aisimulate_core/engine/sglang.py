@@ -53,9 +53,9 @@ class SglangRank(SglangClusterHooks, SglangMtpSteps, SglangKv, RankBase, SglangL
     extension = True
     # a prefill forward costs its predicted time (a disaggregated decode role's does not)
     charges_prefill = True
-    # (engine/rank.py: Rank) attention-DP rounds are group-wide; no prefix index of its own
+    # (engine/rank.py: Rank) attention-DP rounds are group-wide (no prefix index of its own:
+    # RankBase's default)
     joins_groups = True
-    indexes_prefix = False
 
     def __init__(self, engine, timer, pool=None, *, callbacks, worker_idx=0, dp_rank=0,
                  scheduler_id=0):

@@ -32,6 +32,7 @@ class VllmRank(RankBase):
     charges_prefill = True
     charges_decode = True
     holds_sources = False        # the disaggregated prefill role keeps a finished copy's KV
+    indexes_prefix = True        # a router's kv_index may read it (indexed_prefix; engine/rank.py)
     # every request is outside open stretches: each pass stamps its tokens (state_cache)
     stretchless = False
     state = None                 # the state_cache bookkeeping (engine/vllm_state_cache.py)

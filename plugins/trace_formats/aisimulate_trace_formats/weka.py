@@ -199,16 +199,24 @@ class _Identities:
     def __init__(self):
         self.value_of = {}
         self.owner_of = {}
+        # raw hash id -> its full block's identity: the play's one source name makes the
+        # identity string a function of the raw id, so a repeated id is not formatted again
+        self.of_raw = {}
+        # one hasher, reset per identity: making a BLAKE3 hasher costs more than hashing these
+        # few bytes
+        self._hasher = blake3.blake3()
 
     def __call__(self, domain, identity):
         key = (domain, identity)
         value = self.value_of.get(key)
         if value is not None:
             return value
+        hasher = self._hasher
         nonce = 0
         while True:
-            digest = blake3.blake3(f"{domain}\0{identity}\0{nonce}".encode()).digest()
-            value = int.from_bytes(digest[:8], "little")
+            hasher.reset()
+            hasher.update(f"{domain}\0{identity}\0{nonce}".encode())
+            value = int.from_bytes(hasher.digest(8), "little")   # the digest's first 8 bytes
             owner = self.owner_of.setdefault(value, key)
             if owner == key:
                 self.value_of[key] = value
@@ -218,12 +226,18 @@ class _Identities:
 
 def _block_ids(identities, name, request_id, request, block_size):
     full = request.input_length // block_size
+    hash_ids = request.hash_ids
+    known = min(full, len(hash_ids))
+    of_raw = identities.of_raw
     ids = []
-    for k in range(full):
-        raw = request.hash_ids[k] if k < len(request.hash_ids) else None
-        identity = (f"source:{name}:{raw}" if raw is not None
-                    else f"private:missing:{request_id}:{k}")
-        ids.append(identities("weka-full-block", identity))
+    for k in range(known):
+        raw = hash_ids[k]
+        value = of_raw.get(raw)
+        if value is None:
+            value = of_raw[raw] = identities("weka-full-block", f"source:{name}:{raw}")
+        ids.append(value)
+    for k in range(known, full):
+        ids.append(identities("weka-full-block", f"private:missing:{request_id}:{k}"))
     if request.input_length % block_size:
         ids.append(identities("weka-partial-tail",
                               f"{request_id}:{full}:{request.input_length}"))

@@ -199,8 +199,13 @@ def _root_ids(graph):
 def _parent_ids(graph):
     """The request each node was spawned from (its first spawn dependency in the canonical
     order, ``graph.sorted_dependencies``), else None."""
-    return [next((d.request_id for d in sorted_dependencies(node) if d.relation == "spawn"),
-                 None) for node in graph.nodes]
+    parents = []
+    for node in graph.nodes:
+        spawns = [d for d in node.dependencies if d.relation == "spawn"]
+        if len(spawns) > 1:   # the first in the canonical order
+            spawns = [d for d in sorted_dependencies(node) if d.relation == "spawn"]
+        parents.append(spawns[0].request_id if spawns else None)
+    return parents
 
 
 class _PlayState:

@@ -115,14 +115,8 @@ class AgenticTrace:
             by_play.setdefault(node.play_id, []).append(i)
             for k, dep in enumerate(node.dependencies):
                 source = index.get(dep.request_id)
-                field = f"dependencies[{k}].request_id"
-                if source is None:
-                    _fail(node.where, field, f"unknown request {dep.request_id!r}")
-                if source == i:
-                    _fail(node.where, field, "a request cannot depend on itself")
-                if nodes[source].play_id != node.play_id:
-                    _fail(node.where, field, f"request {dep.request_id!r} is in play "
-                          f"{nodes[source].play_id!r}, not in {node.play_id!r}")
+                if source is None or source == i or nodes[source].play_id != node.play_id:
+                    _fail_dependency(node, k, dep, source, i, nodes)
         _check_acyclic(nodes, index, origin)
         plays = [_play(play_id, members, nodes) for play_id, members in by_play.items()]
         return cls(block_size, source_format, source_digest, nodes, _ordered(plays, nodes, origin),
@@ -160,7 +154,10 @@ encode_json_lines = _SERDE_JSON.encode_lines   # one line each, each ended by a 
 def sorted_dependencies(node):
     """A node's dependencies in the reference's canonical order: by source, trigger, relation,
     delay (its graph identity, and the spawn that names a request's parent, follow it)."""
-    return sorted(node.dependencies, key=lambda d: (
+    dependencies = node.dependencies
+    if len(dependencies) < 2:   # nothing to order (sorted would still call the key)
+        return list(dependencies)
+    return sorted(dependencies, key=lambda d: (
         d.request_id, _TRIGGER_RANK[d.trigger], _RELATION_RANK[d.relation], d.delay_ms))
 
 
@@ -189,6 +186,18 @@ def _node_json(node):
 def _listed(ids):
     # a plugin's node may hold its ids in any sequence (an array, a range): JSON has lists
     return ids if ids is None or type(ids) is list else list(ids)
+
+
+def _fail_dependency(node, k, dep, source, i, nodes):
+    """The error of dependency ``k`` of node ``i``, whose source (index) is unknown, itself or
+    in another play."""
+    field = f"dependencies[{k}].request_id"
+    if source is None:
+        _fail(node.where, field, f"unknown request {dep.request_id!r}")
+    if source == i:
+        _fail(node.where, field, "a request cannot depend on itself")
+    _fail(node.where, field, f"request {dep.request_id!r} is in play "
+          f"{nodes[source].play_id!r}, not in {node.play_id!r}")
 
 
 def _fail(where, field, rule):

@@ -35,7 +35,7 @@ from aisimulate_core.spec.converter import show
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.graph import AgenticNode, AgenticTrace, Dependency
 
-from .rows import check_u64, fail, model_block_size
+from .rows import U64_MAX, check_u64, fail, model_block_size
 from .weka_source import Subagent, corpus_digest, plays, source_files
 from .weka_streams import EPSILON_S, Item, streams
 
@@ -76,18 +76,27 @@ class Evidence:
         return "relative" if self.relative_witness is not None else "absolute"
 
 
-def _check_request(where, field, request, models):
-    _finite_nonnegative(where, field + ".t", request.t)
+def _check_request(where, request, models, i, j=None):
+    """Request ``j`` of subagent ``i``, or top-level request ``i`` (``j`` None); its field
+    path is only spelled out for a message."""
+    if not (math.isfinite(request.t) and request.t >= 0.0):
+        _finite_nonnegative(where, _request_field(i, j) + ".t", request.t)
     if not request.model.strip():
-        fail(where, field + ".model", "must not be empty")
+        fail(where, _request_field(i, j) + ".model", "must not be empty")
     if models and request.model not in models:
-        fail(where, field + ".model", f"{request.model!r} is not one of the play's models "
-             f"{sorted(models)}")
+        fail(where, _request_field(i, j) + ".model", f"{request.model!r} is not one of the "
+             f"play's models {sorted(models)}")
     if request.input_length == 0:
-        fail(where, field + ".in", "must be > 0, got 0")
-    if request.api_time is not None:
-        _finite_nonnegative(where, field + ".api_time", request.api_time)
-    check_u64(where, field + ".hash_ids", request.hash_ids)
+        fail(where, _request_field(i, j) + ".in", "must be > 0, got 0")
+    if request.api_time is not None and not (math.isfinite(request.api_time)
+                                             and request.api_time >= 0.0):
+        _finite_nonnegative(where, _request_field(i, j) + ".api_time", request.api_time)
+    if request.hash_ids and max(request.hash_ids) > U64_MAX:
+        check_u64(where, _request_field(i, j) + ".hash_ids", request.hash_ids)
+
+
+def _request_field(i, j=None):
+    return f"requests[{i}]" if j is None else f"requests[{i}].requests[{j}]"
 
 
 def check_play(where, play, evidence):
@@ -103,11 +112,11 @@ def check_play(where, play, evidence):
     models = set(play.models)
     top_level = 0
     for i, entry in enumerate(play.requests):
-        field = f"requests[{i}]"
         if not isinstance(entry, Subagent):
-            _check_request(where, field, entry, models)
+            _check_request(where, entry, models, i)
             top_level += 1
             continue
+        field = f"requests[{i}]"
         _finite_nonnegative(where, field + ".t", entry.t)
         if not entry.agent_id.strip():
             fail(where, field + ".agent_id", "must not be empty")
@@ -120,7 +129,7 @@ def check_play(where, play, evidence):
             fail(where, field + ".requests", "a blocking subagent needs at least one request "
                  "(external waits are not modelled)")
         for j, inner in enumerate(entry.requests):
-            _check_request(where, f"{field}.requests[{j}]", inner, models)
+            _check_request(where, inner, models, i, j)
             if inner.t < entry.t - EPSILON_S and evidence.relative_witness is None:
                 evidence.relative_witness = (where, f"{field}.requests[{j}]")
         evidence.subagents += bool(entry.requests)
@@ -131,15 +140,17 @@ def check_play(where, play, evidence):
 # ---------------------------------------------------------------------------- lowering (pass 2)
 
 
-def _nested_t(where, field, inner_t, marker_t, basis):
+def _nested_t(where, i, j, inner_t, marker_t, basis):
+    """The play-relative start of request ``j`` of the subagent at ``requests[i]``."""
     if basis == "relative":
         t = marker_t + inner_t
         if not math.isfinite(t):
-            fail(where, field, f"{show(inner_t)} after its marker {show(marker_t)} overflows")
+            fail(where, _request_field(i, j) + ".t",
+                 f"{show(inner_t)} after its marker {show(marker_t)} overflows")
         return t
     if inner_t < marker_t - EPSILON_S:
-        fail(where, field, f"{show(inner_t)} precedes its subagent marker at {show(marker_t)} "
-             "under weka_nested_timestamp_basis 'absolute'")
+        fail(where, _request_field(i, j) + ".t", f"{show(inner_t)} precedes its subagent "
+             f"marker at {show(marker_t)} under weka_nested_timestamp_basis 'absolute'")
     return max(inner_t, marker_t)  # producer rounding must not start a child before its marker
 
 
@@ -267,7 +278,7 @@ def lower_play(where, name, play, ordinal, basis):
                  "before it")
         owner_stream, spawner = owner
         inner = [Item(f"outer:{i}:inner:{j}", j,
-                      _nested_t(where, f"requests[{i}].requests[{j}].t", req.t, sub.t, basis),
+                      _nested_t(where, i, j, req.t, sub.t, basis),
                       req) for j, req in enumerate(sub.requests)]
         if not inner:
             continue

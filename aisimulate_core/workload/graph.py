@@ -163,23 +163,28 @@ def sorted_dependencies(node):
 
 def _node_json(node):
     """The node as the reference serializes it into the graph's identity, fields in its
-    order (the numbers it holds as f64 written as floats)."""
+    order (the numbers it holds as f64 written as floats). Keys are stored one by one: an
+    ``update(**fields)`` builds its keyword dict first."""
     entry = {"request_id": node.request_id, "play_id": node.play_id}
     if node.source_play_ordinal is not None:
         entry["source_play_ordinal"] = node.source_play_ordinal
-    entry.update(session_id=node.session_id, model=node.model, input_length=node.input_length,
-                 max_output_tokens=node.max_output_tokens,
-                 output_token_ids=_listed(node.output_token_ids),
-                 # the reference's replay key of authored outputs is not reproduced: null
-                 replay_key=None, hash_ids=_listed(node.hash_ids),
-                 not_before_ms=float(node.not_before_ms))
+    entry["session_id"] = node.session_id
+    entry["model"] = node.model
+    entry["input_length"] = node.input_length
+    entry["max_output_tokens"] = node.max_output_tokens
+    entry["output_token_ids"] = _listed(node.output_token_ids)
+    # the reference's replay key of authored outputs is not reproduced: null
+    entry["replay_key"] = None
+    entry["hash_ids"] = _listed(node.hash_ids)
+    entry["not_before_ms"] = float(node.not_before_ms)
     if node.recorded_api_time_ms is not None:
         entry["recorded_api_time_ms"] = float(node.recorded_api_time_ms)
-    entry.update(priority=node.priority, strict_priority=node.strict_priority,
-                 policy_class=node.policy_class,
-                 dependencies=[{"request_id": d.request_id, "trigger": d.trigger,
-                                "delay_ms": float(d.delay_ms), "relation": d.relation}
-                               for d in sorted_dependencies(node)])
+    entry["priority"] = node.priority
+    entry["strict_priority"] = node.strict_priority
+    entry["policy_class"] = node.policy_class
+    entry["dependencies"] = [{"request_id": d.request_id, "trigger": d.trigger,
+                              "delay_ms": float(d.delay_ms), "relation": d.relation}
+                             for d in sorted_dependencies(node)]
     return entry
 
 

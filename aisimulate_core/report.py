@@ -1015,6 +1015,7 @@ def _with_optional(rec: RequestRecord, record: dict) -> dict:
     agentic, metadata = rec.agentic, rec.metadata
     g1 = rec.first_admission_g1_reused_input_tokens
     host = rec.first_admission_host_reused_input_tokens
+    # (spelled out: a generator over six values costs more than the merge saves)
     present = (request_id is not None, play_id is not None, agentic is not None,
                metadata is not None, g1 is not None, host is not None)
     template = _OPTIONAL_TEMPLATES.get(present)
@@ -1022,22 +1023,14 @@ def _with_optional(rec: RequestRecord, record: dict) -> dict:
         template = _OPTIONAL_TEMPLATES[present] = _optional_template(present)
     out = template.copy()
     out.update(record)
-    if request_id is not None:
-        out["request_id"] = request_id
-    if play_id is not None:
-        out["play_id"] = play_id
-    if agentic is not None:
-        out["agentic"] = agentic
-    if metadata is not None:
-        out["metadata"] = metadata
-    if g1 is not None:
-        out["first_admission_g1_reused_input_tokens"] = g1
-    if host is not None:
-        out["first_admission_host_reused_input_tokens"] = host
+    for key, value in zip(_OPTIONAL_IN_FLAG_ORDER,
+                          (request_id, play_id, agentic, metadata, g1, host)):
+        if value is not None:
+            out[key] = value
     return out
 
 
-# the optional keys in the order of ``_with_optional``'s ``present`` flags
+# the optional keys in the order of ``_with_optional``'s values and ``present`` flags
 _OPTIONAL_IN_FLAG_ORDER = ("request_id", "play_id", "agentic", "metadata",
                            "first_admission_g1_reused_input_tokens",
                            "first_admission_host_reused_input_tokens")

@@ -255,12 +255,19 @@ class AgenticDriver(WorkloadDriver):
         self._state = [BLOCKED] * n
         self._remaining = [len(node.dependencies) for node in nodes]
         self._ready_after = [node.not_before_ms for node in nodes]
-        self._on_dispatch = [[] for _ in range(n)]
-        self._on_completion = [[] for _ in range(n)]
+        self._on_dispatch = on_dispatch = [[] for _ in range(n)]
+        self._on_completion = on_completion = [[] for _ in range(n)]
+        # the nodes each node waits for, gathered on the same walk of the edges
+        self._sources = sources = []
+        index = graph.index
         for target, node in enumerate(nodes):
+            waits_for = []
             for dep in node.dependencies:
-                edges = self._on_dispatch if dep.trigger == "dispatch" else self._on_completion
-                edges[graph.index[dep.request_id]].append((target, dep.delay_ms))
+                source = index[dep.request_id]
+                edges = on_dispatch if dep.trigger == "dispatch" else on_completion
+                edges[source].append((target, dep.delay_ms))
+                waits_for.append(source)
+            sources.append(frozenset(waits_for))
         self._plays = [_PlayState(play) for play in graph.plays]
         self._play_of = [0] * n
         self._is_root = [False] * n
@@ -270,8 +277,6 @@ class AgenticDriver(WorkloadDriver):
             for i in play.roots:
                 self._is_root[i] = True
         self._lifecycle = _Lifecycle()
-        self._sources = [frozenset(graph.index[d.request_id] for d in node.dependencies)
-                         for node in nodes]
         self._asked = False                   # the runtime asked for work since the last end
         roots = _root_ids(graph)
         self._root_id = [roots[p] for p in self._play_of]

@@ -174,6 +174,7 @@ _TPOT_KEYS = _dist_keys("tpot")
 _ITL_KEYS = _dist_keys("itl")
 _E2E_KEYS = _dist_keys("e2e_latency")
 _RATE_KEYS = _dist_keys("output_token_throughput_per_user", "")
+_TRAJECTORY_KEYS = _dist_keys("trajectory_e2e_latency")
 
 # extras that sit in fixed places; anything else passed to add_extra goes at the end
 _HEAD_EXTRAS = ("kv_eviction_policy", "kv_eviction_assumption", "committed_prefill_tokens",
@@ -370,13 +371,13 @@ class Collector:
     def set_trajectories(self, *, total: int, completed: int, e2e_latencies_ms: list) -> None:
         """Agentic trajectory counts and the exact trajectory E2E distribution."""
         stats = exact_stats(e2e_latencies_ms)
-        self._extras.update(
-            total_trajectories=total,
-            completed_trajectories=completed,
-            incomplete_trajectories=max(0, total - completed),
-            **dict(zip(_dist_keys("trajectory_e2e_latency"), stats)),
-            p50_trajectory_e2e_latency_ms=stats.median,
-        )
+        # stored in the summary's order, without a keyword dict built to be merged
+        extras = self._extras
+        extras["total_trajectories"] = total
+        extras["completed_trajectories"] = completed
+        extras["incomplete_trajectories"] = max(0, total - completed)
+        extras.update(zip(_TRAJECTORY_KEYS, stats))
+        extras["p50_trajectory_e2e_latency_ms"] = stats.median
 
     # -- report ---------------------------------------------------------------------------------
 

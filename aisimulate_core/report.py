@@ -174,6 +174,7 @@ _TPOT_KEYS = _dist_keys("tpot")
 _ITL_KEYS = _dist_keys("itl")
 _E2E_KEYS = _dist_keys("e2e_latency")
 _RATE_KEYS = _dist_keys("output_token_throughput_per_user", "")
+_TRAJECTORY_KEYS = _dist_keys("trajectory_e2e_latency")
 
 # extras that sit in fixed places; anything else passed to add_extra goes at the end
 _HEAD_EXTRAS = ("kv_eviction_policy", "kv_eviction_assumption", "committed_prefill_tokens",
@@ -370,13 +371,13 @@ class Collector:
     def set_trajectories(self, *, total: int, completed: int, e2e_latencies_ms: list) -> None:
         """Agentic trajectory counts and the exact trajectory E2E distribution."""
         stats = exact_stats(e2e_latencies_ms)
-        self._extras.update(
-            total_trajectories=total,
-            completed_trajectories=completed,
-            incomplete_trajectories=max(0, total - completed),
-            **dict(zip(_dist_keys("trajectory_e2e_latency"), stats)),
-            p50_trajectory_e2e_latency_ms=stats.median,
-        )
+        # stored in the summary's order, without a keyword dict built to be merged
+        extras = self._extras
+        extras["total_trajectories"] = total
+        extras["completed_trajectories"] = completed
+        extras["incomplete_trajectories"] = max(0, total - completed)
+        extras.update(zip(_TRAJECTORY_KEYS, stats))
+        extras["p50_trajectory_e2e_latency_ms"] = stats.median
 
     # -- report ---------------------------------------------------------------------------------
 
@@ -1007,34 +1008,42 @@ _OPTIONAL_AFTER = {
 def _with_optional(rec: RequestRecord, record: dict) -> dict:
     """``record`` with the optional keys ``rec`` sets, each in its place.
 
-    ``record`` holds the keys every record has, in PER_REQUEST_KEYS' order: it is copied in
-    three runs (through turn_index, through reused_input_tokens, the rest) with the optional
-    keys between them, instead of asking at every key what follows it."""
-    out = {}
-    for key in _LEADING_OPTIONAL:
-        value = getattr(rec, key)
+    ``record`` holds the keys every record has (``_COMMON_KEYS``): a copy of the blank record
+    of exactly these optional keys (``_optional_template``: every key in PER_REQUEST_KEYS'
+    order) takes its values by one dict merge, which keeps the template's order, where three
+    runs copied key by key through islice cost about twice as much."""
+    request_id, play_id = rec.request_id, rec.play_id
+    agentic, metadata = rec.agentic, rec.metadata
+    g1 = rec.first_admission_g1_reused_input_tokens
+    host = rec.first_admission_host_reused_input_tokens
+    # (spelled out: a generator over six values costs more than the merge saves)
+    present = (request_id is not None, play_id is not None, agentic is not None,
+               metadata is not None, g1 is not None, host is not None)
+    template = _OPTIONAL_TEMPLATES.get(present)
+    if template is None:
+        template = _OPTIONAL_TEMPLATES[present] = _optional_template(present)
+    out = template.copy()
+    out.update(record)
+    for key, value in zip(_OPTIONAL_IN_FLAG_ORDER,
+                          (request_id, play_id, agentic, metadata, g1, host)):
         if value is not None:
             out[key] = value
-    items = iter(record.items())
-    for run, extras in _OPTIONAL_RUNS:
-        out.update(itertools.islice(items, run))
-        for extra in extras:
-            value = getattr(rec, extra)
-            if value is not None:
-                out[extra] = value
-    out.update(items)
     return out
 
 
-def _optional_runs():
-    """(keys every record has up to and including the key, the optional keys after it) for
-    each key of ``_OPTIONAL_AFTER``, in record order."""
-    runs, done = [], 0
-    for at, key in enumerate(_COMMON_KEYS, 1):
-        if key in _OPTIONAL_AFTER:
-            runs.append((at - done, _OPTIONAL_AFTER[key]))
-            done = at
-    return tuple(runs)
+# the optional keys in the order of ``_with_optional``'s values and ``present`` flags
+_OPTIONAL_IN_FLAG_ORDER = ("request_id", "play_id", "agentic", "metadata",
+                           "first_admission_g1_reused_input_tokens",
+                           "first_admission_host_reused_input_tokens")
+# present flags -> the blank record of the common keys and those optional ones, in order (at
+# most 64 of them: a constant of the record format, whatever the run)
+_OPTIONAL_TEMPLATES: dict[tuple, dict] = {}
+
+
+def _optional_template(present: tuple) -> dict:
+    chosen = {key for key, flag in zip(_OPTIONAL_IN_FLAG_ORDER, present) if flag}
+    return dict.fromkeys(key for key in PER_REQUEST_KEYS
+                         if key not in OPTIONAL_KEYS or key in chosen)
 
 
 PER_REQUEST_KEYS = (
@@ -1056,6 +1065,6 @@ first-admission G1/host split are omitted when unset."""
 OPTIONAL_KEYS = frozenset(_LEADING_OPTIONAL).union(*_OPTIONAL_AFTER.values())
 # the keys every record has, in order
 _COMMON_KEYS = tuple(key for key in PER_REQUEST_KEYS if key not in OPTIONAL_KEYS)
-_OPTIONAL_RUNS = _optional_runs()
+assert set(_OPTIONAL_IN_FLAG_ORDER) == OPTIONAL_KEYS
 # every common key, unset: the dict each record is copied from (never handed out itself)
 _BLANK_RECORD = dict.fromkeys(_COMMON_KEYS)

@@ -64,13 +64,20 @@ class _Lifecycle:
         self.round_ordinal = 0              # of the round the last end joined, over the run
 
     def _write(self, at_ms, play_id, request_id, event, status=None):
-        line = {"schema": LIFECYCLE_SCHEMA, "ordinal": self._ordinal, "at_ms": float(at_ms),
-                "play_id": play_id}
-        if request_id is not None:
-            line["request_id"] = request_id
-        line["event"] = event
-        if status is not None:
-            line["status"] = status
+        # one literal per shape (keys in the transcript's order), not a dict grown key by key
+        if request_id is None:
+            line = {"schema": LIFECYCLE_SCHEMA, "ordinal": self._ordinal,
+                    "at_ms": float(at_ms), "play_id": play_id, "event": event}
+            if status is not None:
+                line["status"] = status
+        elif status is None:
+            line = {"schema": LIFECYCLE_SCHEMA, "ordinal": self._ordinal,
+                    "at_ms": float(at_ms), "play_id": play_id, "request_id": request_id,
+                    "event": event}
+        else:
+            line = {"schema": LIFECYCLE_SCHEMA, "ordinal": self._ordinal,
+                    "at_ms": float(at_ms), "play_id": play_id, "request_id": request_id,
+                    "event": event, "status": status}
         unhashed = self._unhashed
         unhashed.append(line)
         if len(unhashed) >= _HASH_BATCH:
@@ -199,8 +206,13 @@ def _root_ids(graph):
 def _parent_ids(graph):
     """The request each node was spawned from (its first spawn dependency in the canonical
     order, ``graph.sorted_dependencies``), else None."""
-    return [next((d.request_id for d in sorted_dependencies(node) if d.relation == "spawn"),
-                 None) for node in graph.nodes]
+    parents = []
+    for node in graph.nodes:
+        spawns = [d for d in node.dependencies if d.relation == "spawn"]
+        if len(spawns) > 1:   # the first in the canonical order
+            spawns = [d for d in sorted_dependencies(node) if d.relation == "spawn"]
+        parents.append(spawns[0].request_id if spawns else None)
+    return parents
 
 
 class _PlayState:
@@ -243,12 +255,19 @@ class AgenticDriver(WorkloadDriver):
         self._state = [BLOCKED] * n
         self._remaining = [len(node.dependencies) for node in nodes]
         self._ready_after = [node.not_before_ms for node in nodes]
-        self._on_dispatch = [[] for _ in range(n)]
-        self._on_completion = [[] for _ in range(n)]
+        self._on_dispatch = on_dispatch = [[] for _ in range(n)]
+        self._on_completion = on_completion = [[] for _ in range(n)]
+        # the nodes each node waits for, gathered on the same walk of the edges
+        self._sources = sources = []
+        index = graph.index
         for target, node in enumerate(nodes):
+            waits_for = []
             for dep in node.dependencies:
-                edges = self._on_dispatch if dep.trigger == "dispatch" else self._on_completion
-                edges[graph.index[dep.request_id]].append((target, dep.delay_ms))
+                source = index[dep.request_id]
+                edges = on_dispatch if dep.trigger == "dispatch" else on_completion
+                edges[source].append((target, dep.delay_ms))
+                waits_for.append(source)
+            sources.append(frozenset(waits_for))
         self._plays = [_PlayState(play) for play in graph.plays]
         self._play_of = [0] * n
         self._is_root = [False] * n
@@ -258,8 +277,6 @@ class AgenticDriver(WorkloadDriver):
             for i in play.roots:
                 self._is_root[i] = True
         self._lifecycle = _Lifecycle()
-        self._sources = [frozenset(graph.index[d.request_id] for d in node.dependencies)
-                         for node in nodes]
         self._asked = False                   # the runtime asked for work since the last end
         roots = _root_ids(graph)
         self._root_id = [roots[p] for p in self._play_of]

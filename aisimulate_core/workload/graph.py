@@ -115,14 +115,8 @@ class AgenticTrace:
             by_play.setdefault(node.play_id, []).append(i)
             for k, dep in enumerate(node.dependencies):
                 source = index.get(dep.request_id)
-                field = f"dependencies[{k}].request_id"
-                if source is None:
-                    _fail(node.where, field, f"unknown request {dep.request_id!r}")
-                if source == i:
-                    _fail(node.where, field, "a request cannot depend on itself")
-                if nodes[source].play_id != node.play_id:
-                    _fail(node.where, field, f"request {dep.request_id!r} is in play "
-                          f"{nodes[source].play_id!r}, not in {node.play_id!r}")
+                if source is None or source == i or nodes[source].play_id != node.play_id:
+                    _fail_dependency(node, k, dep, source, i, nodes)
         _check_acyclic(nodes, index, origin)
         plays = [_play(play_id, members, nodes) for play_id, members in by_play.items()]
         return cls(block_size, source_format, source_digest, nodes, _ordered(plays, nodes, origin),
@@ -160,35 +154,55 @@ encode_json_lines = _SERDE_JSON.encode_lines   # one line each, each ended by a 
 def sorted_dependencies(node):
     """A node's dependencies in the reference's canonical order: by source, trigger, relation,
     delay (its graph identity, and the spawn that names a request's parent, follow it)."""
-    return sorted(node.dependencies, key=lambda d: (
+    dependencies = node.dependencies
+    if len(dependencies) < 2:   # nothing to order (sorted would still call the key)
+        return list(dependencies)
+    return sorted(dependencies, key=lambda d: (
         d.request_id, _TRIGGER_RANK[d.trigger], _RELATION_RANK[d.relation], d.delay_ms))
 
 
 def _node_json(node):
     """The node as the reference serializes it into the graph's identity, fields in its
-    order (the numbers it holds as f64 written as floats)."""
+    order (the numbers it holds as f64 written as floats). Keys are stored one by one: an
+    ``update(**fields)`` builds its keyword dict first."""
     entry = {"request_id": node.request_id, "play_id": node.play_id}
     if node.source_play_ordinal is not None:
         entry["source_play_ordinal"] = node.source_play_ordinal
-    entry.update(session_id=node.session_id, model=node.model, input_length=node.input_length,
-                 max_output_tokens=node.max_output_tokens,
-                 output_token_ids=_listed(node.output_token_ids),
-                 # the reference's replay key of authored outputs is not reproduced: null
-                 replay_key=None, hash_ids=_listed(node.hash_ids),
-                 not_before_ms=float(node.not_before_ms))
+    entry["session_id"] = node.session_id
+    entry["model"] = node.model
+    entry["input_length"] = node.input_length
+    entry["max_output_tokens"] = node.max_output_tokens
+    entry["output_token_ids"] = _listed(node.output_token_ids)
+    # the reference's replay key of authored outputs is not reproduced: null
+    entry["replay_key"] = None
+    entry["hash_ids"] = _listed(node.hash_ids)
+    entry["not_before_ms"] = float(node.not_before_ms)
     if node.recorded_api_time_ms is not None:
         entry["recorded_api_time_ms"] = float(node.recorded_api_time_ms)
-    entry.update(priority=node.priority, strict_priority=node.strict_priority,
-                 policy_class=node.policy_class,
-                 dependencies=[{"request_id": d.request_id, "trigger": d.trigger,
-                                "delay_ms": float(d.delay_ms), "relation": d.relation}
-                               for d in sorted_dependencies(node)])
+    entry["priority"] = node.priority
+    entry["strict_priority"] = node.strict_priority
+    entry["policy_class"] = node.policy_class
+    entry["dependencies"] = [{"request_id": d.request_id, "trigger": d.trigger,
+                              "delay_ms": float(d.delay_ms), "relation": d.relation}
+                             for d in sorted_dependencies(node)]
     return entry
 
 
 def _listed(ids):
     # a plugin's node may hold its ids in any sequence (an array, a range): JSON has lists
     return ids if ids is None or type(ids) is list else list(ids)
+
+
+def _fail_dependency(node, k, dep, source, i, nodes):
+    """The error of dependency ``k`` of node ``i``, whose source (index) is unknown, itself or
+    in another play."""
+    field = f"dependencies[{k}].request_id"
+    if source is None:
+        _fail(node.where, field, f"unknown request {dep.request_id!r}")
+    if source == i:
+        _fail(node.where, field, "a request cannot depend on itself")
+    _fail(node.where, field, f"request {dep.request_id!r} is in play "
+          f"{nodes[source].play_id!r}, not in {node.play_id!r}")
 
 
 def _fail(where, field, rule):

@@ -35,7 +35,7 @@ from aisimulate_core.spec.converter import show
 from aisimulate_core.workload.formats import TraceFormat
 from aisimulate_core.workload.graph import AgenticNode, AgenticTrace, Dependency
 
-from .rows import check_u64, fail, model_block_size
+from .rows import U64_MAX, check_u64, fail, model_block_size
 from .weka_source import Subagent, corpus_digest, plays, source_files
 from .weka_streams import EPSILON_S, Item, streams
 
@@ -76,18 +76,27 @@ class Evidence:
         return "relative" if self.relative_witness is not None else "absolute"
 
 
-def _check_request(where, field, request, models):
-    _finite_nonnegative(where, field + ".t", request.t)
+def _check_request(where, request, models, i, j=None):
+    """Request ``j`` of subagent ``i``, or top-level request ``i`` (``j`` None); its field
+    path is only spelled out for a message."""
+    if not (math.isfinite(request.t) and request.t >= 0.0):
+        _finite_nonnegative(where, _request_field(i, j) + ".t", request.t)
     if not request.model.strip():
-        fail(where, field + ".model", "must not be empty")
+        fail(where, _request_field(i, j) + ".model", "must not be empty")
     if models and request.model not in models:
-        fail(where, field + ".model", f"{request.model!r} is not one of the play's models "
-             f"{sorted(models)}")
+        fail(where, _request_field(i, j) + ".model", f"{request.model!r} is not one of the "
+             f"play's models {sorted(models)}")
     if request.input_length == 0:
-        fail(where, field + ".in", "must be > 0, got 0")
-    if request.api_time is not None:
-        _finite_nonnegative(where, field + ".api_time", request.api_time)
-    check_u64(where, field + ".hash_ids", request.hash_ids)
+        fail(where, _request_field(i, j) + ".in", "must be > 0, got 0")
+    if request.api_time is not None and not (math.isfinite(request.api_time)
+                                             and request.api_time >= 0.0):
+        _finite_nonnegative(where, _request_field(i, j) + ".api_time", request.api_time)
+    if request.hash_ids and max(request.hash_ids) > U64_MAX:
+        check_u64(where, _request_field(i, j) + ".hash_ids", request.hash_ids)
+
+
+def _request_field(i, j=None):
+    return f"requests[{i}]" if j is None else f"requests[{i}].requests[{j}]"
 
 
 def check_play(where, play, evidence):
@@ -103,11 +112,11 @@ def check_play(where, play, evidence):
     models = set(play.models)
     top_level = 0
     for i, entry in enumerate(play.requests):
-        field = f"requests[{i}]"
         if not isinstance(entry, Subagent):
-            _check_request(where, field, entry, models)
+            _check_request(where, entry, models, i)
             top_level += 1
             continue
+        field = f"requests[{i}]"
         _finite_nonnegative(where, field + ".t", entry.t)
         if not entry.agent_id.strip():
             fail(where, field + ".agent_id", "must not be empty")
@@ -120,7 +129,7 @@ def check_play(where, play, evidence):
             fail(where, field + ".requests", "a blocking subagent needs at least one request "
                  "(external waits are not modelled)")
         for j, inner in enumerate(entry.requests):
-            _check_request(where, f"{field}.requests[{j}]", inner, models)
+            _check_request(where, inner, models, i, j)
             if inner.t < entry.t - EPSILON_S and evidence.relative_witness is None:
                 evidence.relative_witness = (where, f"{field}.requests[{j}]")
         evidence.subagents += bool(entry.requests)
@@ -131,15 +140,17 @@ def check_play(where, play, evidence):
 # ---------------------------------------------------------------------------- lowering (pass 2)
 
 
-def _nested_t(where, field, inner_t, marker_t, basis):
+def _nested_t(where, i, j, inner_t, marker_t, basis):
+    """The play-relative start of request ``j`` of the subagent at ``requests[i]``."""
     if basis == "relative":
         t = marker_t + inner_t
         if not math.isfinite(t):
-            fail(where, field, f"{show(inner_t)} after its marker {show(marker_t)} overflows")
+            fail(where, _request_field(i, j) + ".t",
+                 f"{show(inner_t)} after its marker {show(marker_t)} overflows")
         return t
     if inner_t < marker_t - EPSILON_S:
-        fail(where, field, f"{show(inner_t)} precedes its subagent marker at {show(marker_t)} "
-             "under weka_nested_timestamp_basis 'absolute'")
+        fail(where, _request_field(i, j) + ".t", f"{show(inner_t)} precedes its subagent "
+             f"marker at {show(marker_t)} under weka_nested_timestamp_basis 'absolute'")
     return max(inner_t, marker_t)  # producer rounding must not start a child before its marker
 
 
@@ -199,16 +210,24 @@ class _Identities:
     def __init__(self):
         self.value_of = {}
         self.owner_of = {}
+        # raw hash id -> its full block's identity: the play's one source name makes the
+        # identity string a function of the raw id, so a repeated id is not formatted again
+        self.of_raw = {}
+        # one hasher, reset per identity: making a BLAKE3 hasher costs more than hashing these
+        # few bytes
+        self._hasher = blake3.blake3()
 
     def __call__(self, domain, identity):
         key = (domain, identity)
         value = self.value_of.get(key)
         if value is not None:
             return value
+        hasher = self._hasher
         nonce = 0
         while True:
-            digest = blake3.blake3(f"{domain}\0{identity}\0{nonce}".encode()).digest()
-            value = int.from_bytes(digest[:8], "little")
+            hasher.reset()
+            hasher.update(f"{domain}\0{identity}\0{nonce}".encode())
+            value = int.from_bytes(hasher.digest(8), "little")   # the digest's first 8 bytes
             owner = self.owner_of.setdefault(value, key)
             if owner == key:
                 self.value_of[key] = value
@@ -218,12 +237,18 @@ class _Identities:
 
 def _block_ids(identities, name, request_id, request, block_size):
     full = request.input_length // block_size
+    hash_ids = request.hash_ids
+    known = min(full, len(hash_ids))
+    of_raw = identities.of_raw
     ids = []
-    for k in range(full):
-        raw = request.hash_ids[k] if k < len(request.hash_ids) else None
-        identity = (f"source:{name}:{raw}" if raw is not None
-                    else f"private:missing:{request_id}:{k}")
-        ids.append(identities("weka-full-block", identity))
+    for k in range(known):
+        raw = hash_ids[k]
+        value = of_raw.get(raw)
+        if value is None:
+            value = of_raw[raw] = identities("weka-full-block", f"source:{name}:{raw}")
+        ids.append(value)
+    for k in range(known, full):
+        ids.append(identities("weka-full-block", f"private:missing:{request_id}:{k}"))
     if request.input_length % block_size:
         ids.append(identities("weka-partial-tail",
                               f"{request_id}:{full}:{request.input_length}"))
@@ -253,7 +278,7 @@ def lower_play(where, name, play, ordinal, basis):
                  "before it")
         owner_stream, spawner = owner
         inner = [Item(f"outer:{i}:inner:{j}", j,
-                      _nested_t(where, f"requests[{i}].requests[{j}].t", req.t, sub.t, basis),
+                      _nested_t(where, i, j, req.t, sub.t, basis),
                       req) for j, req in enumerate(sub.requests)]
         if not inner:
             continue

@@ -192,3 +192,26 @@ def test_a_trtllm_prefill_copy_frees_its_output_room_when_it_completes():
     assert rank.pool.active() == 1          # the source's KV stays held
     rank.release_source(copy)
     assert rank.pool.active() == 0 and rank.completion_total == 0
+
+
+def test_a_vllm_decode_destination_cannot_evict_the_cached_blocks_it_reuses():
+    """The room for a destination's fresh blocks is the allocatable blocks less the cached ones
+    it reuses (they become its own, so they cannot also be evicted for the fresh ones)."""
+    rank = make_rank("vllm", 5, cls=VllmDecodeRank)
+    pool = rank.pool
+    first = request(1, 32, 1)
+    assert rank.accept(first) and rank.retry() == (first, 32)
+    rank.activate(first)
+    drain(rank)                                      # its two prompt blocks stay cached
+    held = request(2, 16, 1)
+    assert rank.accept(held) and rank.retry() == (held, 16)
+    assert (pool.active(), pool.inactive(), pool.allocatable()) == (1, 2, 4)
+    # the same 32 tokens, then 48 new ones: 2 cached blocks and 3 fresh, with 2 blocks free
+    longer = SimRequest(3, Prompt.from_tokens([*range(1000, 1032), *range(5000, 5048)]), 1, 0.0)
+    assert rank.accept(longer)
+    assert rank.retry() is None                      # 3 fresh > 4 allocatable - 2 reused
+    rank.activate(held)
+    drain(rank)                                      # the held block is freed (cached)
+    assert rank.retry() == (longer, 48)              # 3 fresh <= 5 - 2 reused
+    # its 2 cached blocks reused, 2 free ones and the held request's cached block evicted
+    assert (pool.active(), pool.inactive()) == (5, 0)

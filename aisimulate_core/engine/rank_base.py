@@ -28,7 +28,7 @@ class RankBase:
     _macro_ends = None
     # what the rank can do (engine/rank.py: Rank), read when a worker or router is built,
     # never per pass; an engine states what it adds (engine/vllm.py, engine/sglang.py)
-    extends = True           # has extend (ExtendableRank; truncate is below)
+    extends = False          # no extend (ExtendableRank; truncate is below)
     joins_groups = False     # no join_group/finish_round (GroupedRank)
     indexes_prefix = False   # no indexed_prefix (IndexedRank)
     psi = None               # no prefill_schedule_interval gate (engine/vllm_psi.py)

@@ -53,8 +53,9 @@ class SglangRank(SglangClusterHooks, SglangMtpSteps, SglangKv, RankBase, SglangL
     extension = True
     # a prefill forward costs its predicted time (a disaggregated decode role's does not)
     charges_prefill = True
-    # (engine/rank.py: Rank) attention-DP rounds are group-wide (no prefix index of its own:
-    # RankBase's default)
+    # (engine/rank.py: Rank) it extends its passes, and attention-DP rounds are group-wide
+    # (no prefix index of its own: RankBase's default)
+    extends = True
     joins_groups = True
 
     def __init__(self, engine, timer, pool=None, *, callbacks, worker_idx=0, dp_rank=0,

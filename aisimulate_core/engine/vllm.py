@@ -32,7 +32,10 @@ class VllmRank(RankBase):
     charges_prefill = True
     charges_decode = True
     holds_sources = False        # the disaggregated prefill role keeps a finished copy's KV
-    indexes_prefix = True        # a router's kv_index may read it (indexed_prefix; engine/rank.py)
+    # (engine/rank.py: Rank) it runs decode-only passes as one event (extend) and a router's
+    # kv_index may read its prefix index (indexed_prefix)
+    extends = True
+    indexes_prefix = True
     # every request is outside open stretches: each pass stamps its tokens (state_cache)
     stretchless = False
     state = None                 # the state_cache bookkeeping (engine/vllm_state_cache.py)

@@ -711,6 +711,7 @@ class NativeVllmRank(RankBase):
     # runs committed in the pass in flight come from C; the hash sets built from them and the
     # evictions stand until the next commit, eviction or (without KV events) report
     indexed_prefix = VllmRank.indexed_prefix
+    extends = True               # (engine/rank.py: Rank) VllmRank's capabilities
     indexes_prefix = True
 
     @property

@@ -64,20 +64,17 @@ class _Lifecycle:
         self.round_ordinal = 0              # of the round the last end joined, over the run
 
     def _write(self, at_ms, play_id, request_id, event, status=None):
-        # one literal per shape (keys in the transcript's order), not a dict grown key by key
+        # a literal (keys in the transcript's order), not a dict grown key by key; the
+        # status, when there is one, is the last key
         if request_id is None:
             line = {"schema": LIFECYCLE_SCHEMA, "ordinal": self._ordinal,
                     "at_ms": float(at_ms), "play_id": play_id, "event": event}
-            if status is not None:
-                line["status"] = status
-        elif status is None:
-            line = {"schema": LIFECYCLE_SCHEMA, "ordinal": self._ordinal,
-                    "at_ms": float(at_ms), "play_id": play_id, "request_id": request_id,
-                    "event": event}
         else:
             line = {"schema": LIFECYCLE_SCHEMA, "ordinal": self._ordinal,
                     "at_ms": float(at_ms), "play_id": play_id, "request_id": request_id,
-                    "event": event, "status": status}
+                    "event": event}
+        if status is not None:
+            line["status"] = status
         unhashed = self._unhashed
         unhashed.append(line)
         if len(unhashed) >= _HASH_BATCH:
